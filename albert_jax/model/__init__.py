@@ -1,0 +1,9 @@
+"""The ALBERT model family (Lan et al., ICLR 2020) in Flax linen."""
+from albert_jax.model.albert import (AlbertForMultipleChoice, AlbertForPreTraining,
+                                     AlbertForQuestionAnswering,
+                                     AlbertForSequenceClassification, AlbertModel)
+from albert_jax.model.presets import PRESETS, ConfigError, from_dict, get_config
+
+__all__ = ["AlbertModel", "AlbertForPreTraining", "AlbertForSequenceClassification",
+           "AlbertForQuestionAnswering", "AlbertForMultipleChoice", "get_config", "from_dict",
+           "PRESETS", "ConfigError"]

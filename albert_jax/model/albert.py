@@ -1,0 +1,191 @@
+"""ALBERT: factorized embedding + shared encoder + pooler, and the task models built on it.
+
+Parameter tree of `AlbertModel` (the backbone; every task model holds it under `albert`):
+  embeddings/{word,token_type,position}_embeddings/embedding   [V|T|P, E]
+  embeddings/LayerNorm/{scale,bias}                            [E]
+  encoder/embedding_hidden_mapping_in/{kernel,bias}            [E, H] (absent when E == H)
+  encoder/group_{g}/inner_group_{i}/{attention,ffn}/...        shared halves
+  encoder/group_{g}_per_layer/inner_group_{i}/{attention,ffn}/...   unshared halves, [L_g, ...]
+  pooler/{kernel,bias}                                         [H, H]
+"""
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from albert_jax.model import heads, layers
+from albert_jax.model.encoder import Encoder, compute_dtype
+
+
+def _check_ids(name: str, ids: jax.Array, limit: int, config_key: str) -> None:
+    """Eagerly reject out-of-range ids when the values are known (not under jit)."""
+    if isinstance(ids, jax.core.Tracer):
+        return
+    values = np.asarray(ids)
+    bad = np.argwhere((values < 0) | (values >= limit))
+    if bad.size:
+        position = tuple(int(i) for i in bad[0])
+        raise ValueError(f"{name} has id {int(values[position])} at position {position}, outside "
+                         f"[0, {limit}) set by model config {config_key}={limit}; check the "
+                         "tokenizer matches the model's vocabulary")
+
+
+def _lookup(table: layers.Embed, ids: jax.Array) -> jax.Array:
+    # Under jit an out-of-range id cannot raise; it yields NaN (mode="fill") so the NaN guard
+    # catches it instead of a silent clamp to the last row.
+    return jnp.take(table.embedding, ids, axis=0, mode="fill",
+                    fill_value=jnp.nan).astype(table.dtype)
+
+
+class Embeddings(nn.Module):
+    """SPEC 3.2.1-3: word + token type + position, all of width E, then LayerNorm and dropout."""
+
+    config: ml_collections.ConfigDict
+
+    def setup(self) -> None:
+        config = self.config
+        dtype = compute_dtype(config)
+        init = layers.truncated_normal(config.initializer_range)
+        self.word_embeddings = layers.Embed(config.vocab_size, config.embedding_size,
+                                            ("vocab", "embedding"), init, dtype=dtype)
+        self.token_type_embeddings = layers.Embed(config.type_vocab_size, config.embedding_size,
+                                                  ("token_types", "embedding"), init, dtype=dtype)
+        self.position_embeddings = layers.Embed(config.max_position_embeddings,
+                                                config.embedding_size,
+                                                ("positions", "embedding"), init, dtype=dtype)
+        self.LayerNorm = layers.LayerNorm(config.layer_norm_eps, "embedding", dtype=dtype)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def __call__(self, input_ids: jax.Array, token_type_ids: jax.Array,
+                 deterministic: bool = True) -> jax.Array:
+        """input_ids, token_type_ids [batch, seq] -> [batch, seq, embedding]."""
+        seq = input_ids.shape[1]
+        embedded = (_lookup(self.word_embeddings, input_ids)
+                    + _lookup(self.token_type_embeddings, token_type_ids)
+                    + self.position_embeddings.embedding[None, :seq].astype(compute_dtype(self.config)))
+        embedded = self.LayerNorm(embedded)
+        if self.config.hidden_dropout_prob > 0:
+            embedded = self.dropout(embedded, deterministic=deterministic)
+        return embedded
+
+
+class AlbertModel(nn.Module):
+    """The backbone: (sequence_output [batch, seq, hidden], pooled_output [batch, hidden])."""
+
+    config: ml_collections.ConfigDict
+
+    def setup(self) -> None:
+        config = self.config
+        self.embeddings = Embeddings(config)
+        self.encoder = Encoder(config)
+        self.pooler = layers.Dense(config.hidden_size, ("hidden", "hidden_out"),
+                                   layers.truncated_normal(config.initializer_range),
+                                   dtype=compute_dtype(config))
+
+    def __call__(self, input_ids: jax.Array, token_type_ids: jax.Array | None = None,
+                 attention_mask: jax.Array | None = None,
+                 deterministic: bool = True) -> tuple[jax.Array, jax.Array]:
+        """input_ids, token_type_ids, attention_mask (1 real, 0 padding) [batch, seq]."""
+        config = self.config
+        if input_ids.ndim != 2:
+            raise ValueError(f"input_ids must be [batch, seq], got shape {input_ids.shape}")
+        seq = input_ids.shape[1]
+        if seq > config.max_position_embeddings:
+            raise ValueError(f"sequence length {seq} exceeds model config max_position_embeddings="
+                             f"{config.max_position_embeddings}; truncate the input or use a model "
+                             "with more positions")
+        if token_type_ids is None:
+            token_type_ids = jnp.zeros_like(input_ids)
+        if attention_mask is None:
+            attention_mask = jnp.ones_like(input_ids)
+        _check_ids("input_ids", input_ids, config.vocab_size, "vocab_size")
+        _check_ids("token_type_ids", token_type_ids, config.type_vocab_size, "type_vocab_size")
+        embedded = self.embeddings(input_ids, token_type_ids, deterministic)
+        sequence_output = self.encoder(embedded, attention_mask, deterministic)
+        # SPEC 3.2.7: pooled = tanh(dense(sequence_output[:, 0])).
+        pooled_output = jnp.tanh(self.pooler(sequence_output[:, 0]).astype(jnp.float32))
+        return sequence_output, pooled_output.astype(sequence_output.dtype)
+
+    def attend_word_embeddings(self, hidden: jax.Array) -> jax.Array:
+        """The tied MLM decoder: [..., embedding] -> [..., vocab] float32 logits (SPEC 4.2)."""
+        return self.embeddings.word_embeddings.attend(hidden)
+
+
+class AlbertForPreTraining(nn.Module):
+    """Backbone + masked-LM head + sentence-order (or NSP) head (SPEC 5).
+
+    Params: {albert: <AlbertModel tree>, predictions: {dense, LayerNorm, output_bias},
+             seq_relationship: {dense}}.
+    """
+
+    config: ml_collections.ConfigDict
+
+    def setup(self) -> None:
+        self.albert = AlbertModel(self.config)
+        self.predictions = heads.MaskedLMHead(self.config)
+        # SPEC 5.4: on the pooled output, no dropout.
+        self.seq_relationship = heads.ClassifierHead(self.config, num_labels=2)
+
+    def __call__(self, input_ids: jax.Array, token_type_ids: jax.Array,
+                 attention_mask: jax.Array, masked_lm_positions: jax.Array,
+                 deterministic: bool = True) -> tuple[jax.Array, jax.Array]:
+        """[batch, seq] inputs and masked_lm_positions [batch, predictions]
+        -> (mlm_logits [batch, predictions, vocab], sop_logits [batch, 2]), float32."""
+        sequence_output, pooled_output = self.albert(input_ids, token_type_ids, attention_mask,
+                                                     deterministic)
+        mlm_logits = self.predictions(sequence_output, masked_lm_positions,
+                                      self.albert.attend_word_embeddings)
+        sop_logits = self.seq_relationship(pooled_output)
+        return mlm_logits, sop_logits
+
+
+class AlbertForSequenceClassification(nn.Module):
+    """GLUE (SPEC 8.2): pooled -> dropout -> dense; num_labels=1 is regression (STS-B)."""
+
+    config: ml_collections.ConfigDict
+    num_labels: int
+    classifier_dropout: float = 0.1
+
+    @nn.compact
+    def __call__(self, input_ids: jax.Array, token_type_ids: jax.Array,
+                 attention_mask: jax.Array, deterministic: bool = True) -> jax.Array:
+        """[batch, seq] inputs -> logits [batch, num_labels]."""
+        _, pooled = AlbertModel(self.config, name="albert")(input_ids, token_type_ids,
+                                                            attention_mask, deterministic)
+        return heads.ClassifierHead(self.config, self.num_labels, self.classifier_dropout,
+                                    name="classifier")(pooled, deterministic)
+
+
+class AlbertForQuestionAnswering(nn.Module):
+    """SQuAD v1 (SPEC 8.3): per-token start/end logits [batch, seq] each."""
+
+    config: ml_collections.ConfigDict
+
+    @nn.compact
+    def __call__(self, input_ids: jax.Array, token_type_ids: jax.Array,
+                 attention_mask: jax.Array, deterministic: bool = True
+                 ) -> tuple[jax.Array, jax.Array]:
+        sequence_output, _ = AlbertModel(self.config, name="albert")(
+            input_ids, token_type_ids, attention_mask, deterministic)
+        return heads.SpanHead(self.config, name="qa_outputs")(sequence_output)
+
+
+class AlbertForMultipleChoice(nn.Module):
+    """RACE (SPEC 8.4): [batch, choices, seq] -> pooled -> dropout -> dense(1) -> [batch, choices]."""
+
+    config: ml_collections.ConfigDict
+    classifier_dropout: float = 0.1
+
+    @nn.compact
+    def __call__(self, input_ids: jax.Array, token_type_ids: jax.Array,
+                 attention_mask: jax.Array, deterministic: bool = True) -> jax.Array:
+        batch, choices, seq = input_ids.shape
+        flat = lambda x: x.reshape(batch * choices, seq)
+        _, pooled = AlbertModel(self.config, name="albert")(
+            flat(input_ids), flat(token_type_ids), flat(attention_mask), deterministic)
+        logits = heads.ClassifierHead(self.config, 1, self.classifier_dropout,
+                                      name="classifier")(pooled, deterministic)
+        return logits.reshape(batch, choices)

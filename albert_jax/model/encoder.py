@@ -1,0 +1,218 @@
+"""The ALBERT encoder: one post-LN block per (group, inner group), applied L times with nn.scan.
+
+Sharing (SPEC 3.3, paper Table 4). A block has an attention half and an FFN half. A half that is
+*shared* has one parameter set per (group, inner group), created once under
+`group_{g}/inner_group_{i}/{attention,ffn}` and passed into the scan as a broadcast value, so its
+gradient is the sum over all applications. A half that is *not shared* lives inside the scanned
+body, stacked on a leading "layers" axis (`nn.scan(variable_axes={"params": 0})`) under
+`group_{g}_per_layer/inner_group_{i}/...`. ALBERT shares both halves, BERT neither; the paper's
+shared-attention and shared-FFN ablations share one. In every mode the body is traced once, so
+compile time does not grow with depth (DESIGN 3).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+
+from albert_jax.model import layers
+from albert_jax.model.presets import group_of_layer
+
+REMAT_POLICIES = {
+    "full": jax.checkpoint_policies.nothing_saveable,
+    "dots": jax.checkpoint_policies.checkpoint_dots,
+    "dots_no_batch": jax.checkpoint_policies.checkpoint_dots_with_no_batch_dims,
+}
+
+
+def compute_dtype(config: ml_collections.ConfigDict) -> Any:
+    return jnp.dtype(config.dtype)
+
+
+class AttentionBlock(nn.Module):
+    """Self-attention half of the post-LN block (SPEC 3.2.6): LN(x + dense(attend(x)))."""
+
+    config: ml_collections.ConfigDict
+    deterministic: bool = True
+
+    @nn.compact
+    def __call__(self, hidden: jax.Array, attention_bias: jax.Array) -> jax.Array:
+        """hidden [batch, seq, hidden], attention_bias [batch, 1, 1, seq] -> [batch, seq, hidden]."""
+        config = self.config
+        dtype = compute_dtype(config)
+        batch, seq, width = hidden.shape
+        heads = config.num_attention_heads
+        head_dim = width // heads
+        init = layers.truncated_normal(config.initializer_range)
+
+        def project(name: str) -> jax.Array:
+            # Kernel stored 2-D [H, N*D] as in the checkpoint (SPEC 3.2.12); split heads after.
+            out = layers.Dense(width, ("hidden", "heads"), init, dtype=dtype, name=name)(hidden)
+            return out.reshape(batch, seq, heads, head_dim)
+
+        query, key, value = project("query"), project("key"), project("value")
+        scores = jnp.einsum("bqnd,bknd->bnqk", query, key, preferred_element_type=jnp.float32)
+        scores = scores * (1.0 / math.sqrt(head_dim)) + attention_bias
+        probs = jax.nn.softmax(scores, axis=-1)
+        if config.attention_probs_dropout_prob > 0:
+            probs = nn.Dropout(config.attention_probs_dropout_prob)(
+                probs, deterministic=self.deterministic)
+        context = jnp.einsum("bnqk,bknd->bqnd", probs.astype(dtype), value,
+                             preferred_element_type=jnp.float32).astype(dtype)
+        context = context.reshape(batch, seq, width)
+        output = layers.Dense(width, ("heads", "hidden"), init, dtype=dtype, name="output")(context)
+        if config.hidden_dropout_prob > 0:
+            output = nn.Dropout(config.hidden_dropout_prob)(output, deterministic=self.deterministic)
+        return layers.LayerNorm(config.layer_norm_eps, "hidden", dtype=dtype,
+                                name="LayerNorm")(output + hidden)
+
+
+class FeedForwardBlock(nn.Module):
+    """FFN half of the post-LN block (SPEC 3.2.6): LN(a + dense(act(dense(a))))."""
+
+    config: ml_collections.ConfigDict
+    deterministic: bool = True
+
+    @nn.compact
+    def __call__(self, hidden: jax.Array) -> jax.Array:
+        """[batch, seq, hidden] -> [batch, seq, hidden]."""
+        config = self.config
+        dtype = compute_dtype(config)
+        init = layers.truncated_normal(config.initializer_range)
+        inner = layers.Dense(config.intermediate_size, ("hidden", "mlp"), init, dtype=dtype,
+                             name="intermediate")(hidden)
+        inner = layers.activation(config.hidden_act)(inner)
+        output = layers.Dense(config.hidden_size, ("mlp", "hidden"), init, dtype=dtype,
+                              name="output")(inner)
+        if config.hidden_dropout_prob > 0:
+            output = nn.Dropout(config.hidden_dropout_prob)(output, deterministic=self.deterministic)
+        return layers.LayerNorm(config.layer_norm_eps, "hidden", dtype=dtype,
+                                name="LayerNorm")(output + hidden)
+
+
+def _shares(config: ml_collections.ConfigDict) -> tuple[bool, bool]:
+    """(attention shared, FFN shared) for the config's sharing mode."""
+    return config.sharing in ("all", "attention"), config.sharing in ("all", "ffn")
+
+
+class InnerGroup(nn.Module):
+    """The parameter scope of one inner group: its attention and/or FFN halves."""
+
+    config: ml_collections.ConfigDict
+    with_attention: bool
+    with_ffn: bool
+    deterministic: bool = True
+
+    def setup(self) -> None:
+        if self.with_attention:
+            self.attention = AttentionBlock(self.config, self.deterministic)
+        if self.with_ffn:
+            self.ffn = FeedForwardBlock(self.config, self.deterministic)
+
+
+class SharedGroup(nn.Module):
+    """Holds the shared halves of one group under inner_group_{i}/{attention,ffn}.
+
+    Called only at init, to create the parameters; the scanned body applies them functionally.
+    """
+
+    config: ml_collections.ConfigDict
+
+    @nn.compact
+    def __call__(self, hidden: jax.Array, attention_bias: jax.Array) -> jax.Array:
+        share_attention, share_ffn = _shares(self.config)
+        for inner in range(self.config.inner_group_num):
+            group = InnerGroup(self.config, share_attention, share_ffn, name=f"inner_group_{inner}")
+            if share_attention:
+                hidden = group.attention(hidden, attention_bias)
+            if share_ffn:
+                hidden = group.ffn(hidden)
+        return hidden
+
+
+class LayerBody(nn.Module):
+    """One application of a group (all its inner groups, in order): the body of the scan.
+
+    `shared_params` holds, per inner group, the parameters of the shared halves.
+    """
+
+    config: ml_collections.ConfigDict
+    deterministic: bool = True
+
+    @nn.compact
+    def __call__(self, hidden: jax.Array, attention_bias: jax.Array,
+                 shared_params: dict[str, Any]) -> tuple[jax.Array, None]:
+        config = self.config
+        share_attention, share_ffn = _shares(config)
+        dropout_rng = None if self.deterministic else self.make_rng("dropout")
+
+        def rngs(index: int) -> dict[str, jax.Array]:
+            # A distinct dropout key for each functionally applied half of this layer.
+            return {} if dropout_rng is None else {"dropout": jax.random.fold_in(dropout_rng, index)}
+
+        for inner in range(config.inner_group_num):
+            name = f"inner_group_{inner}"
+            shared = shared_params.get(name, {})
+            unshared = None
+            if not (share_attention and share_ffn):
+                unshared = InnerGroup(config, not share_attention, not share_ffn,
+                                      self.deterministic, name=name)
+            if share_attention:
+                hidden = AttentionBlock(config, self.deterministic, parent=None).apply(
+                    {"params": shared["attention"]}, hidden, attention_bias, rngs=rngs(2 * inner))
+            else:
+                hidden = unshared.attention(hidden, attention_bias)
+            if share_ffn:
+                hidden = FeedForwardBlock(config, self.deterministic, parent=None).apply(
+                    {"params": shared["ffn"]}, hidden, rngs=rngs(2 * inner + 1))
+            else:
+                hidden = unshared.ffn(hidden)
+        return hidden, None
+
+
+class Encoder(nn.Module):
+    """Embedding projection E -> H (SPEC 3.2.4) and the L layer applications (SPEC 3.2.5)."""
+
+    config: ml_collections.ConfigDict
+
+    @nn.compact
+    def __call__(self, embedded: jax.Array, attention_mask: jax.Array,
+                 deterministic: bool = True) -> jax.Array:
+        """embedded [batch, seq, embedding], attention_mask [batch, seq] -> [batch, seq, hidden]."""
+        config = self.config
+        dtype = compute_dtype(config)
+        hidden = embedded
+        if config.embedding_size != config.hidden_size:
+            # The reference creates no projection when E == H (SPEC 3.2.4).
+            hidden = layers.Dense(config.hidden_size, ("embedding", "hidden"),
+                                  layers.truncated_normal(config.initializer_range), dtype=dtype,
+                                  name="embedding_hidden_mapping_in")(hidden)
+        # SPEC 3.2.6: adder (1 - mask) * -10000 on the keys; every query position attends.
+        attention_bias = ((1.0 - attention_mask.astype(jnp.float32)) * -10000.0)[:, None, None, :]
+
+        body = LayerBody
+        if config.remat_policy != "none":
+            body = nn.remat(body, policy=REMAT_POLICIES[config.remat_policy], prevent_cse=False)
+        num_layers, num_groups = config.num_hidden_layers, config.num_hidden_groups
+        for group in range(num_groups):
+            # Layer l uses group int(l / L * G): each group covers a run of consecutive layers.
+            length = sum(group_of_layer(layer, num_layers, num_groups) == group
+                         for layer in range(num_layers))
+            shared = SharedGroup(config, name=f"group_{group}")
+            if self.is_initializing():
+                shared(hidden, attention_bias)
+            shared_params = nn.unbox(shared.variables.get("params", {}))
+            stack = nn.scan(
+                body,
+                variable_axes={"params": 0},
+                split_rngs={"params": True, "dropout": True},
+                in_axes=(nn.broadcast, nn.broadcast),
+                length=length,
+                metadata_params={nn.PARTITION_NAME: "layers"},
+            )(config, deterministic, name=f"group_{group}_per_layer")
+            hidden, _ = stack(hidden, attention_bias, shared_params)
+        return hidden

@@ -1,0 +1,103 @@
+"""Dense, Embed and LayerNorm with logical axis names, storage dtype apart from compute dtype.
+
+Every parameter is float32 and carries logical axis names (`nn.with_logical_partitioning`), so
+sharding is a rules table (train/sharding.py), never a model edit. Matmuls take their inputs in
+the compute dtype and accumulate in float32 (`preferred_element_type`): on CPU and accelerators a
+bf16 x bf16 -> f32 dot is the fast path, a pure bf16 dot is not faster and loses precision.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+Initializer = Callable[..., jax.Array]
+
+
+def truncated_normal(stddev: float) -> Initializer:
+    """The reference initializer: normal(0, stddev) truncated at two stddevs (SPEC 3.2.10)."""
+    return nn.initializers.truncated_normal(stddev=stddev)
+
+
+class Dense(nn.Module):
+    """y = x @ kernel + bias over the last axis: [..., in] -> [..., features].
+
+    The kernel is stored [in, features], the TF layout (SPEC 4: no transpose for Flax).
+    """
+
+    features: int
+    axes: tuple[str, str]
+    kernel_init: Initializer
+    use_bias: bool = True
+    dtype: Any = jnp.float32
+
+    @nn.compact
+    def __call__(self, inputs: jax.Array) -> jax.Array:
+        kernel = self.param("kernel", nn.with_logical_partitioning(self.kernel_init, self.axes),
+                            (inputs.shape[-1], self.features), jnp.float32)
+        outputs = jnp.dot(inputs.astype(self.dtype), kernel.astype(self.dtype),
+                          preferred_element_type=jnp.float32)
+        if self.use_bias:
+            bias = self.param("bias", nn.with_logical_partitioning(nn.initializers.zeros,
+                                                                   self.axes[1:]),
+                              (self.features,), jnp.float32)
+            outputs = outputs + bias
+        return outputs.astype(self.dtype)
+
+
+class Embed(nn.Module):
+    """A lookup table [num_embeddings, features]; `attend` is the tied output projection."""
+
+    num_embeddings: int
+    features: int
+    axes: tuple[str, str]
+    embedding_init: Initializer
+    dtype: Any = jnp.float32
+
+    def setup(self) -> None:
+        self.embedding = self.param(
+            "embedding", nn.with_logical_partitioning(self.embedding_init, self.axes),
+            (self.num_embeddings, self.features), jnp.float32)
+
+    def __call__(self, ids: jax.Array) -> jax.Array:
+        """[...] int -> [..., features]."""
+        return jnp.take(self.embedding, ids, axis=0).astype(self.dtype)
+
+    def attend(self, query: jax.Array) -> jax.Array:
+        """[..., features] -> [..., num_embeddings] logits against the table, in float32."""
+        return jnp.dot(query.astype(self.dtype), self.embedding.T.astype(self.dtype),
+                       preferred_element_type=jnp.float32)
+
+
+class LayerNorm(nn.Module):
+    """LayerNorm over the last axis, computed in float32 (SPEC 3.2.3: eps 1e-12)."""
+
+    epsilon: float
+    axis_name: str
+    dtype: Any = jnp.float32
+
+    @nn.compact
+    def __call__(self, inputs: jax.Array) -> jax.Array:
+        features = inputs.shape[-1]
+        scale = self.param("scale", nn.with_logical_partitioning(nn.initializers.ones,
+                                                                 (self.axis_name,)),
+                           (features,), jnp.float32)
+        bias = self.param("bias", nn.with_logical_partitioning(nn.initializers.zeros,
+                                                               (self.axis_name,)),
+                          (features,), jnp.float32)
+        x = inputs.astype(jnp.float32)
+        mean = jnp.mean(x, axis=-1, keepdims=True)
+        variance = jnp.mean(jnp.square(x - mean), axis=-1, keepdims=True)
+        normed = (x - mean) * jax.lax.rsqrt(variance + self.epsilon)
+        return (normed * scale + bias).astype(self.dtype)
+
+
+def activation(name: str) -> Callable[[jax.Array], jax.Array]:
+    """The activation named in the model config (presets.ACTIVATIONS)."""
+    return {
+        "gelu_tanh": lambda x: jax.nn.gelu(x, approximate=True),  # SPEC 3.2.8, the reference
+        "gelu_exact": lambda x: jax.nn.gelu(x, approximate=False),
+        "relu": jax.nn.relu,
+    }[name]

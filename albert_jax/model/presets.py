@@ -1,0 +1,151 @@
+"""The one table of model presets, and the validated model config built from it.
+
+A model config is a locked `ml_collections.ConfigDict` with the fields of the reference
+`AlbertConfig` (SPEC 3.1) plus our own: `sharing` (paper Table 4), `remat_policy` and
+`dtype` (compute dtype; parameters are always float32).
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import ml_collections
+
+# Activation names are explicit on purpose: the reference's "gelu" is the tanh form
+# (SPEC 3.2.8) while HuggingFace's "gelu" is the exact erf form (transformers#2395).
+ACTIVATIONS = ("gelu_tanh", "gelu_exact", "relu")
+# Paper Table 4: which blocks are shared across the L layers.
+#   all: attention and FFN shared (ALBERT); attention: only attention shared (FFN per layer);
+#   ffn: only FFN shared (attention per layer); none: nothing shared (BERT).
+SHARING_MODES = ("all", "attention", "ffn", "none")
+REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch")
+DTYPES = ("float32", "bfloat16")
+
+# Every field with its default (SPEC 3.1 defaults, except those the presets always set).
+_DEFAULTS: dict[str, Any] = dict(
+    vocab_size=30000,
+    embedding_size=128,
+    hidden_size=768,
+    num_hidden_layers=12,
+    num_hidden_groups=1,
+    inner_group_num=1,
+    num_attention_heads=12,
+    intermediate_size=3072,
+    hidden_act="gelu_tanh",
+    hidden_dropout_prob=0.0,
+    attention_probs_dropout_prob=0.0,
+    max_position_embeddings=512,
+    type_vocab_size=2,
+    initializer_range=0.02,
+    layer_norm_eps=1e-12,  # SPEC 3.2.3
+    sharing="all",
+    remat_policy="none",
+    dtype="float32",
+)
+
+
+def _albert(hidden: int, layers: int, heads: int, version: int) -> dict[str, Any]:
+    # SPEC 7.1: v1 has dropout 0.1 (xxlarge 0), v2 none; both use the tanh GELU (SPEC 3.2.8).
+    dropout = 0.1 if version == 1 and hidden != 4096 else 0.0
+    return dict(embedding_size=128, hidden_size=hidden, num_hidden_layers=layers,
+                num_attention_heads=heads, intermediate_size=4 * hidden,
+                hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
+
+
+def _bert(hidden: int, layers: int, heads: int) -> dict[str, Any]:
+    # BERT for comparison (paper Table 1): E = H, nothing shared, dropout 0.1, V = 30000.
+    return dict(embedding_size=hidden, hidden_size=hidden, num_hidden_layers=layers,
+                num_attention_heads=heads, intermediate_size=4 * hidden, sharing="none",
+                hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
+
+
+PRESETS: dict[str, dict[str, Any]] = {
+    **{f"albert-{size}-v{version}": _albert(hidden, layers, heads, version)
+       for size, hidden, layers, heads in (
+           ("base", 768, 12, 12),
+           ("large", 1024, 24, 16),
+           ("xlarge", 2048, 24, 16),  # 16 heads of 128, not H/64 (SPEC 7.1 note a)
+           ("xxlarge", 4096, 12, 64),
+       )
+       for version in (1, 2)},
+    "bert-base": _bert(768, 12, 12),
+    "bert-large": _bert(1024, 24, 16),
+    # Tests: every code path (projection E != H, several heads) at toy size.
+    "tiny": dict(vocab_size=128, embedding_size=16, hidden_size=32, num_hidden_layers=2,
+                 num_attention_heads=4, intermediate_size=64, max_position_embeddings=64),
+    # The demo: learns SOP and MLM on a laptop CPU in minutes.
+    "demo": dict(vocab_size=8000, embedding_size=64, hidden_size=256, num_hidden_layers=4,
+                 num_attention_heads=4, intermediate_size=1024, max_position_embeddings=128),
+}
+
+
+class ConfigError(ValueError):
+    """A config value that cannot work; the message names the key and the value."""
+
+
+def get_config(name: str, **overrides: Any) -> ml_collections.ConfigDict:
+    """The locked, validated model config of preset `name`, with field `overrides` applied.
+
+    Raises ConfigError naming the preset, key or value that is wrong.
+    """
+    if name not in PRESETS:
+        raise ConfigError(f"unknown model preset {name!r}; choose one of {sorted(PRESETS)}")
+    fields = dict(_DEFAULTS, **PRESETS[name])
+    unknown = sorted(set(overrides) - set(fields))
+    if unknown:
+        raise ConfigError(f"unknown model config key(s) {unknown}; known keys: {sorted(fields)}")
+    fields.update(overrides)
+    config = ml_collections.ConfigDict(fields)
+    config.lock()
+    validate(config)
+    return config
+
+
+def from_dict(fields: Mapping[str, Any]) -> ml_collections.ConfigDict:
+    """A locked, validated model config from a complete mapping (e.g. a saved config.json)."""
+    unknown = sorted(set(fields) - set(_DEFAULTS))
+    if unknown:
+        raise ConfigError(f"unknown model config key(s) {unknown}; known keys: {sorted(_DEFAULTS)}")
+    config = ml_collections.ConfigDict(dict(_DEFAULTS, **fields))
+    config.lock()
+    validate(config)
+    return config
+
+
+def validate(config: ml_collections.ConfigDict) -> None:
+    """Raises ConfigError, naming the key and value, for a model config that cannot work."""
+
+    def fail(key: str, why: str) -> None:
+        raise ConfigError(f"model config {key}={config[key]!r}: {why}")
+
+    for key in ("vocab_size", "embedding_size", "hidden_size", "num_hidden_layers",
+                "num_hidden_groups", "inner_group_num", "num_attention_heads",
+                "intermediate_size", "max_position_embeddings", "type_vocab_size"):
+        if not isinstance(config[key], int) or config[key] < 1:
+            fail(key, "must be a positive integer")
+    if config.hidden_size % config.num_attention_heads:
+        fail("hidden_size", f"must be divisible by num_attention_heads={config.num_attention_heads}")
+    if config.num_hidden_groups > config.num_hidden_layers:
+        fail("num_hidden_groups",
+             f"cannot exceed num_hidden_layers={config.num_hidden_layers} (each group needs a layer)")
+    if config.sharing not in SHARING_MODES:
+        fail("sharing", f"must be one of {SHARING_MODES}")
+    if config.sharing != "all" and config.num_hidden_groups != 1:
+        fail("num_hidden_groups", f"groups apply to sharing='all' only (got sharing={config.sharing!r})")
+    if config.hidden_act not in ACTIVATIONS:
+        fail("hidden_act", f"must be one of {ACTIVATIONS} (the reference 'gelu' is 'gelu_tanh')")
+    if config.remat_policy not in REMAT_POLICIES:
+        fail("remat_policy", f"must be one of {REMAT_POLICIES}")
+    if config.dtype not in DTYPES:
+        fail("dtype", f"must be one of {DTYPES}")
+    for key in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+        if not 0.0 <= config[key] < 1.0:
+            fail(key, "must be in [0, 1)")
+    if not config.initializer_range > 0:
+        fail("initializer_range", "must be positive")
+    if not config.layer_norm_eps > 0:
+        fail("layer_norm_eps", "must be positive")
+
+
+def group_of_layer(layer_index: int, num_layers: int, num_groups: int) -> int:
+    """The parameter group that layer `layer_index` uses: int(l / L * G) (SPEC 3.3)."""
+    return int(layer_index / num_layers * num_groups)
