@@ -1,0 +1,94 @@
+"""The `albert-jax` entry point: one command line for every job.
+
+  albert-jax tokenizer train --config=configs/pretrain.py:runlocal
+  albert-jax data build      --config=configs/pretrain.py:size=base [--config.data.dupe_factor=10]
+  albert-jax data inspect    --config=configs/pretrain.py:size=base [--num_examples=3]
+  albert-jax pretrain        --config=configs/pretrain.py:size=base --workdir=DIR
+  albert-jax convert         --from=tf --path=model.ckpt-best --config_path=albert_config.json
+                             --to=huggingface --output=DIR
+"""
+from __future__ import annotations
+
+import sys
+from typing import Callable, Sequence
+
+from absl import app, flags
+from ml_collections import config_flags
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file, e.g. configs/pretrain.py:size=base.",
+                                          lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (local path or gs://).")
+_NUM_EXAMPLES = flags.DEFINE_integer("num_examples", 3, "data inspect: examples to decode.")
+_MULTIHOST = flags.DEFINE_bool("multihost", False,
+                               "Call jax.distributed.initialize() (TPU pods, GPU clusters).")
+_FROM = flags.DEFINE_enum("from", None, ["tf", "huggingface", "orbax"], "convert: source format.")
+_TO = flags.DEFINE_enum("to", None, ["orbax", "huggingface"], "convert: target format.")
+_PATH = flags.DEFINE_string("path", None, "convert: source checkpoint (file prefix or directory).")
+_CONFIG_PATH = flags.DEFINE_string("config_path", None, "convert --from=tf: albert_config.json.")
+_OUTPUT = flags.DEFINE_string("output", None, "convert: output directory.")
+
+
+def _need(flag: flags.FlagHolder, command: str) -> object:
+    if flag.value is None:
+        raise app.UsageError(f"`albert-jax {command}` needs --{flag.name}")
+    return flag.value
+
+
+def _tokenizer_train() -> None:
+    from albert_jax.data import tokenizer
+    tokenizer.train_from_config(_need(_CONFIG, "tokenizer train"))
+
+
+def _data_build() -> None:
+    from albert_jax.data import builder
+    builder.build_from_config(_need(_CONFIG, "data build"))
+
+
+def _data_inspect() -> None:
+    from albert_jax.data import inspect
+    inspect.inspect_from_config(_need(_CONFIG, "data inspect"), _NUM_EXAMPLES.value)
+
+
+def _pretrain() -> None:
+    from albert_jax.train import loop
+    loop.train_and_evaluate(_need(_CONFIG, "pretrain"), _need(_WORKDIR, "pretrain"),
+                            multihost=_MULTIHOST.value)
+
+
+def _convert() -> None:
+    from albert_jax.convert import cli as convert_cli
+    convert_cli.convert(source=_need(_FROM, "convert"), target=_need(_TO, "convert"),
+                        path=_need(_PATH, "convert"), output=_need(_OUTPUT, "convert"),
+                        config_path=_CONFIG_PATH.value)
+
+
+COMMANDS: dict[tuple[str, ...], Callable[[], None]] = {
+    ("tokenizer", "train"): _tokenizer_train,
+    ("data", "build"): _data_build,
+    ("data", "inspect"): _data_inspect,
+    ("pretrain",): _pretrain,
+    ("convert",): _convert,
+}
+
+
+def _usage() -> str:
+    names = "\n".join("  albert-jax " + " ".join(words) + " --config=..." for words in COMMANDS)
+    return f"usage:\n{names}\n(see README.md; `albert-jax <command> --helpfull` lists every flag)"
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    argv = list(sys.argv if argv is None else argv)
+    words = []
+    for word in argv[1:]:
+        if word.startswith("-"):
+            break
+        words.append(word)
+    command = COMMANDS.get(tuple(words))
+    if command is None:
+        sys.exit(f"albert-jax: unknown command {' '.join(words)!r}\n{_usage()}")
+    rest = [argv[0]] + argv[1 + len(words):]
+    app.run(lambda _: command(), argv=rest)
+
+
+if __name__ == "__main__":
+    main()
