@@ -1,0 +1,60 @@
+"""Analytic FLOPs of a pretraining step (SPEC 7.3) and the peak to compute MFU against.
+
+Matmul FLOPs only, 1 multiply-add = 2 FLOPs; a training step is 3x the forward (forward +
+two backward matmuls per forward matmul). Shared layers cost FLOPs once per application.
+"""
+from __future__ import annotations
+
+import time
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+
+# Dense bf16 peak FLOP/s per device, from the vendors' data sheets.
+PEAK_FLOPS_BY_DEVICE_KIND = {
+    "TPU v2": 45e12, "TPU v3": 123e12, "TPU v4": 275e12, "TPU v5 lite": 197e12,
+    "TPU v5e": 197e12, "TPU v5p": 459e12, "TPU v6 lite": 918e12, "TPU v6e": 918e12,
+    "NVIDIA A100-SXM4-40GB": 312e12, "NVIDIA A100-SXM4-80GB": 312e12,
+    "NVIDIA H100 80GB HBM3": 989e12, "NVIDIA H200": 989e12,
+}
+
+
+def forward_flops_per_sequence(model: ml_collections.ConfigDict, seq_len: int,
+                               masked_positions: int) -> float:
+    """Forward matmul FLOPs of AlbertForPreTraining for one sequence."""
+    hidden, embed, inner = model.hidden_size, model.embedding_size, model.intermediate_size
+    applications = model.num_hidden_layers * model.inner_group_num
+    projection = 2 * seq_len * embed * hidden if embed != hidden else 0
+    per_layer = (2 * seq_len * (4 * hidden * hidden + 2 * hidden * inner)  # q,k,v,o + FFN
+                 + 2 * 2 * seq_len * seq_len * hidden)  # scores and context
+    pooler_and_sop = 2 * hidden * hidden + 2 * hidden * 2
+    mlm_head = 2 * masked_positions * (hidden * embed + embed * model.vocab_size)
+    return projection + applications * per_layer + pooler_and_sop + mlm_head
+
+
+def train_flops_per_step(model: ml_collections.ConfigDict, batch_size: int, seq_len: int,
+                         masked_positions: int) -> float:
+    """FLOPs of one optimizer step over the global batch (3x forward)."""
+    return 3.0 * batch_size * forward_flops_per_sequence(model, seq_len, masked_positions)
+
+
+def measured_matmul_peak(size: int = 1024, dtype: str = "float32", repeats: int = 5) -> float:
+    """FLOP/s of a jitted [size, size] matmul on device 0: the ceiling on CPUs with no data sheet."""
+    operand = jnp.ones((size, size), jnp.dtype(dtype))
+    matmul = jax.jit(lambda a, b: jnp.dot(a, b, preferred_element_type=jnp.float32))
+    matmul(operand, operand).block_until_ready()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        matmul(operand, operand).block_until_ready()
+        best = min(best, time.perf_counter() - start)
+    return 2.0 * size**3 / best
+
+
+def peak_flops_per_device(compute_dtype: str) -> float:
+    """The data-sheet peak of this device kind, else a measured matmul ceiling."""
+    kind = jax.devices()[0].device_kind
+    if kind in PEAK_FLOPS_BY_DEVICE_KIND:
+        return PEAK_FLOPS_BY_DEVICE_KIND[kind]
+    return measured_matmul_peak(dtype=compute_dtype)

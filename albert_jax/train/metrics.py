@@ -1,0 +1,103 @@
+"""Where metrics go: the console, `metrics.jsonl` and TensorBoard event files (host 0 only).
+
+TensorBoard files are written with tensorboardX, which needs no TensorFlow.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from typing import Mapping
+
+import jax
+from etils import epath
+
+
+class MetricsWriter:
+    """Writes one record per logged step. `metrics.jsonl` gets one JSON object per line."""
+
+    def __init__(self, workdir: str, *, enabled: bool | None = None) -> None:
+        self.enabled = jax.process_index() == 0 if enabled is None else enabled
+        self._jsonl = None
+        self._tensorboard = None
+        if self.enabled:
+            directory = epath.Path(workdir)
+            directory.mkdir(parents=True, exist_ok=True)
+            self._jsonl = (directory / "metrics.jsonl").open("a")
+            from tensorboardX import SummaryWriter  # imported here: only host 0 writes
+            self._tensorboard = SummaryWriter(os.fspath(directory / "tensorboard"))
+
+    def write(self, step: int, metrics: Mapping[str, float], prefix: str = "") -> None:
+        """Appends {"step": step, **metrics} (keys prefixed, e.g. "eval/") and flushes."""
+        if not self.enabled:
+            return
+        record = {"step": int(step), **{prefix + key: float(value) for key, value in metrics.items()}}
+        self._jsonl.write(json.dumps(record) + "\n")
+        self._jsonl.flush()
+        for key, value in record.items():
+            if key != "step" and math.isfinite(value):
+                self._tensorboard.add_scalar(key, value, global_step=int(step))
+        self._tensorboard.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            self._jsonl.close()
+            self._tensorboard.close()
+
+
+def format_duration(seconds: float) -> str:
+    seconds = int(max(seconds, 0))
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}h{rest // 60:02d}m" if hours else f"{rest // 60}m{rest % 60:02d}s"
+
+
+class Progress:
+    """Throughput, MFU and ETA between two logged steps, and the console line."""
+
+    def __init__(self, *, total_steps: int, batch_size: int, seq_len: int,
+                 flops_per_step: float, peak_flops: float) -> None:
+        self.total_steps = total_steps
+        self.batch_size = batch_size
+        self.seq_len = seq_len
+        self.flops_per_step = flops_per_step
+        self.peak_flops = peak_flops  # over all devices
+        self._last_step: int | None = None
+        self._last_time = 0.0
+
+    def start(self, step: int) -> None:
+        self._last_step, self._last_time = step, time.perf_counter()
+
+    def measure(self, step: int) -> dict[str, float]:
+        """steps/s, examples/s, tokens/s, mfu and eta_seconds since the last call."""
+        now = time.perf_counter()
+        steps = step - (self._last_step if self._last_step is not None else step)
+        elapsed = max(now - self._last_time, 1e-9)
+        self._last_step, self._last_time = step, now
+        if steps <= 0:
+            return {}
+        steps_per_second = steps / elapsed
+        return {
+            "steps_per_second": steps_per_second,
+            "examples_per_second": steps_per_second * self.batch_size,
+            "tokens_per_second": steps_per_second * self.batch_size * self.seq_len,
+            "mfu": steps_per_second * self.flops_per_step / self.peak_flops,
+            "eta_seconds": (self.total_steps - step) / steps_per_second,
+        }
+
+    def line(self, step: int, metrics: Mapping[str, float]) -> str:
+        """One console line: step, losses, accuracies, lr, speed, MFU, ETA."""
+        parts = [f"step {step:>7d}/{self.total_steps}",
+                 f"loss {metrics['loss']:.4f}",
+                 f"mlm_loss {metrics['masked_lm_loss']:.4f}",
+                 f"mlm_acc {metrics['masked_lm_accuracy']:.3f}",
+                 f"sop_loss {metrics['sentence_order_loss']:.4f}",
+                 f"sop_acc {metrics['sentence_order_accuracy']:.3f}",
+                 f"lr {metrics['learning_rate']:.3g}"]
+        if "steps_per_second" in metrics:
+            parts += [f"{metrics['steps_per_second']:.2f} steps/s",
+                      f"{metrics['examples_per_second']:.1f} ex/s",
+                      f"{metrics['tokens_per_second']:.0f} tok/s",
+                      f"MFU {100 * metrics['mfu']:.1f}%",
+                      f"ETA {format_duration(metrics['eta_seconds'])}"]
+        return " | ".join(parts)
