@@ -35,9 +35,10 @@ def _check_ids(name: str, ids: jax.Array, limit: int, config_key: str) -> None:
 
 def _lookup(table: layers.Embed, ids: jax.Array) -> jax.Array:
     # Under jit an out-of-range id cannot raise; it yields NaN (mode="fill") so the NaN guard
-    # catches it instead of a silent clamp to the last row.
-    return jnp.take(table.embedding, ids, axis=0, mode="fill",
-                    fill_value=jnp.nan).astype(table.dtype)
+    # catches it instead of a silent clamp to the last row. Negative ids are out of range too:
+    # NumPy-style wrapping would silently read row V-1 for an id of -1.
+    return table.embedding.at[ids].get(mode="fill", fill_value=jnp.nan,
+                                       wrap_negative_indices=False).astype(table.dtype)
 
 
 class Embeddings(nn.Module):
