@@ -1,0 +1,234 @@
+"""SentencePiece tokenizer with ALBERT's preprocessing (SPEC 2): train, load, encode.
+
+  tokenizer = Tokenizer.load("30k-clean.model")       # the released model works unchanged
+  ids = tokenizer.encode("Hello World, 1,000,")         # int32 [num_pieces]
+  tokenizer.word_start                                  # bool [vocab_size], for n-gram masking
+
+`albert-jax tokenizer train --config=configs/pretrain.py:runlocal` trains a model on the corpus of
+a config (`train_from_config`).
+"""
+from __future__ import annotations
+
+import io
+import os
+import re
+import time
+import unicodedata
+from typing import Iterable, Iterator
+
+import ml_collections
+import numpy as np
+import sentencepiece as spm
+
+SPIECE_UNDERLINE = "\u2581"  # "▁", SentencePiece's word-start marker.
+
+# SPEC 2.1: the ids and symbols of the released `30k-clean.model`.
+PAD, UNK, CLS, SEP, MASK = "<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"
+CONTROL_SYMBOLS = (CLS, SEP, MASK)
+USER_DEFINED_SYMBOLS = ("(", ")", '"', "-", ".", "\u2013", "\u00a3", "\u20ac")  # ( ) " - . – £ €
+
+# SPEC 1.4.2 `_is_start_piece_sp`. The reference's set literal is '!"#$%&\"()*+,-./:;?@[\\]^_`{|}~'
+# (note `\"` where string.punctuation has `'`): the apostrophe is NOT in it. Its `€`/`£` entries
+# are UTF-8 bytes and never match a str piece under Python 3, so they are left out here.
+_START_PUNCTUATION = frozenset('!"#$%&()*+,-./:;?@[\\]^_`{|}~')
+_START_ALLOWED_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz") | _START_PUNCTUATION
+
+_TRAIN_COMMAND = "albert-jax tokenizer train --config=..."
+
+
+def preprocess_text(text: str, lower: bool = True) -> str:
+    """ALBERT's `preprocess_text` (SPEC 2.2): fold whitespace, strip accents (NFKD), lower-case.
+
+    Unlike HuggingFace's AlbertTokenizer it does not rewrite ``/'' quotes (the reference does not).
+    """
+    text = " ".join(text.strip().split())
+    text = unicodedata.normalize("NFKD", text)
+    text = "".join(char for char in text if not unicodedata.combining(char))
+    return text.lower() if lower else text
+
+
+def is_start_piece(piece: str) -> bool:
+    """SPEC 1.4.2: does `piece` start a whole word for n-gram masking (Python 3 behaviour)?"""
+    return (piece.startswith(SPIECE_UNDERLINE) or piece.startswith("<")
+            or piece in _START_PUNCTUATION
+            or not all(char.lower() in _START_ALLOWED_CHARS for char in piece))
+
+
+def _needs_comma_split(piece: str) -> bool:
+    # SPEC 2.3: a piece such as "▁1,000," or "000," (digit then a final comma).
+    return len(piece) > 1 and piece[-1] == "," and piece[-2].isdigit()
+
+
+class Tokenizer:
+    """A loaded SentencePiece model plus the ALBERT conventions around it.
+
+    Attributes:
+      vocab_size: number of pieces (30000 for `30k-clean.model`).
+      pad_id, unk_id, cls_id, sep_id, mask_id: ids of `<pad>`, `<unk>`, `[CLS]`, `[SEP]`, `[MASK]`.
+      word_start: bool [vocab_size], SPEC 1.4.2 start-piece test of every piece.
+      lower: whether `encode` lower-cases (SPEC 2.4: the spm model itself does not).
+    """
+
+    def __init__(self, model_proto: bytes, *, lower: bool = True, path: str = "<bytes>"):
+        self._model_proto = model_proto
+        self.path = path
+        self.lower = lower
+        self._sp = spm.SentencePieceProcessor()
+        try:
+            self._sp.LoadFromSerializedProto(model_proto)
+        except (RuntimeError, OSError) as error:
+            raise ValueError(
+                f"{path} is not a valid SentencePiece model ({error}); create one with "
+                f"`{_TRAIN_COMMAND}`") from None
+        self.vocab_size = int(self._sp.get_piece_size())
+        ids = {}
+        for piece in (PAD, UNK, CLS, SEP, MASK):
+            piece_id = self._sp.piece_to_id(piece)
+            if self._sp.id_to_piece(piece_id) != piece:
+                raise ValueError(
+                    f"SentencePiece model {path} has no {piece!r} piece; ALBERT needs <pad>, <unk>, "
+                    f"[CLS], [SEP], [MASK] (SPEC 2.1); create one with `{_TRAIN_COMMAND}`")
+            ids[piece] = int(piece_id)
+        self.pad_id, self.unk_id = ids[PAD], ids[UNK]
+        self.cls_id, self.sep_id, self.mask_id = ids[CLS], ids[SEP], ids[MASK]
+        pieces = [self._sp.id_to_piece(i) for i in range(self.vocab_size)]
+        self.word_start = np.array([is_start_piece(piece) for piece in pieces], dtype=bool)
+        # Pieces the SPEC 2.3 digit-comma rule re-encodes; `encode` takes the slow path only then.
+        self._comma_split = np.array([_needs_comma_split(piece) for piece in pieces], dtype=bool)
+
+    @classmethod
+    def load(cls, path: str, *, lower: bool = True) -> "Tokenizer":
+        """Loads a `.model` file (local or any path etils.epath reads, e.g. gs://)."""
+        from etils import epath
+        model_path = epath.Path(path)
+        if not model_path.exists():
+            raise FileNotFoundError(
+                f"SentencePiece model {path} does not exist; create one with `{_TRAIN_COMMAND}` "
+                f"(it writes config.data.tokenizer) or point config.data.tokenizer at e.g. "
+                f"30k-clean.model")
+        return cls(model_path.read_bytes(), lower=lower, path=os.fspath(path))
+
+    def __getstate__(self) -> dict:  # Picklable for worker processes: ship the model bytes.
+        return {"model_proto": self._model_proto, "lower": self.lower, "path": self.path}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["model_proto"], lower=state["lower"], path=state["path"])
+
+    def pieces(self, text: str) -> list[str]:
+        """The pieces of `text` after preprocessing and the SPEC 2.3 digit-comma rule.
+
+        The rule is applied as intended (and as HuggingFace's AlbertTokenizer does), not as the
+        reference behaves under Python 3 (SPEC 2.3 QUIRK): a piece ending in digit + "," is
+        re-encoded without its comma and "," becomes its own piece; when the original piece did
+        not start a word, the "▁" that re-encoding adds to the first sub-piece is removed again.
+        So "▁1,000," -> ["▁1", ",", "000", ","] and "9,9" keeps "9" and "9" in one word.
+        """
+        new_pieces = []
+        for piece in self._sp.encode(preprocess_text(text, self.lower), out_type=str):
+            if not _needs_comma_split(piece):
+                new_pieces.append(piece)
+                continue
+            sub_pieces = self._sp.encode(piece[:-1].replace(SPIECE_UNDERLINE, ""), out_type=str)
+            if piece[0] != SPIECE_UNDERLINE and sub_pieces and sub_pieces[0][0] == SPIECE_UNDERLINE:
+                sub_pieces = sub_pieces[1:] if len(sub_pieces[0]) == 1 else (
+                    [sub_pieces[0][1:]] + sub_pieces[1:])
+            new_pieces.extend(sub_pieces)
+            new_pieces.append(piece[-1])
+        return new_pieces
+
+    def encode(self, text: str) -> np.ndarray:
+        """Token ids of one sentence, int32 [num_pieces]; same pieces as `pieces(text)`."""
+        ids = np.asarray(self._sp.encode(preprocess_text(text, self.lower)), dtype=np.int32)
+        # Fast path: no piece needs the digit-comma rule. An unknown piece maps to unk_id whatever
+        # its text, so a text with <unk> takes the exact slow path as well.
+        if ids.size and (self._comma_split[ids].any() or (ids == self.unk_id).any()):
+            ids = np.asarray([self._sp.piece_to_id(piece) for piece in self.pieces(text)],
+                             dtype=np.int32)
+        return ids
+
+    def id_to_piece(self, ids: Iterable[int]) -> list[str]:
+        return [self._sp.id_to_piece(int(i)) for i in ids]
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """Text of `ids`; control symbols ([CLS], [SEP], [MASK], <pad>) decode to nothing."""
+        return self._sp.decode([int(i) for i in ids])
+
+
+def train(sentences: Iterable[str], model_path: str, vocab_size: int, *,
+          input_sentence_size: int = 10_000_000, seed: int = 0, lower: bool = True) -> str:
+    """Trains a unigram SentencePiece model with the ALBERT settings (SPEC 2.1); returns model_path.
+
+    Sentences are preprocessed (SPEC 2.2, lower-cased unless `lower=False`) first. `model_path` and its `.vocab` are
+    written atomically. Training is deterministic for a given input: SentencePiece's sampling
+    generator is seeded with `seed` and it runs one thread. A `vocab_size` the corpus cannot
+    support raises ValueError with the largest size that works (no silent `hard_vocab_limit`).
+    """
+    model_path = os.fspath(model_path)
+
+    def preprocessed() -> Iterator[str]:
+        for sentence in sentences:
+            text = preprocess_text(sentence, lower)
+            if text:
+                yield text
+
+    spm.set_random_generator_seed(seed)
+    model_file = io.BytesIO()
+    try:
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=preprocessed(), model_writer=model_file, model_type="unigram",
+            vocab_size=vocab_size, pad_id=0, unk_id=1, bos_id=-1, eos_id=-1,
+            control_symbols=list(CONTROL_SYMBOLS), user_defined_symbols=list(USER_DEFINED_SYMBOLS),
+            shuffle_input_sentence=True, input_sentence_size=input_sentence_size,
+            character_coverage=0.99995, num_threads=1, minloglevel=2)
+    except RuntimeError as error:
+        limit = re.search(r"value <= (\d+)", str(error))
+        if limit:
+            raise ValueError(
+                f"vocab_size={vocab_size} is too large for this corpus: lower it to at most "
+                f"{limit.group(1)} (e.g. --config.data.vocab_size={limit.group(1)}) or use more "
+                f"text") from None
+        raise ValueError(f"SentencePiece training for {model_path} failed: {error}") from None
+    model_proto = model_file.getvalue()
+    tokenizer = Tokenizer(model_proto, path=model_path)  # Validates the special ids (SPEC 2.1).
+    vocab_lines = "".join(f"{tokenizer.id_to_piece([i])[0]}\t{tokenizer._sp.get_score(i):g}\n"
+                          for i in range(tokenizer.vocab_size))
+    directory = os.path.dirname(model_path)
+    if directory:
+        os.makedirs(directory, exist_ok=True)
+    vocab_path = os.path.splitext(model_path)[0] + ".vocab"
+    for path, data in ((vocab_path, vocab_lines.encode("utf-8")), (model_path, model_proto)):
+        temp_path = f"{path}.tmp{os.getpid()}"
+        with open(temp_path, "wb") as file:
+            file.write(data)
+        os.replace(temp_path, path)
+    return model_path
+
+
+def train_from_config(config: ml_collections.ConfigDict) -> None:
+    """`albert-jax tokenizer train`: trains config.data.tokenizer on config.data.corpus.
+
+    Skips (and says so) when the model file already exists, so the demo can be rerun.
+    """
+    from albert_jax.data import corpus
+
+    model_path = config.data.tokenizer
+    if os.path.exists(model_path):
+        print(f"tokenizer {model_path} exists; skipping training (delete it to retrain)")
+        return
+    stats = corpus.CorpusStats()
+    num_sentences = 0
+
+    def sentences() -> Iterator[str]:
+        nonlocal num_sentences
+        for document in corpus.iter_documents(config.data.corpus, stats):
+            for sentence in document:
+                num_sentences += 1
+                yield sentence
+
+    start = time.time()
+    train(sentences(), model_path, config.data.vocab_size, seed=config.seed,
+          lower=config.data.do_lower_case)
+    print(f"trained SentencePiece unigram tokenizer: {num_sentences} sentences from "
+          f"{config.data.corpus!r} (SentencePiece samples at most 10,000,000), vocab_size "
+          f"{config.data.vocab_size}, wrote {model_path} in {time.time() - start:.1f}s\n"
+          f"{stats.report()}")
