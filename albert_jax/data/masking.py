@@ -52,6 +52,55 @@ def num_to_predict(num_tokens: int, *, max_predictions: int, masked_lm_prob: flo
     return min(max_predictions, max(1, int(round(num_tokens * masked_lm_prob))))
 
 
+def whole_words(tokens: np.ndarray, boundary: np.ndarray,
+                special_ids: Collection[int]) -> tuple[np.ndarray, np.ndarray]:
+    """The maskable words of a sequence (SPEC 1.4.1): int64 [num_words] starts and ends.
+
+    Word w covers tokens[starts[w]:ends[w]]: a start piece (boundary 1) and the continuation
+    pieces after it. Special tokens belong to no word and end the word before them.
+    """
+    is_special = np.isin(tokens, list(special_ids))
+    previous_special = np.concatenate([[True], is_special[:-1]])
+    starts_word = ~is_special & ((np.asarray(boundary) == 1) | previous_special)
+    word_starts = np.flatnonzero(starts_word)
+    word_breaks = np.concatenate([np.flatnonzero(starts_word | is_special), [len(tokens)]])
+    return word_starts, word_breaks[np.searchsorted(word_breaks, word_starts, side="right")]
+
+
+def choose_ngrams(word_starts: np.ndarray, word_ends: np.ndarray, rng: np.random.Generator, *,
+                  budget: int, max_ngram: int = 3,
+                  favor_shorter_ngram: bool = True) -> list[tuple[int, int]]:
+    """SPEC 1.4.5-1.4.6: disjoint word n-grams, (first word, n) in the order chosen, covering
+    at most `budget` tokens.
+
+    Word n-grams are visited in random order; n is drawn with p ∝ 1/n (as in the released code,
+    an n-gram that would run past the last word is cut there), shortened while it would overshoot
+    the budget, skipped if it still does or overlaps an earlier n-gram.
+    """
+    cumulative = np.cumsum(ngram_probabilities(max_ngram, favor_shorter_ngram)).tolist()
+    num_words = len(word_starts)
+    order = rng.permutation(num_words).tolist()
+    ngram_draws = rng.random(num_words).tolist()
+    starts, ends = word_starts.tolist(), word_ends.tolist()
+    covered = [False] * num_words
+    chosen: list[tuple[int, int]] = []
+    num_selected = 0
+    for first_word, draw in zip(order, ngram_draws):
+        if num_selected >= budget:
+            break
+        # The reference's `cand_indexes[idx:idx + n]` stops at the last word.
+        n = min(bisect.bisect_right(cumulative, draw) + 1, max_ngram, num_words - first_word)
+        while n > 1 and num_selected + ends[first_word + n - 1] - starts[first_word] > budget:
+            n -= 1
+        size = ends[first_word + n - 1] - starts[first_word]
+        if num_selected + size > budget or any(covered[first_word:first_word + n]):
+            continue
+        covered[first_word:first_word + n] = [True] * n
+        chosen.append((first_word, n))
+        num_selected += size
+    return chosen
+
+
 def mask_sequence(tokens: np.ndarray, boundary: np.ndarray, rng: np.random.Generator, *,
                   max_predictions: int, masked_lm_prob: float = 0.15, max_ngram: int = 3,
                   favor_shorter_ngram: bool = True, vocab_size: int, mask_id: int,
@@ -61,53 +110,22 @@ def mask_sequence(tokens: np.ndarray, boundary: np.ndarray, rng: np.random.Gener
     tokens: int32 [n] unpadded `[CLS] A [SEP] B [SEP]`; boundary: int32 [n] from `token_boundary`.
     special_ids: never masked ([CLS], [SEP], and <pad> should padding be present).
 
-    A word is a start piece plus the continuation pieces after it (SPEC 1.4.1); an n-gram is n
-    consecutive words. As the reference: word n-grams are visited in random order, n is drawn
-    with p ∝ 1/n over the lengths that fit before the sequence end (SPEC 1.4.5), shortened while
-    it would overshoot num_to_predict, skipped if it still does or overlaps an earlier n-gram
-    (SPEC 1.4.6); each chosen token is replaced 80/10/10 (SPEC 1.4.7), the random id drawn from
+    A word is a start piece plus the continuation pieces after it (`whole_words`, SPEC 1.4.1);
+    n-grams of words are chosen as the reference does (`choose_ngrams`, SPEC 1.4.4-1.4.6) until
+    num_to_predict tokens (SPEC 1.4.3) are covered; each chosen token is replaced 80/10/10 (SPEC 1.4.7), the random id drawn from
     the whole vocabulary (SPEC 1.2.3). Two deliberate differences: a word never continues across
     a special token (the reference appends a continuation piece at the start of B, left there by
     front truncation, to the last word of A), and the 80/10/10 draw uses one uniform per token
     instead of two (same probabilities).
     """
     tokens = np.asarray(tokens, np.int32)
-    num_tokens = len(tokens)
-    is_special = np.isin(tokens, list(special_ids))
-    previous_special = np.concatenate([[True], is_special[:-1]])
-    starts_word = ~is_special & ((np.asarray(boundary) == 1) | previous_special)
-    word_starts = np.flatnonzero(starts_word)
-    # A word ends at the next word start or special token.
-    word_breaks = np.concatenate([np.flatnonzero(starts_word | is_special), [num_tokens]])
-    word_ends = word_breaks[np.searchsorted(word_breaks, word_starts, side="right")]
-
-    budget = num_to_predict(num_tokens, max_predictions=max_predictions,
+    word_starts, word_ends = whole_words(tokens, boundary, special_ids)
+    budget = num_to_predict(len(tokens), max_predictions=max_predictions,
                             masked_lm_prob=masked_lm_prob)
-    probabilities = ngram_probabilities(max_ngram, favor_shorter_ngram)
-    # Cumulative distributions of n over the first k lengths, renormalised (SPEC 1.4.6).
-    cumulative = [np.cumsum(probabilities[:k] / probabilities[:k].sum()).tolist()
-                  for k in range(1, max_ngram + 1)]
-    num_words = len(word_starts)
-    order = rng.permutation(num_words).tolist()  # SPEC 1.4.5: shuffled n-gram start words
-    ngram_draws = rng.random(num_words).tolist()
-    starts, ends = word_starts.tolist(), word_ends.tolist()
-    covered = [False] * num_words
-    selected: list[int] = []
-    for first_word, draw in zip(order, ngram_draws):
-        if len(selected) >= budget:
-            break
-        available = min(max_ngram, num_words - first_word)
-        n = min(bisect.bisect_right(cumulative[available - 1], draw) + 1, available)
-        # Shorter n-grams while this one would overshoot the budget (SPEC 1.4.6).
-        while n > 1 and len(selected) + ends[first_word + n - 1] - starts[first_word] > budget:
-            n -= 1
-        if len(selected) + ends[first_word + n - 1] - starts[first_word] > budget:
-            continue
-        if any(covered[first_word:first_word + n]):
-            continue
-        covered[first_word:first_word + n] = [True] * n
-        selected.extend(range(starts[first_word], ends[first_word + n - 1]))
-
+    ngrams = choose_ngrams(word_starts, word_ends, rng, budget=budget, max_ngram=max_ngram,
+                           favor_shorter_ngram=favor_shorter_ngram)
+    selected = [position for first_word, n in ngrams
+                for position in range(word_starts[first_word], word_ends[first_word + n - 1])]
     positions = np.array(sorted(selected), np.int32)
     original_ids = tokens[positions]
     input_ids = tokens.copy()
