@@ -1,0 +1,263 @@
+"""HuggingFace `transformers` ALBERT weights in (safetensors or pytorch_model.bin) and out.
+
+Names follow SPEC 4.5 in PyTorch form (`albert.encoder.albert_layer_groups.{g}.albert_layers.{i}
+.attention.query.weight`); PyTorch `nn.Linear` weights are [out, in], ours [in, out], so every
+dense kernel is transposed. Transposes and float32 copies are exact: HF -> ours -> HF and
+ours -> HF -> ours reproduce every array bit for bit.
+
+Where HF and the reference differ (SPEC 11) the conversion is exact or refuses:
+- HF always applies `embedding_hidden_mapping_in`, also when E == H (SPEC 11.2); the reference
+  and our model have no such layer then (SPEC 3.2.4). Exporting writes the identity (exact);
+  importing accepts only an identity mapping, since any other cannot be represented.
+- HF picks the group of layer l as int(l / (L / G)), the reference int(l / L * G) (SPEC 3.3);
+  for a few (L, G) the float rounding differs, and such configs are refused both ways.
+- HF's "gelu" is the exact erf GELU, "gelu_new" the tanh one (SPEC 3.2.8): loading keeps what
+  HF computes (`gelu_exact` / `gelu_tanh`), exporting writes the name HF computes ours with.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import ml_collections
+import numpy as np
+from flax import traverse_util
+from safetensors.numpy import load_file, save_file
+
+from albert_jax.convert.tf_checkpoint import match_variables, param_shapes
+from albert_jax.model import ConfigError, from_dict
+from albert_jax.model.presets import group_of_layer
+
+_FROM_HF_ACTIVATION = {"gelu": "gelu_exact", "gelu_new": "gelu_tanh",
+                       "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu"}
+_TO_HF_ACTIVATION = {"gelu_exact": "gelu", "gelu_tanh": "gelu_new", "relu": "relu"}
+# transformers AlbertConfig defaults (SPEC 3.1 [S14]) for keys a config.json leaves out.
+_HF_DEFAULTS: dict[str, Any] = dict(
+    vocab_size=30000, embedding_size=128, hidden_size=4096, num_hidden_layers=12,
+    num_hidden_groups=1, num_attention_heads=64, intermediate_size=16384, inner_group_num=1,
+    hidden_act="gelu_new", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+    max_position_embeddings=512, type_vocab_size=2, initializer_range=0.02, layer_norm_eps=1e-12)
+# Non-persistent buffers that older transformers versions saved with the weights.
+_BUFFERS = ("albert.embeddings.position_ids", "albert.embeddings.token_type_ids")
+_MAPPING = "albert.encoder.embedding_hidden_mapping_in"
+# Which HF class holds exactly the heads present (SPEC 11.6).
+_ARCHITECTURES = {frozenset(): "AlbertModel", frozenset({"predictions"}): "AlbertForMaskedLM",
+                  frozenset({"predictions", "seq_relationship"}): "AlbertForPreTraining"}
+
+
+def _check_grouping(config: ml_collections.ConfigDict, source: str) -> None:
+    layers, groups = config.num_hidden_layers, config.num_hidden_groups
+    differ = [layer for layer in range(layers)
+              if int(layer / (layers / groups)) != group_of_layer(layer, layers, groups)]
+    if differ:
+        raise ConfigError(
+            f"{source}: num_hidden_layers={layers}, num_hidden_groups={groups}: HF assigns layers "
+            f"{differ} to a different parameter group than the reference (float rounding in "
+            "int(l / (L / G)) vs int(l / L * G), SPEC 3.3), so the two models would compute "
+            "different functions; choose a num_hidden_groups that divides num_hidden_layers")
+
+
+def model_config_from_hf(fields: dict[str, Any], source: str = "config.json"
+                         ) -> ml_collections.ConfigDict:
+    """Our model config from a transformers AlbertConfig dict, computing what HF computes."""
+    if fields.get("model_type", "albert") != "albert":
+        raise ConfigError(f"{source}: model_type={fields['model_type']!r}, expected 'albert'")
+    if fields.get("position_embedding_type", "absolute") != "absolute":
+        raise ConfigError(f"{source}: position_embedding_type="
+                          f"{fields['position_embedding_type']!r}; only 'absolute' is ALBERT")
+    values = {key: fields.get(key, default) for key, default in _HF_DEFAULTS.items()}
+    if values["hidden_act"] not in _FROM_HF_ACTIVATION:
+        raise ConfigError(f"{source}: hidden_act={values['hidden_act']!r} is not supported; use "
+                          f"one of {sorted(_FROM_HF_ACTIVATION)}")
+    values["hidden_act"] = _FROM_HF_ACTIVATION[values["hidden_act"]]
+    config = from_dict(dict(values, sharing="all"))
+    _check_grouping(config, source)
+    return config
+
+
+def _hf_name_map(config: ml_collections.ConfigDict) -> dict[str, tuple[tuple[str, ...], bool]]:
+    """HF (PyTorch) parameter name -> (our param path, transpose?) (SPEC 4.5)."""
+    names: dict[str, tuple[tuple[str, ...], bool]] = {}
+
+    def dense(hf_scope: str, path: str) -> None:
+        names[f"{hf_scope}.weight"] = ((*path.split("/"), "kernel"), True)
+        names[f"{hf_scope}.bias"] = ((*path.split("/"), "bias"), False)
+
+    def layer_norm(hf_scope: str, path: str) -> None:
+        names[f"{hf_scope}.weight"] = ((*path.split("/"), "scale"), False)
+        names[f"{hf_scope}.bias"] = ((*path.split("/"), "bias"), False)
+
+    for table in ("word", "token_type", "position"):
+        names[f"albert.embeddings.{table}_embeddings.weight"] = (
+            ("albert", "embeddings", f"{table}_embeddings", "embedding"), False)
+    layer_norm("albert.embeddings.LayerNorm", "albert/embeddings/LayerNorm")
+    if config.embedding_size != config.hidden_size:
+        dense(_MAPPING, "albert/encoder/embedding_hidden_mapping_in")
+    for group in range(config.num_hidden_groups):
+        for inner in range(config.inner_group_num):
+            hf_scope = f"albert.encoder.albert_layer_groups.{group}.albert_layers.{inner}"
+            scope = f"albert/encoder/group_{group}/inner_group_{inner}"
+            for hf_name, name in (("query", "query"), ("key", "key"), ("value", "value"),
+                                  ("dense", "output")):
+                dense(f"{hf_scope}.attention.{hf_name}", f"{scope}/attention/{name}")
+            layer_norm(f"{hf_scope}.attention.LayerNorm", f"{scope}/attention/LayerNorm")
+            dense(f"{hf_scope}.ffn", f"{scope}/ffn/intermediate")
+            dense(f"{hf_scope}.ffn_output", f"{scope}/ffn/output")
+            layer_norm(f"{hf_scope}.full_layer_layer_norm", f"{scope}/ffn/LayerNorm")
+    dense("albert.pooler", "albert/pooler")
+    dense("predictions.dense", "predictions/dense")
+    layer_norm("predictions.LayerNorm", "predictions/LayerNorm")
+    names["predictions.bias"] = (("predictions", "output_bias"), False)
+    dense("sop_classifier.classifier", "seq_relationship/dense")
+    return names
+
+
+def _read_weights(path: str) -> dict[str, np.ndarray]:
+    """All tensors of a save_pretrained directory: model.safetensors, pytorch_model.bin, or
+    their sharded forms (`*.index.json` listing the shard files)."""
+    for weights, index in (("model.safetensors", "model.safetensors.index.json"),
+                           ("pytorch_model.bin", "pytorch_model.bin.index.json")):
+        if os.path.exists(os.path.join(path, index)):
+            with open(os.path.join(path, index)) as index_file:
+                files = sorted(set(json.load(index_file)["weight_map"].values()))
+        elif os.path.exists(os.path.join(path, weights)):
+            files = [weights]
+        else:
+            continue
+        tensors: dict[str, np.ndarray] = {}
+        for name in files:
+            tensors.update(_read_file(os.path.join(path, name)))
+        return tensors
+    raise FileNotFoundError(f"{path} has no model.safetensors or pytorch_model.bin (found "
+                            f"{sorted(os.listdir(path))}); pass a save_pretrained directory")
+
+
+def _read_file(path: str) -> dict[str, np.ndarray]:
+    if path.endswith(".safetensors"):
+        return load_file(path)
+    try:
+        import torch  # pylint: disable=import-outside-toplevel
+    except ImportError as error:
+        raise ImportError(f"reading {path} needs PyTorch: pip install 'albert-jax[interop]' (or "
+                          "convert it to model.safetensors, which needs no PyTorch)") from error
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    # bfloat16 has no NumPy form in torch; float32 holds every bfloat16/float16 value exactly.
+    return {name: (tensor.float() if tensor.is_floating_point() else tensor).numpy()
+            for name, tensor in state.items()}
+
+
+def load_huggingface(path: str) -> tuple[ml_collections.ConfigDict, dict[str, Any]]:
+    """(model config, params) from a transformers `save_pretrained` ALBERT directory.
+
+    Reads config.json and the weights of AlbertForPreTraining, AlbertForMaskedLM or AlbertModel.
+    Returns params as plain nested dicts of float32 NumPy arrays with exactly the parts the file
+    holds: `albert` always (the backbone, what fine-tuning's init_from needs), `predictions` when
+    the MLM head is there, `seq_relationship` when the SOP head is there. So an AlbertForPreTraining
+    file gives the full `AlbertForPreTraining(config).init(...)["params"]` tree, and an AlbertModel
+    file the backbone only: heads are never invented. The tied decoder (SPEC 4.2) must equal the
+    word embeddings. Raises ValueError listing missing, unknown and wrongly shaped weights.
+    """
+    config_path = os.path.join(path, "config.json")
+    if not os.path.exists(config_path):
+        raise FileNotFoundError(f"{config_path} not found; pass a save_pretrained directory")
+    with open(config_path) as config_file:
+        hf_config = json.load(config_file)
+    config = model_config_from_hf(hf_config, config_path)
+    tensors = _read_weights(path)
+    if not any(name.startswith("albert.") for name in tensors):  # AlbertModel.save_pretrained
+        tensors = {f"albert.{name}": tensor for name, tensor in tensors.items()}
+    for buffer in _BUFFERS:
+        tensors.pop(buffer, None)
+    problems = []
+    word_embeddings = tensors.get("albert.embeddings.word_embeddings.weight")
+    decoder = tensors.pop("predictions.decoder.weight", None)
+    if decoder is not None and word_embeddings is not None and not np.array_equal(decoder, word_embeddings):
+        problems.append("predictions.decoder.weight differs from the word embeddings (untied, e.g. "
+                        "tie_word_embeddings=false); the ALBERT decoder is tied (SPEC 4.2)")
+    decoder_bias = tensors.pop("predictions.decoder.bias", None)
+    if decoder_bias is not None and "predictions.bias" not in tensors:
+        tensors["predictions.bias"] = decoder_bias
+    elif decoder_bias is not None and not np.array_equal(decoder_bias, tensors["predictions.bias"]):
+        problems.append("predictions.decoder.bias differs from predictions.bias")
+    if config.embedding_size == config.hidden_size:
+        kernel, bias = tensors.pop(f"{_MAPPING}.weight", None), tensors.pop(f"{_MAPPING}.bias", None)
+        if kernel is None or bias is None or not (
+                np.array_equal(kernel, np.eye(config.hidden_size)) and not np.any(bias)):
+            problems.append(
+                f"embedding_size == hidden_size == {config.hidden_size}: HF applies "
+                f"{_MAPPING} anyway, but ALBERT has no such layer then (SPEC 3.2.4), so only an "
+                "identity mapping (weight = I, bias = 0, as save_huggingface writes) converts "
+                "exactly; this file's mapping is not the identity")
+    name_map = _hf_name_map(config)
+    wanted, match_problems = match_variables({name: tensor.shape for name, tensor in tensors.items()},
+                                             name_map, param_shapes(config))
+    problems += match_problems
+    if problems:
+        raise ValueError(f"HuggingFace weights in {path} do not match its config.json: "
+                         + "; ".join(problems))
+    flat = {}
+    for name in sorted(wanted):
+        target, transpose = name_map[name]
+        array = np.asarray(tensors[name], np.float32)
+        flat[target] = np.ascontiguousarray(array.T) if transpose else array
+    return config, traverse_util.unflatten_dict(flat)
+
+
+def hf_config_dict(config: ml_collections.ConfigDict, architecture: str) -> dict[str, Any]:
+    """The transformers AlbertConfig dict (config.json) that computes what `config` computes."""
+    fields = {key: config[key] for key in _HF_DEFAULTS}
+    fields["hidden_act"] = _TO_HF_ACTIVATION[config.hidden_act]
+    return dict(fields, architectures=[architecture], model_type="albert",
+                position_embedding_type="absolute", classifier_dropout_prob=0.1,
+                pad_token_id=0, bos_token_id=2, eos_token_id=3, torch_dtype="float32")
+
+
+def save_huggingface(config: ml_collections.ConfigDict, params: dict[str, Any], path: str) -> None:
+    """Writes config.json + model.safetensors that `transformers` loads with nothing missing.
+
+    params: the `params` collection of AlbertForPreTraining (or its `albert` backbone alone, or
+    backbone + `predictions`); the HF class follows the heads present (AlbertForPreTraining,
+    AlbertForMaskedLM, AlbertModel). The file holds what HF's own save_pretrained writes: the
+    tied decoder (`predictions.decoder.weight/bias`) is left out, and from_pretrained ties it.
+    path must not exist or be empty; files are written under temporary names and renamed.
+    """
+    if config.sharing != "all":
+        raise ConfigError(f"model config sharing={config.sharing!r}: HF ALBERT shares attention "
+                          "and FFN together (sharing='all') only")
+    _check_grouping(config, "model config")
+    if os.path.exists(path) and os.listdir(path):
+        raise FileExistsError(f"output directory {path} is not empty; choose a new directory")
+    heads = frozenset(params) - {"albert"}
+    if "albert" not in params or heads not in _ARCHITECTURES:
+        raise ValueError(f"params have top-level parts {sorted(params)}; expected 'albert' plus "
+                         "optionally 'predictions' and 'seq_relationship' (an AlbertForPreTraining "
+                         "params tree, e.g. variables['params'])")
+    flat = traverse_util.flatten_dict(params)
+    name_map = {name: (target, transpose) for name, (target, transpose) in _hf_name_map(config).items()
+                if target[0] in heads | {"albert"}}
+    ours = {target: name for name, (target, _) in name_map.items()}
+    shapes = param_shapes(config)
+    problems = [f"unknown parameters {sorted('/'.join(p) for p in set(flat) - set(ours))}"] \
+        if set(flat) - set(ours) else []
+    problems += [f"missing parameters {sorted('/'.join(p) for p in set(ours) - set(flat))}"] \
+        if set(ours) - set(flat) else []
+    problems += [f"{'/'.join(p)} has shape {np.shape(flat[p])}, the config needs {shapes[p]}"
+                 for p in sorted(set(flat) & set(ours)) if np.shape(flat[p]) != shapes[p]]
+    if problems:
+        raise ValueError("params do not match the model config: " + "; ".join(problems))
+    tensors = {}
+    for name, (target, transpose) in name_map.items():
+        array = np.asarray(flat[target], np.float32)
+        tensors[name] = np.ascontiguousarray(array.T if transpose else array)
+    if config.embedding_size == config.hidden_size:  # HF applies it always (SPEC 11.2)
+        tensors[f"{_MAPPING}.weight"] = np.eye(config.hidden_size, dtype=np.float32)
+        tensors[f"{_MAPPING}.bias"] = np.zeros(config.hidden_size, np.float32)
+    if not heads:  # AlbertModel.save_pretrained writes names without the `albert.` prefix
+        tensors = {name[len("albert."):]: tensor for name, tensor in tensors.items()}
+    os.makedirs(path, exist_ok=True)
+    save_file(tensors, os.path.join(path, "model.safetensors.tmp"), metadata={"format": "pt"})
+    with open(os.path.join(path, "config.json.tmp"), "w") as config_file:
+        json.dump(hf_config_dict(config, _ARCHITECTURES[heads]), config_file, indent=2, sort_keys=True)
+    os.replace(os.path.join(path, "model.safetensors.tmp"), os.path.join(path, "model.safetensors"))
+    os.replace(os.path.join(path, "config.json.tmp"), os.path.join(path, "config.json"))
