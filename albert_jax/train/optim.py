@@ -42,16 +42,9 @@ LAYER_STACKED_SCOPE = re.compile(r"(^|/)group_\d+_per_layer(/|$)")
 Schedule = Callable[[jax.Array | int], jax.Array]
 
 
-def _key_name(key: Any) -> str:
-    for attribute in ("key", "name", "idx"):  # DictKey / FlattenedIndexKey, GetAttrKey, SequenceKey
-        if hasattr(key, attribute):
-            return str(getattr(key, attribute))
-    return str(key)
-
-
 def path_name(path: tuple[Any, ...]) -> str:
     """A tree path as the "/"-joined name the masks search, e.g. "albert/pooler/kernel"."""
-    return "/".join(_key_name(key) for key in path)
+    return jax.tree_util.keystr(path, simple=True, separator="/")
 
 
 def is_excluded(name: str) -> bool:

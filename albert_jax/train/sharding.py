@@ -1,0 +1,197 @@
+"""The device mesh, the one table from logical axis names to mesh axes, and sharded init.
+
+Mesh axes (DESIGN 3): "data" (pure data parallelism: replicas), "fsdp" (data parallel too, but
+parameters and optimizer state are split over it and gathered when used), "tensor" (Megatron
+style: attention heads and the FFN inner dimension split over it). The batch is split over
+("data", "fsdp").
+
+Every parameter carries logical axis names (model/layers.py); `LOGICAL_RULES` maps them to mesh
+axes, so changing the parallelism is a config edit (`config.mesh`), never a model edit. A
+parameter dimension whose size does not divide the product of its mesh axes (e.g. 2 token types
+on a 4-way axis, or vocab 30000 on an 8-way tensor axis) is replicated on that dimension instead:
+jit requires even shards, and such dimensions are small next to the ones that do divide.
+
+The mesh is built with `AxisType.Auto` axes: shardings are set on jit inputs/outputs and
+propagated by the compiler, so the model code needs no sharding annotations (the default of
+`jax.make_mesh` is now `Explicit`, which would type every array with its sharding).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import flax.linen as nn
+import jax
+import ml_collections
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec
+
+from albert_jax.model.presets import ConfigError
+
+MESH_AXES = ("data", "fsdp", "tensor")
+BATCH_AXES = ("data", "fsdp")
+
+# (logical axis, mesh axis or axes or None = replicated), in order of precedence (flax rules).
+LOGICAL_RULES: tuple[tuple[str, str | tuple[str, ...] | None], ...] = (
+    ("batch", BATCH_AXES),
+    ("hidden", "fsdp"),  # the H side of every [H, x] / [x, H] kernel: ZeRO-3 style
+    ("heads", "tensor"),  # q/k/v column-parallel, attention output row-parallel
+    ("mlp", "tensor"),  # FFN intermediate column-parallel, FFN output row-parallel
+    ("vocab", "tensor"),  # word embeddings [V, E] and the MLM output bias [V]
+    ("embedding", None),  # E = 128: small, replicated
+    ("token_types", None),
+    ("positions", None),
+    ("hidden_out", None),  # the pooler's output side (its input side is "hidden")
+    ("classes", None),
+    ("layers", None),  # the stacked axis of unshared (per-layer) parameters
+)
+
+
+def _axis_sizes(mesh_config: ml_collections.ConfigDict) -> dict[str, int]:
+    sizes = {}
+    for axis in MESH_AXES:
+        if axis not in mesh_config:
+            raise ConfigError(f"config mesh section lacks mesh.{axis}; it needs {MESH_AXES} "
+                              "(one of them may be -1: the rest of the devices)")
+        size = mesh_config[axis]
+        if not isinstance(size, int) or size == 0 or size < -1:
+            raise ConfigError(f"config mesh.{axis}={size!r} must be a positive integer or -1")
+        sizes[axis] = size
+    return sizes
+
+
+def mesh_shape(mesh_config: ml_collections.ConfigDict, num_devices: int) -> tuple[int, int, int]:
+    """(data, fsdp, tensor) sizes from `config.mesh`, resolving one -1 to the remaining devices."""
+    sizes = _axis_sizes(mesh_config)
+    described = ", ".join(f"mesh.{axis}={size}" for axis, size in sizes.items())
+    free = [axis for axis, size in sizes.items() if size == -1]
+    if len(free) > 1:
+        raise ConfigError(f"config {described}: only one mesh axis may be -1, got {free}")
+    fixed = math.prod(size for size in sizes.values() if size != -1)
+    if free:
+        if num_devices % fixed:
+            raise ConfigError(f"config {described}: the fixed axes ({fixed} devices) do not "
+                              f"divide the {num_devices} devices")
+        sizes[free[0]] = num_devices // fixed
+    elif fixed != num_devices:
+        raise ConfigError(f"config {described}: the mesh has {fixed} devices but there are "
+                          f"{num_devices}; make the product equal {num_devices} or set one "
+                          "axis to -1")
+    return tuple(sizes[axis] for axis in MESH_AXES)
+
+
+def make_mesh(mesh_config: ml_collections.ConfigDict,
+              devices: list[jax.Device] | None = None) -> jax.sharding.Mesh:
+    """The ("data", "fsdp", "tensor") mesh over `devices` (default: all devices of all hosts)."""
+    devices = jax.devices() if devices is None else list(devices)
+    shape = mesh_shape(mesh_config, len(devices))
+    # jax.make_mesh orders devices along the physical topology (TPU ICI rings).
+    return jax.make_mesh(shape, MESH_AXES, axis_types=(jax.sharding.AxisType.Auto,) * 3,
+                         devices=devices)
+
+
+def batch_sharding(mesh: jax.sharding.Mesh) -> NamedSharding:
+    """Leading (batch) dimension split over ("data", "fsdp"); other dimensions replicated."""
+    return NamedSharding(mesh, PartitionSpec(BATCH_AXES))
+
+
+def replicated(mesh: jax.sharding.Mesh) -> NamedSharding:
+    """A full copy on every device (scalars, RNG keys, metrics)."""
+    return NamedSharding(mesh, PartitionSpec())
+
+
+def _is_box(value: Any) -> bool:
+    return isinstance(value, nn.Partitioned)
+
+
+def _unbox(value: Any) -> Any:
+    return value.value if _is_box(value) else value
+
+
+def unbox(tree: Any) -> Any:
+    """The plain arrays of a boxed tree (without the sharding constraint `nn.unbox` may add)."""
+    return jax.tree.map(_unbox, tree, is_leaf=_is_box)
+
+
+def logical_axes(leaf: Any) -> tuple[str | None, ...] | None:
+    """The logical axis names of a boxed leaf; None for a plain leaf (replicated)."""
+    if isinstance(leaf, nn.LogicallyPartitioned):
+        return tuple(leaf.names)
+    return None
+
+
+def partition_spec(leaf: Any, mesh: jax.sharding.Mesh,
+                   rules: tuple[tuple[str, Any], ...] = LOGICAL_RULES) -> PartitionSpec:
+    """The mesh PartitionSpec of one (boxed or plain) leaf; see the module doc for the fallback."""
+    if not _is_box(leaf):
+        return PartitionSpec()
+    if isinstance(leaf, nn.LogicallyPartitioned):
+        spec = nn.logical_to_mesh_axes(leaf.names, rules)
+    else:  # nn.Partitioned: the names are mesh axes already.
+        spec = PartitionSpec(*leaf.names)
+    dims = []
+    for size, axes in zip(np.shape(leaf.value), spec):
+        shards = 1 if axes is None else math.prod(
+            mesh.shape[axis] for axis in ((axes,) if isinstance(axes, str) else axes))
+        dims.append(axes if size % shards == 0 else None)
+    return PartitionSpec(*dims)
+
+
+def param_shardings(boxed_tree: Any, mesh: jax.sharding.Mesh,
+                    rules: tuple[tuple[str, Any], ...] = LOGICAL_RULES) -> Any:
+    """A tree of NamedSharding shaped like `unbox(boxed_tree)`.
+
+    `boxed_tree` is typically `jax.eval_shape(model.init, ...)` (or a train state built from it):
+    boxed leaves are sharded by their logical names, plain leaves (step counters) replicated.
+    """
+    return jax.tree.map(lambda leaf: NamedSharding(mesh, partition_spec(leaf, mesh, rules)),
+                        boxed_tree, is_leaf=_is_box)
+
+
+def init_sharded(init_fn: Callable[..., Any], mesh: jax.sharding.Mesh, *args: Any,
+                 rules: tuple[tuple[str, Any], ...] = LOGICAL_RULES) -> Any:
+    """Runs `init_fn(*args)` (which returns a boxed tree) so every array is born sharded.
+
+    The shardings come from `jax.eval_shape(init_fn, *args)`, and the init is one jit with those
+    `out_shardings`: no device ever holds a full unsharded copy. Returns the unboxed tree. The
+    values equal an unsharded init (the threefry PRNG is partitionable).
+    """
+    shardings = param_shardings(jax.eval_shape(init_fn, *args), mesh, rules)
+    return jax.jit(lambda *inputs: unbox(init_fn(*inputs)), out_shardings=shardings)(*args)
+
+
+def _format_bytes(count: int) -> str:
+    value, unit = float(count), "B"
+    for larger_unit in ("KiB", "MiB", "GiB"):
+        if value < 1024:
+            break
+        value, unit = value / 1024, larger_unit
+    return f"{count} B" if unit == "B" else f"{value:.1f} {unit}"
+
+
+def debug_table(boxed_tree: Any, mesh: jax.sharding.Mesh,
+                rules: tuple[tuple[str, Any], ...] = LOGICAL_RULES) -> str:
+    """One line per parameter: path, shape, logical axes, partition spec, bytes per device;
+    then a total line (parameter count, bytes per device, bytes over all devices)."""
+    rows = [("parameter", "shape", "logical axes", "partition spec", "per device")]
+    total_count = total_bytes = device_bytes = 0
+    leaves = jax.tree_util.tree_flatten_with_path(boxed_tree, is_leaf=_is_box)[0]
+    for path, leaf in leaves:
+        value = _unbox(leaf)
+        spec = partition_spec(leaf, mesh, rules)
+        shard_shape = NamedSharding(mesh, spec).shard_shape(tuple(value.shape))
+        itemsize = np.dtype(value.dtype).itemsize
+        shard_bytes = math.prod(shard_shape) * itemsize
+        total_count += math.prod(value.shape)
+        total_bytes += math.prod(value.shape) * itemsize
+        device_bytes += shard_bytes
+        name = jax.tree_util.keystr(path, simple=True, separator="/")
+        axes = logical_axes(leaf)
+        rows.append((name, str(tuple(value.shape)), "-" if axes is None else str(axes),
+                     str(tuple(spec)), _format_bytes(shard_bytes)))
+    rows.append((f"total: {total_count:,} parameters", "", "",
+                 f"mesh {dict(mesh.shape)}",
+                 f"{_format_bytes(device_bytes)} (of {_format_bytes(total_bytes)})"))
+    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
+    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip()
+                     for row in rows)

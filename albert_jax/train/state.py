@@ -1,0 +1,101 @@
+"""The train state, its abstract (shape + sharding) form, and its sharded initialisation.
+
+Boxed vs unboxed, one rule: a TrainState always holds PLAIN (unboxed) arrays; the logical axis
+names live only in the boxed tree that `jax.eval_shape(model.init, ...)` returns, and are turned
+into NamedShardings there (train/sharding.py). The optimizer state is built from the boxed
+params, so Adam's moments inherit the parameters' logical names and are sharded like them; step
+counters are plain and replicated.
+
+  abstract_train_state: the shape/dtype/sharding of every leaf, nothing allocated; the target
+                        that Orbax restores onto (so a checkpoint restores onto any mesh).
+  init_train_state:     one jit with those out_shardings, so params are born sharded.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import flax
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import optax
+
+from albert_jax.model import AlbertForMultipleChoice, AlbertForPreTraining
+from albert_jax.train import sharding
+
+
+@flax.struct.dataclass
+class TrainState:
+    """step: int32 scalar, the number of optimizer updates applied (the reference global_step);
+    params: the model's plain float32 parameter tree; opt_state: the optimizer's state."""
+
+    step: jax.Array
+    params: Any
+    opt_state: optax.OptState
+
+
+def example_inputs(model: nn.Module, seq_len: int,
+                   max_predictions: int | None = None) -> tuple[jax.Array, ...]:
+    """The positional inputs `model.init` needs, batch 1 (their values do not matter).
+
+    AlbertForPreTraining: (input_ids, token_type_ids, attention_mask [1, seq],
+    masked_lm_positions [1, max_predictions]); AlbertForMultipleChoice: [1, 2, seq] each;
+    the other models: [1, seq] each.
+    """
+    shape = (1, 2, seq_len) if isinstance(model, AlbertForMultipleChoice) else (1, seq_len)
+    ids = jnp.zeros(shape, jnp.int32)
+    inputs = (ids, ids, jnp.ones(shape, jnp.int32))
+    if isinstance(model, AlbertForPreTraining):
+        if max_predictions is None:
+            raise ValueError("AlbertForPreTraining needs max_predictions (config "
+                             "data.max_predictions) to build its init inputs")
+        inputs += (jnp.zeros((1, max_predictions), jnp.int32),)
+    return inputs
+
+
+def _boxed_init(model: nn.Module, optimizer: optax.GradientTransformation,
+                inputs: tuple[jax.Array, ...]):
+    """rng -> TrainState with boxed params and opt_state (moments boxed like the params)."""
+
+    def init(rng: jax.Array) -> TrainState:
+        params = model.init(rng, *inputs)["params"]
+        return TrainState(step=jnp.zeros((), jnp.int32), params=params,
+                          opt_state=optimizer.init(params))
+
+    return init
+
+
+def boxed_abstract_params(model: nn.Module, seq_len: int,
+                          max_predictions: int | None = None) -> Any:
+    """The boxed (logical axis names) shape tree of the model's params; nothing allocated."""
+    inputs = example_inputs(model, seq_len, max_predictions)
+    return jax.eval_shape(lambda rng: model.init(rng, *inputs)["params"], jax.random.key(0))
+
+
+def abstract_train_state(model: nn.Module, optimizer: optax.GradientTransformation,
+                         mesh: jax.sharding.Mesh, *, seq_len: int,
+                         max_predictions: int | None = None) -> tuple[TrainState, TrainState]:
+    """(abstract state, shardings): a TrainState of jax.ShapeDtypeStruct with `.sharding` set,
+    and the same tree of NamedSharding (for jit in/out_shardings)."""
+    init = _boxed_init(model, optimizer, example_inputs(model, seq_len, max_predictions))
+    boxed = jax.eval_shape(init, jax.random.key(0))
+    shardings = sharding.param_shardings(boxed, mesh)
+    abstract = jax.tree.map(
+        lambda leaf, leaf_sharding: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype,
+                                                         sharding=leaf_sharding),
+        sharding.unbox(boxed), shardings)
+    return abstract, shardings
+
+
+def init_train_state(model: nn.Module, optimizer: optax.GradientTransformation,
+                     mesh: jax.sharding.Mesh, rng: jax.Array, *, seq_len: int,
+                     max_predictions: int | None = None) -> TrainState:
+    """A fresh TrainState (step 0), every array born with its sharding on `mesh`."""
+    init = _boxed_init(model, optimizer, example_inputs(model, seq_len, max_predictions))
+    return sharding.init_sharded(init, mesh, rng)
+
+
+def param_table(model: nn.Module, mesh: jax.sharding.Mesh, seq_len: int,
+                max_predictions: int | None = None) -> str:
+    """sharding.debug_table of the model's params on `mesh`."""
+    return sharding.debug_table(boxed_abstract_params(model, seq_len, max_predictions), mesh)
