@@ -36,7 +36,8 @@ _TFDS_NAME = re.compile(r"^[a-z][a-z0-9_]*(/[A-Za-z0-9_.\-]+)?(:[\d.]+)?$")
 _FILE_SUFFIXES = (".txt", ".text", ".gz", ".json", ".jsonl", ".md")
 # A sentence ends at . ! or ? (optionally followed by a closing quote or bracket) before whitespace
 # and an upper-case letter, digit or opening quote/bracket; "e.g. foo" and "3.5" stay whole.
-_SENTENCE_END = re.compile(r"(?<=[.!?])(?<!\be\.g\.)(?<!\bi\.e\.)[\"')\]]?\s+(?=[A-Z0-9\"'(\[])")
+_SENTENCE_END = re.compile(
+    r"(?:(?<=[.!?])|(?<=[.!?][\"')\]]))(?<!\be\.g\.)(?<!\bi\.e\.)\s+(?=[A-Z0-9\"'(\[])")
 
 
 @dataclasses.dataclass
