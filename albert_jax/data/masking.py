@@ -81,7 +81,9 @@ def choose_ngrams(word_starts: np.ndarray, word_ends: np.ndarray, rng: np.random
     num_words = len(word_starts)
     order = rng.permutation(num_words).tolist()
     ngram_draws = rng.random(num_words).tolist()
-    starts, ends = word_starts.tolist(), word_ends.tolist()
+    # tokens_before[w]: tokens in words 0..w-1, so words [w, w + n) hold tokens_before[w + n] -
+    # tokens_before[w] tokens.
+    tokens_before = np.concatenate([[0], np.cumsum(word_ends - word_starts)]).tolist()
     covered = [False] * num_words
     chosen: list[tuple[int, int]] = []
     num_selected = 0
@@ -90,9 +92,10 @@ def choose_ngrams(word_starts: np.ndarray, word_ends: np.ndarray, rng: np.random
             break
         # The reference's `cand_indexes[idx:idx + n]` stops at the last word.
         n = min(bisect.bisect_right(cumulative, draw) + 1, max_ngram, num_words - first_word)
-        while n > 1 and num_selected + ends[first_word + n - 1] - starts[first_word] > budget:
+        while n > 1 and num_selected + tokens_before[first_word + n] - tokens_before[first_word] \
+                > budget:
             n -= 1
-        size = ends[first_word + n - 1] - starts[first_word]
+        size = tokens_before[first_word + n] - tokens_before[first_word]
         if num_selected + size > budget or any(covered[first_word:first_word + n]):
             continue
         covered[first_word:first_word + n] = [True] * n
@@ -124,8 +127,9 @@ def mask_sequence(tokens: np.ndarray, boundary: np.ndarray, rng: np.random.Gener
                             masked_lm_prob=masked_lm_prob)
     ngrams = choose_ngrams(word_starts, word_ends, rng, budget=budget, max_ngram=max_ngram,
                            favor_shorter_ngram=favor_shorter_ngram)
-    selected = [position for first_word, n in ngrams
-                for position in range(word_starts[first_word], word_ends[first_word + n - 1])]
+    # An n-gram is the tokens of its words: a [SEP] between two of them stays unmasked.
+    selected = [position for first_word, n in ngrams for word in range(first_word, first_word + n)
+                for position in range(word_starts[word], word_ends[word])]
     positions = np.array(sorted(selected), np.int32)
     original_ids = tokens[positions]
     input_ids = tokens.copy()
