@@ -132,8 +132,8 @@ def make_train_step(model: nn.Module, optimizer: optax.GradientTransformation,
         params = optax.apply_updates(state.params, updates)
         metrics = metrics_from_sums(sums, sentence_objective)
         metrics["learning_rate"] = learning_rate_fn(state.step)
-        metrics["grad_norm"] = optax.global_norm(grads)  # before clipping
-        metrics["param_norm"] = optax.global_norm(params)
+        metrics["grad_norm"] = optax.tree.norm(grads)  # before clipping
+        metrics["param_norm"] = optax.tree.norm(params)
         return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
 
     return train_step

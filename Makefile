@@ -1,0 +1,31 @@
+# The two commands of the README:
+#   make demo   install, then pretrain a tiny ALBERT on the embedded demo corpus (offline, CPU)
+#   make test   install with the test extra, then run the test suite
+PYTHON ?= python3
+VENV ?= .venv
+DEMO_CONFIG ?= configs/pretrain.py:runlocal
+DEMO_WORKDIR ?= runs/demo
+
+.PHONY: demo test install
+
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install --quiet --upgrade pip
+
+$(VENV)/.installed-core: setup.cfg pyproject.toml | $(VENV)/bin/python
+	$(VENV)/bin/python -m pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-test: setup.cfg pyproject.toml | $(VENV)/bin/python
+	$(VENV)/bin/python -m pip install --quiet -e ".[test]"
+	touch $@ $(VENV)/.installed-core
+
+install: $(VENV)/.installed-core
+
+demo: $(VENV)/.installed-core
+	$(VENV)/bin/albert-jax tokenizer train --config=$(DEMO_CONFIG)
+	$(VENV)/bin/albert-jax data build --config=$(DEMO_CONFIG)
+	$(VENV)/bin/albert-jax pretrain --config=$(DEMO_CONFIG) --workdir=$(DEMO_WORKDIR)
+
+test: $(VENV)/.installed-test
+	$(VENV)/bin/python -m pytest -q tests
