@@ -193,6 +193,11 @@ def load_huggingface(path: str) -> tuple[ml_collections.ConfigDict, dict[str, An
     wanted, match_problems = match_variables({name: tensor.shape for name, tensor in tensors.items()},
                                              name_map, param_shapes(config))
     problems += match_problems
+    if "albert.pooler.weight" not in tensors:
+        problems.append("the file has no pooler (transformers' AlbertForMaskedLM and "
+                        "AlbertModel(add_pooling_layer=False) leave it out); the ALBERT backbone "
+                        "needs one (SPEC 3.2.7): convert an AlbertForPreTraining or AlbertModel "
+                        "file")
     if problems:
         raise ValueError(f"HuggingFace weights in {path} do not match its config.json: "
                          + "; ".join(problems))
@@ -220,6 +225,8 @@ def save_huggingface(config: ml_collections.ConfigDict, params: dict[str, Any], 
     backbone + `predictions`); the HF class follows the heads present (AlbertForPreTraining,
     AlbertForMaskedLM, AlbertModel). The file holds what HF's own save_pretrained writes: the
     tied decoder (`predictions.decoder.weight/bias`) is left out, and from_pretrained ties it.
+    An AlbertForMaskedLM file keeps our pooler too (that HF class has none and skips it with a
+    notice; AlbertForPreTraining or AlbertForSequenceClassification use it).
     path must not exist or be empty; files are written under temporary names and renamed.
     """
     if config.sharing != "all":
