@@ -228,8 +228,8 @@ def demo_documents() -> Iterator[list[str]]:
     docstrings of a module together form one more; each `pydoc` help topic (the language
     reference text in `pydoc_data/topics.py`) is one document. Doctests, reST markup, tables,
     indented blocks and code-like sentences are dropped. Same output on every call with the same
-    Python (CPython 3.11: about 4,000 documents, 20,000 sentences, 1.6 MB of text; cached after
-    the first call, which takes ~5 s).
+    Python (CPython 3.11.7: 3,890 documents, 17,346 sentences, 1.4 MB of text, enough for a
+    SentencePiece vocabulary of at most 6,607 pieces; cached after the first call, ~5 s).
     """
     for document in _demo_corpus():
         yield list(document)

@@ -34,7 +34,15 @@ def token_boundary(tokens: np.ndarray, word_start: np.ndarray,
     word_start: bool [vocab_size], `Tokenizer.word_start` (SPEC 1.4.2 start-piece test).
     """
     tokens = np.asarray(tokens)
-    return (word_start[tokens] | np.isin(tokens, list(special_ids))).astype(np.int32)
+    return (word_start[tokens] | _is_special(tokens, special_ids)).astype(np.int32)
+
+
+def _is_special(tokens: np.ndarray, special_ids: Collection[int]) -> np.ndarray:
+    # bool [n]; a few comparisons beat np.isin's sort for the 2-3 special ids.
+    is_special = np.zeros(len(tokens), bool)
+    for special_id in special_ids:
+        is_special |= tokens == special_id
+    return is_special
 
 
 def ngram_probabilities(max_ngram: int, favor_shorter_ngram: bool = True) -> np.ndarray:
@@ -59,7 +67,7 @@ def whole_words(tokens: np.ndarray, boundary: np.ndarray,
     Word w covers tokens[starts[w]:ends[w]]: a start piece (boundary 1) and the continuation
     pieces after it. Special tokens belong to no word and end the word before them.
     """
-    is_special = np.isin(tokens, list(special_ids))
+    is_special = _is_special(tokens, special_ids)
     previous_special = np.concatenate([[True], is_special[:-1]])
     starts_word = ~is_special & ((np.asarray(boundary) == 1) | previous_special)
     word_starts = np.flatnonzero(starts_word)
