@@ -40,6 +40,15 @@ def test_gzip(tmp_path):
     assert list(read_documents(path)) == [["Ünïcode line.", "Two."], ["Three."]]
 
 
+def test_truncated_gzip_is_counted(tmp_path):
+    data = gzip.compress(b"One.\nTwo.\n\n" + b"Three.\n" * 20000)
+    path = _write(tmp_path / "cut.txt.gz", data[:len(data) // 2])
+    stats = CorpusStats()
+    documents = list(read_documents(path, stats))
+    assert documents[0] == ["One.", "Two."] and set(documents[1]) == {"Three."}
+    assert stats.truncated_files == 1 and "1 truncated files" in stats.report()
+
+
 def test_long_line_is_skipped_and_counted(tmp_path):
     long_line = b"x" * 1_500_000
     path = _write(tmp_path / "long.txt", b"Before.\n" + long_line + b"\nAfter.\n\nNext doc.\n"
@@ -98,6 +107,8 @@ def test_tfds_names():
     assert list_sources("wikipedia/20230601.en") == ["tfds:wikipedia/20230601.en:train"]
     assert list_sources("bookcorpus") == ["tfds:bookcorpus:train"]
     assert list_sources("tfds:c4/en:validation") == ["tfds:c4/en:validation"]
+    assert list_sources("tfds:c4/en:train[:1%]") == ["tfds:c4/en:train[:1%]"]
+    assert list_sources("tfds:c4/en") == ["tfds:c4/en:train"]
     if importlib.util.find_spec("tensorflow") is None:
         with pytest.raises(ImportError, match=r"pip install albert-jax\[tf\]"):
             next(read_documents("tfds:bookcorpus:train"))

@@ -23,6 +23,8 @@ import sysconfig
 import warnings
 from typing import IO, Iterator
 
+from absl import logging
+
 DEMO = "demo"
 TFDS_PREFIX = "tfds:"
 MAX_LINE_BYTES = 1 << 20  # Longer lines are skipped (and counted): no real sentence is 1 MB.
@@ -50,10 +52,11 @@ class CorpusStats:
     split_documents: int = 0  # documents cut at MAX_DOCUMENT_SENTENCES
     skipped_long_lines: int = 0  # lines over MAX_LINE_BYTES, skipped
     invalid_utf8_lines: int = 0  # decoded with U+FFFD replacement characters
+    truncated_files: int = 0  # unreadable past some point (e.g. a cut-off .gz); the rest skipped
 
     def report(self) -> str:
         problems = [f"{value} {field.name.replace('_', ' ')}"
-                    for field in dataclasses.fields(self)[3:]
+                    for field in dataclasses.fields(self)[3:]  # The counters after `sentences`.
                     if (value := getattr(self, field.name))]
         return (f"{self.documents} documents, {self.sentences} sentences from {self.sources} "
                 f"sources" + (f"; {', '.join(problems)}" if problems else ""))
@@ -69,7 +72,8 @@ def list_sources(corpus: str) -> list[str]:
         if not pattern:
             continue
         if pattern == DEMO or pattern.startswith(TFDS_PREFIX):
-            sources.append(pattern if pattern == DEMO or pattern.count(":") == 2
+            # "tfds:NAME" reads the train split; "tfds:NAME:SPLIT" may slice, e.g. train[:10%].
+            sources.append(pattern if pattern == DEMO or pattern.count(":") >= 2
                            else pattern + ":train")
             continue
         if os.path.isdir(pattern):
@@ -118,7 +122,7 @@ def _text_file_documents(path: str, stats: CorpusStats) -> Iterator[list[str]]:
     with opener(path, "rb") as file:
         document: list[str] = []
         previous_blank = True  # A blank line right after a boundary is an empty document.
-        for line in _bounded_lines(file, stats):
+        for line in _bounded_lines(file, path, stats):
             sentence = line.strip()
             if sentence:
                 document.append(sentence)
@@ -136,17 +140,22 @@ def _text_file_documents(path: str, stats: CorpusStats) -> Iterator[list[str]]:
             yield document
 
 
-def _bounded_lines(file: IO[bytes], stats: CorpusStats) -> Iterator[str]:
+def _bounded_lines(file: IO[bytes], path: str, stats: CorpusStats) -> Iterator[str]:
     """Decoded lines, never holding more than MAX_LINE_BYTES of one line in memory."""
     while True:
-        line = file.readline(MAX_LINE_BYTES + 1)
+        try:
+            line = file.readline(MAX_LINE_BYTES + 1)
+            if len(line) > MAX_LINE_BYTES:
+                stats.skipped_long_lines += 1
+                while line and not line.endswith(b"\n"):  # Drain the rest of the long line.
+                    line = file.readline(MAX_LINE_BYTES)
+                continue
+        except (OSError, EOFError) as error:  # e.g. gzip.BadGzipFile, a .gz cut off mid-stream
+            stats.truncated_files += 1
+            logging.warning("%s: %s; skipping the rest of this file", path, error)
+            return
         if not line:
             return
-        if len(line) > MAX_LINE_BYTES:
-            stats.skipped_long_lines += 1
-            while line and not line.endswith(b"\n"):  # Drain the rest of the long line.
-                line = file.readline(MAX_LINE_BYTES)
-            continue
         try:
             yield line.decode("utf-8")
         except UnicodeDecodeError:
