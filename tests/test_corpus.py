@@ -36,7 +36,8 @@ def test_one_sentence_documents_and_empty_file(tmp_path):
 
 
 def test_gzip(tmp_path):
-    path = _write(tmp_path / "a.txt.gz", gzip.compress("Ünïcode line.\nTwo.\n\nThree.\n".encode()))
+    data = gzip.compress("Ünïcode line.\nTwo.\n\nThree.\n".encode())
+    path = _write(tmp_path / "a.txt.gz", data)
     assert list(read_documents(path)) == [["Ünïcode line.", "Two."], ["Three."]]
 
 

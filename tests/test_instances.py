@@ -26,7 +26,8 @@ def _segments(instance) -> tuple[np.ndarray, np.ndarray]:
 
 def _create(documents, seed=0, **kwargs):
     kwargs.setdefault("max_seq_length", 64)
-    return create_instances(documents, np.random.default_rng(seed), cls_id=CLS, sep_id=SEP, **kwargs)
+    return create_instances(documents, np.random.default_rng(seed), cls_id=CLS, sep_id=SEP,
+                            **kwargs)
 
 
 def _corpus(num_docs=300, seed=1):
@@ -113,7 +114,8 @@ def test_single_segment_chunk_default_splits_inside_the_sentence():
         assert len(a) + len(b) == 30
         (doc_a, order_a), (doc_b, order_b) = _origin(a), _origin(b)
         assert set(doc_a) == set(doc_b)  # Our fix: B never comes from another document.
-        first, second = (order_a, order_b) if instance.next_sentence_label == 0 else (order_b, order_a)
+        first, second = ((order_a, order_b) if instance.next_sentence_label == 0
+                         else (order_b, order_a))
         assert first.max() + 1 == second.min()
 
 

@@ -183,7 +183,8 @@ def _tfds_documents(source: str) -> Iterator[list[str]]:
             f"(or give text files: no file or directory named {name!r} exists)") from None
     import tensorflow_datasets as tfds
     dataset = tfds.load(name, split=split, shuffle_files=False, try_gcs=True)
-    texts = (example["text"].decode("utf-8", errors="replace") for example in tfds.as_numpy(dataset))
+    texts = (example["text"].decode("utf-8", errors="replace")
+             for example in tfds.as_numpy(dataset))
     if name.split("/")[0] == "bookcorpus":
         document = []
         for text in texts:

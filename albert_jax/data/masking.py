@@ -123,11 +123,11 @@ def mask_sequence(tokens: np.ndarray, boundary: np.ndarray, rng: np.random.Gener
 
     A word is a start piece plus the continuation pieces after it (`whole_words`, SPEC 1.4.1);
     n-grams of words are chosen as the reference does (`choose_ngrams`, SPEC 1.4.4-1.4.6) until
-    num_to_predict tokens (SPEC 1.4.3) are covered; each chosen token is replaced 80/10/10 (SPEC 1.4.7), the random id drawn from
-    the whole vocabulary (SPEC 1.2.3). Two deliberate differences: a word never continues across
-    a special token (the reference appends a continuation piece at the start of B, left there by
-    front truncation, to the last word of A), and the 80/10/10 draw uses one uniform per token
-    instead of two (same probabilities).
+    num_to_predict tokens (SPEC 1.4.3) are covered; each chosen token is replaced 80/10/10
+    (SPEC 1.4.7), the random id drawn from the whole vocabulary (SPEC 1.2.3). Two deliberate
+    differences: a word never continues across a special token (the reference appends a
+    continuation piece at the start of B, left there by front truncation, to the last word of
+    A), and the 80/10/10 draw uses one uniform per token instead of two (same probabilities).
     """
     tokens = np.asarray(tokens, np.int32)
     word_starts, word_ends = whole_words(tokens, boundary, special_ids)

@@ -25,7 +25,8 @@ SPIECE_UNDERLINE = "\u2581"  # "▁", SentencePiece's word-start marker.
 # SPEC 2.1: the ids and symbols of the released `30k-clean.model`.
 PAD, UNK, CLS, SEP, MASK = "<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"
 CONTROL_SYMBOLS = (CLS, SEP, MASK)
-USER_DEFINED_SYMBOLS = ("(", ")", '"', "-", ".", "\u2013", "\u00a3", "\u20ac")  # ( ) " - . – £ €
+# User-defined symbols of the released model: ( ) " - . – £ € (en dash, pound, euro).
+USER_DEFINED_SYMBOLS = ("(", ")", '"', "-", ".", "\u2013", "\u00a3", "\u20ac")
 
 # SPEC 1.4.2 `_is_start_piece_sp`. The reference's set literal is '!"#$%&\"()*+,-./:;?@[\\]^_`{|}~'
 # (note `\"` where string.punctuation has `'`): the apostrophe is NOT in it. Its `€`/`£` entries
@@ -86,8 +87,8 @@ class Tokenizer:
             piece_id = self._sp.piece_to_id(piece)
             if self._sp.id_to_piece(piece_id) != piece:
                 raise ValueError(
-                    f"SentencePiece model {path} has no {piece!r} piece; ALBERT needs <pad>, <unk>, "
-                    f"[CLS], [SEP], [MASK] (SPEC 2.1); create one with `{_TRAIN_COMMAND}`")
+                    f"SentencePiece model {path} has no {piece!r} piece; ALBERT needs <pad>, "
+                    f"<unk>, [CLS], [SEP], [MASK] (SPEC 2.1); create one with `{_TRAIN_COMMAND}`")
             ids[piece] = int(piece_id)
         self.pad_id, self.unk_id = ids[PAD], ids[UNK]
         self.cls_id, self.sep_id, self.mask_id = ids[CLS], ids[SEP], ids[MASK]
@@ -158,10 +159,12 @@ def train(sentences: Iterable[str], model_path: str, vocab_size: int, *,
           input_sentence_size: int = 10_000_000, seed: int = 0, lower: bool = True) -> str:
     """Trains a unigram SentencePiece model with the ALBERT settings (SPEC 2.1); returns model_path.
 
-    Sentences are preprocessed (SPEC 2.2, lower-cased unless `lower=False`) first. `model_path` and its `.vocab` are
-    written atomically. Training is deterministic for a given input: SentencePiece's sampling
-    generator is seeded with `seed` and it runs one thread. A `vocab_size` the corpus cannot
-    support raises ValueError with the largest size that works (no silent `hard_vocab_limit`).
+    Sentences are preprocessed (SPEC 2.2, lower-cased unless `lower=False`) first. `model_path`
+    and its `.vocab` are written atomically (temp file, then rename). Training is deterministic
+    for a given input: SentencePiece's sampling generator is seeded with `seed` and it runs one
+    thread. A `vocab_size` the corpus cannot support raises ValueError with the largest size
+    that works (rather than `hard_vocab_limit=False`, which would silently change the size that
+    the model config and the data depend on).
     """
     model_path = os.fspath(model_path)
 
