@@ -273,7 +273,7 @@ def test_make_optimizer_uses_the_schedule_per_step():
     (dict(name="sgd"), "optim.name='sgd'"),
     (dict(schedule="step"), "optim.schedule='step'"),
     (dict(schedule="linear", power=2.0), "optim.power=2.0"),
-    (dict(warmup_steps=80), "optim.warmup_steps=80"),
+    (dict(warmup_steps=-1), "optim.warmup_steps=-1"),
     (dict(clip_norm=-1.0), "optim.clip_norm=-1.0"),
 ])
 def test_make_optimizer_errors_name_key_and_value(overrides, message):

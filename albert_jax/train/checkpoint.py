@@ -1,0 +1,287 @@
+"""Orbax checkpoints of a run: train state + data iterator + config; weights-only load and save.
+
+Layout (DESIGN 3): `<workdir>/checkpoints/<step>/{state,data,config}`:
+  state   the TrainState pytree (step, params, opt_state), one tensorstore array per leaf
+  data    the grain iterator state, one JSON file per process (grain's Orbax handler)
+  config  the run config as JSON (for a weights-only checkpoint: {"model_config": {...}})
+
+Restore modes (DESIGN 3): resume (`Checkpointer.restore`: everything, onto the mesh that the
+abstract target's shardings name, which need not be the mesh that saved it); `init_from`
+(`load_params_for_init`: params only, fresh optimizer); weights for inference, evaluation or
+conversion (`load`: params only, one device or a given mesh).
+
+A checkpoint is written into `<step>.orbax-checkpoint-tmp` and renamed to `<step>` only once
+complete (Orbax's atomic finalize; on object stores a `commit_success.txt` marks it complete), so
+a write killed half way is never listed as a step; a new manager removes such leftovers.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import grain
+import jax
+import ml_collections
+import orbax.checkpoint as ocp
+from etils import epath
+
+from albert_jax import config as config_lib
+from albert_jax.model import AlbertForPreTraining, presets
+from albert_jax.train import optim, sharding, state as state_lib
+
+STATE, DATA, CONFIG = "state", "data", "config"
+CHECKPOINTS_SUBDIR = "checkpoints"
+
+
+def _item_handlers() -> dict[str, Any]:
+    return {STATE: ocp.PyTreeCheckpointHandler(), DATA: grain.checkpoint.CheckpointHandler(),
+            CONFIG: ocp.JsonCheckpointHandler()}
+
+
+def _restore_args(abstract_tree: Any) -> Any:
+    """Orbax restore args that place every leaf with its ShapeDtypeStruct's sharding."""
+    return ocp.checkpoint_utils.construct_restore_args(abstract_tree)
+
+
+class Checkpointer:
+    """The checkpoints of one run, in `directory` (`<workdir>/checkpoints`)."""
+
+    def __init__(self, directory: str | epath.Path, *, max_to_keep: int | None = None,
+                 save_interval_steps: int = 1, async_save: bool = True,
+                 read_only: bool = False):
+        """max_to_keep: newest checkpoints kept (None: all); save_interval_steps: `save`
+        without `force` writes only on multiples of it; async_save: write in a background
+        thread after the arrays are copied to host (the step can go on); read_only: never
+        create, write or delete anything."""
+        self.directory = epath.Path(directory)
+        options = ocp.CheckpointManagerOptions(
+            max_to_keep=max_to_keep, save_interval_steps=save_interval_steps,
+            enable_async_checkpointing=async_save, create=not read_only, read_only=read_only,
+            cleanup_tmp_directories=not read_only)
+        self._manager = ocp.CheckpointManager(self.directory, options=options,
+                                              item_names=(STATE, DATA, CONFIG),
+                                              item_handlers=_item_handlers())
+
+    def all_steps(self) -> list[int]:
+        """The steps of every complete checkpoint, ascending."""
+        return sorted(self._manager.all_steps())
+
+    def latest_step(self) -> int | None:
+        """The newest complete checkpoint's step, or None if there is none."""
+        return self._manager.latest_step()
+
+    def save(self, step: int, state: Any, data_iterator: Any, config_json: str,
+             force: bool = False) -> bool:
+        """Saves (state, data iterator state, config) as step `step`; returns whether it did.
+
+        Without `force`, only steps on the save interval, and the first save of a run, are
+        written, and never a step at or before the latest checkpoint. The iterator's state is
+        taken now, synchronously; `data_iterator` may be None (nothing saved for it). A step
+        that already has a checkpoint is left as it is (returns False).
+        """
+        if step in self._manager.all_steps():
+            logging.warning("a checkpoint for step %d already exists in %s; not overwriting it",
+                            step, self.directory)
+            return False
+        items = {STATE: ocp.args.PyTreeSave(state),
+                 CONFIG: ocp.args.JsonSave(json.loads(config_json))}
+        if data_iterator is not None:
+            items[DATA] = grain.checkpoint.CheckpointSave(data_iterator)
+        return self._manager.save(step, args=ocp.args.Composite(**items), force=force)
+
+    def resolve_step(self, step: int | None) -> int:
+        """`step` if it has a checkpoint, the latest if None; else a clear error."""
+        steps = self.all_steps()
+        if not steps:
+            raise FileNotFoundError(f"no checkpoint in {self.directory}")
+        if step is None:
+            return steps[-1]
+        if step not in steps:
+            raise FileNotFoundError(f"no checkpoint for step {step} in {self.directory}; "
+                                    f"available steps: {steps}")
+        return step
+
+    def restore(self, step: int | None, abstract_state: Any,
+                data_iterator: Any = None) -> tuple[Any, dict[str, Any]]:
+        """(state, config dict) of checkpoint `step` (None: the latest).
+
+        `abstract_state` is the target: a tree of jax.ShapeDtypeStruct whose `.sharding` says
+        where each restored array goes (state.abstract_train_state), so a checkpoint saved on
+        one mesh restores onto another. `data_iterator`, if given, is set to the saved position.
+        """
+        step = self.resolve_step(step)
+        items = {STATE: ocp.args.PyTreeRestore(abstract_state,
+                                               restore_args=_restore_args(abstract_state)),
+                 CONFIG: ocp.args.JsonRestore()}
+        if data_iterator is not None:
+            if not (self.directory / str(step) / DATA).exists():
+                raise FileNotFoundError(f"the checkpoint for step {step} in {self.directory} "
+                                        "holds no data iterator state (it was saved without one)")
+            items[DATA] = grain.checkpoint.CheckpointRestore(data_iterator)
+        restored = self._manager.restore(step, args=ocp.args.Composite(**items))
+        return restored[STATE], restored[CONFIG]
+
+    def restore_config(self, step: int | None = None) -> dict[str, Any]:
+        """The config saved with checkpoint `step` (None: the latest)."""
+        step = self.resolve_step(step)
+        return self._manager.restore(step, args=ocp.args.Composite(
+            **{CONFIG: ocp.args.JsonRestore()}))[CONFIG]
+
+    def saved_params(self, step: int) -> Any:
+        """The saved params' tree of Orbax ArrayMetadata (shape, dtype), read from disk."""
+        return self._manager.item_metadata(step)[STATE].tree["params"]
+
+    def restore_params(self, step: int, abstract_params: Any) -> Any:
+        """Only the params (Orbax partial restore: the optimizer state is not read).
+
+        `abstract_params` may be any subtree of the saved params, e.g. the backbone only.
+        """
+        target = {"params": abstract_params}
+        restored = self._manager.restore(step, args=ocp.args.Composite(**{
+            STATE: ocp.args.PyTreeRestore(target, restore_args=_restore_args(target),
+                                          partial_restore=True)}))
+        return restored[STATE]["params"]
+
+    def wait_until_finished(self) -> None:
+        """Blocks until every async save is complete on disk."""
+        self._manager.wait_until_finished()
+
+    def close(self) -> None:
+        """Waits for pending saves and releases the manager's threads."""
+        self._manager.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# Weights only: `load` (inference, evaluation, conversion), `save_weights`, `init_from`.
+
+
+def _open(path: str | epath.Path, step: int | None) -> tuple[Checkpointer, int]:
+    """A read-only Checkpointer and the step for `path`: a workdir (has checkpoints/), a
+    checkpoints directory (has <step>/ folders) or one checkpoint folder (<step>/)."""
+    path = epath.Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"checkpoint path {path} does not exist")
+    if (path / CHECKPOINTS_SUBDIR).is_dir():
+        directory = path / CHECKPOINTS_SUBDIR
+    elif (path / STATE).is_dir() and path.name.isdigit():
+        if step is not None and step != int(path.name):
+            raise ValueError(f"{path} is the checkpoint of step {path.name}, not step {step}")
+        directory, step = path.parent, int(path.name)
+    else:
+        directory = path
+    checkpointer = Checkpointer(directory, read_only=True)
+    if not checkpointer.all_steps():
+        raise FileNotFoundError(
+            f"no checkpoint found at {path}: expected a workdir with {CHECKPOINTS_SUBDIR}/<step>/, "
+            f"a directory of <step>/ checkpoints, or one <step>/ checkpoint folder")
+    return checkpointer, checkpointer.resolve_step(step)
+
+
+def _model_config(saved_config: dict[str, Any]) -> ml_collections.ConfigDict:
+    """The model config from a saved config: a run config, or a weights-only record."""
+    if "model_config" in saved_config:
+        return presets.from_dict(saved_config["model_config"])
+    return config_lib.model_config(ml_collections.ConfigDict(saved_config))
+
+
+def _flat(tree: Any) -> dict[str, Any]:
+    return {optim.path_name(path): leaf
+            for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]}
+
+
+def _load_shardings(saved_params: Any, model_config: ml_collections.ConfigDict,
+                    mesh: jax.sharding.Mesh | None) -> Any:
+    """Where each loaded parameter goes: device 0, or on `mesh` by the logical-axis rules.
+
+    The logical names come from the pretraining model's tree; a parameter it does not have
+    (a fine-tuning head) is replicated.
+    """
+    if mesh is None:
+        device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+        return jax.tree.map(lambda _: device, saved_params)
+    boxed = state_lib.boxed_abstract_params(
+        AlbertForPreTraining(model_config), seq_len=1, max_predictions=1)
+    boxes = {optim.path_name(path): leaf for path, leaf in jax.tree_util.tree_flatten_with_path(
+        boxed, is_leaf=lambda x: hasattr(x, "names"))[0]}
+
+    def placement(path: Any, metadata: Any) -> jax.sharding.NamedSharding:
+        box = boxes.get(optim.path_name(path))
+        if box is None or tuple(box.value.shape) != tuple(metadata.shape):
+            return sharding.replicated(mesh)
+        return jax.sharding.NamedSharding(mesh, sharding.partition_spec(box, mesh))
+
+    return jax.tree_util.tree_map_with_path(placement, saved_params)
+
+
+def load(path: str, step: int | None = None, *,
+         mesh: jax.sharding.Mesh | None = None) -> tuple[ml_collections.ConfigDict, Any]:
+    """(model config, params) of a run's checkpoint, for inference, evaluation or conversion.
+
+    `path`: a workdir, its checkpoints directory, or one checkpoint folder; `step`: None for the
+    latest. The model config is what `AlbertForPreTraining(config)` (or the task model the run
+    trained) takes; params are the plain tree `model.apply({"params": params}, ...)` takes, on
+    one device, or sharded on `mesh` by the logical-axis rules. The optimizer state is not read.
+    """
+    checkpointer, step = _open(path, step)
+    try:
+        model_config = _model_config(checkpointer.restore_config(step))
+        saved = checkpointer.saved_params(step)
+        shardings = _load_shardings(saved, model_config, mesh)
+        abstract = jax.tree.map(lambda metadata, leaf_sharding: jax.ShapeDtypeStruct(
+            metadata.shape, metadata.dtype, sharding=leaf_sharding), saved, shardings)
+        params = checkpointer.restore_params(step, abstract)
+    finally:
+        checkpointer.close()
+    return model_config, params
+
+
+def save_weights(directory: str, model_config: ml_collections.ConfigDict, params: Any) -> None:
+    """Writes a weights-only checkpoint (step 0) that `load` and `config.init_from` read.
+
+    Layout: `<directory>/checkpoints/0/{state,config}`, state = {"step": 0, "params": params},
+    config = {"model_config": <model config fields>}. Refuses a directory that already holds
+    checkpoints (nothing is overwritten).
+    """
+    checkpoints = epath.Path(directory) / CHECKPOINTS_SUBDIR
+    if checkpoints.exists() and any(checkpoints.iterdir()):
+        raise FileExistsError(f"{checkpoints} already holds checkpoints; choose an empty "
+                              "directory for the weights")
+    params = jax.tree.map(jax.numpy.asarray, sharding.unbox(params))
+    checkpointer = Checkpointer(checkpoints, async_save=False)
+    try:
+        record = json.dumps({"model_config": model_config.to_dict()})
+        checkpointer.save(0, {"step": jax.numpy.int32(0), "params": params}, None, record,
+                          force=True)
+        checkpointer.wait_until_finished()
+    finally:
+        checkpointer.close()
+
+
+def load_params_for_init(path: str, abstract_params: Any) -> Any:
+    """The params of the checkpoint at `path` (latest step) for `config.init_from`.
+
+    `abstract_params` is the target (ShapeDtypeStruct leaves carrying shardings, e.g.
+    `abstract_train_state(...)[0].params`, or a subtree such as {"albert": ...} to take the
+    backbone only). Every target parameter must be in the checkpoint with the same shape;
+    saved parameters the target lacks (e.g. pretraining heads) are not read.
+    """
+    checkpointer, step = _open(path, None)
+    try:
+        saved = _flat(checkpointer.saved_params(step))
+        wanted = _flat(abstract_params)
+        missing = sorted(name for name in wanted if name not in saved)
+        mismatched = sorted(
+            f"{name}: checkpoint {tuple(saved[name].shape)}, model {tuple(leaf.shape)}"
+            for name, leaf in wanted.items()
+            if name in saved and tuple(saved[name].shape) != tuple(leaf.shape))
+        if missing or mismatched:
+            lines = [f"init_from={path} (step {step}) does not fit the model:"]
+            lines += [f"  missing in the checkpoint: {name}" for name in missing]
+            lines += [f"  shape mismatch: {entry}" for entry in mismatched]
+            lines.append("check the model config (preset and overrides) matches the run that "
+                         "saved the checkpoint")
+            raise ValueError("\n".join(lines))
+        return checkpointer.restore_params(step, abstract_params)
+    finally:
+        checkpointer.close()
