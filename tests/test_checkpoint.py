@@ -1,4 +1,4 @@
-"""Checkpointer (state + data iterator + config), load / save_weights / init_from (8 CPU devices)."""
+"""Checkpointer (state, data iterator, config); load, save_weights, init_from (8 CPU devices)."""
 import os
 
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
@@ -19,7 +19,8 @@ import pytest  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
 from albert_jax import config as config_lib  # noqa: E402
-from albert_jax.model import AlbertForPreTraining, AlbertForSequenceClassification, get_config  # noqa: E402
+from albert_jax.model import (AlbertForPreTraining, AlbertForSequenceClassification,  # noqa: E402
+                              get_config)
 from albert_jax.train import checkpoint, optim, sharding, state as state_lib  # noqa: E402
 
 SEQ_LEN, MAX_PREDICTIONS = 16, 3
@@ -127,6 +128,24 @@ def test_restore_onto_a_different_mesh(saved_run):
         assert leaf.sharding == leaf_sharding
     query = restored.params["albert"]["encoder"]["group_0"]["inner_group_0"]["attention"]["query"]
     assert query["kernel"].sharding.spec == P("fsdp", "tensor")
+
+
+def test_restore_into_a_changed_run_names_the_differences(saved_run):
+    workdir, config, model, _, _, _ = saved_run
+    optim_config = ml_collections.ConfigDict(config.optim.to_dict())
+    optim_config.name = "adamw"  # no trust-ratio stage: the optimizer state has one entry less
+    adamw, _ = optim.make_optimizer(optim_config, total_steps=100)
+    abstract, _ = state_lib.abstract_train_state(model, adamw, mesh_of(8, 1, 1),
+                                                 seq_len=SEQ_LEN, max_predictions=MAX_PREDICTIONS)
+    checkpointer = checkpoint.Checkpointer(workdir / "checkpoints", read_only=True)
+    with pytest.raises(ValueError) as error:
+        checkpointer.restore(2, abstract)
+    checkpointer.close()
+    message = str(error.value)
+    assert "the checkpoint for step 2" in message and "does not fit" in message
+    assert "in the checkpoint only: opt_state/1/3/count" in message
+    assert "missing in the checkpoint: opt_state/1/2/count" in message
+    assert "config.init_from" in message
 
 
 def small_state(value):
@@ -243,7 +262,8 @@ def test_errors_name_path_and_steps(tmp_path):
         checkpointer.save(step, small_state(step), None, "{}", force=True)
     checkpointer.wait_until_finished()
     abstract = jax.eval_shape(lambda: small_state(3))
-    with pytest.raises(FileNotFoundError, match=r"no checkpoint for step 4 .*available steps: \[3, 5\]"):
+    with pytest.raises(FileNotFoundError,
+                       match=r"no checkpoint for step 4 .*available steps: \[3, 5\]"):
         checkpointer.restore(4, abstract)
     with pytest.raises(FileNotFoundError, match="holds no data iterator state"):
         checkpointer.restore(5, abstract, data_iterator())

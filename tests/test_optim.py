@@ -25,7 +25,8 @@ def reference_step(params, grads, slots, lr, trust_ratio=True):
         m = BETA_1 * m + (1.0 - BETA_1) * g
         v = BETA_2 * v + (1.0 - BETA_2) * g * g
         update = m / (np.sqrt(v) + EPSILON)
-        use_decay = not any(re.search(pattern, name) for pattern in ("LayerNorm", "layer_norm", "bias"))
+        use_decay = not any(re.search(pattern, name)
+                            for pattern in ("LayerNorm", "layer_norm", "bias"))
         if use_decay:
             update = update + WEIGHT_DECAY * w
         ratio = 1.0
@@ -115,8 +116,8 @@ def test_steps_match_numpy_reference(name, trust_ratio):
     update = jax.jit(optimizer.update)
     for _ in range(3):
         grads = make_grads(rng, shapes)
-        updates, opt_state = update(nest({k: jnp.asarray(v, jnp.float32) for k, v in grads.items()}),
-                                    opt_state, jax_params)
+        jax_grads = nest({k: jnp.asarray(v, jnp.float32) for k, v in grads.items()})
+        updates, opt_state = update(jax_grads, opt_state, jax_params)
         jax_params = optax.apply_updates(jax_params, updates)
         ref_params, ref_slots = reference_step(ref_params, split_layers(grads), ref_slots, lr,
                                                trust_ratio)

@@ -44,6 +44,27 @@ def _restore_args(abstract_tree: Any) -> Any:
     return ocp.checkpoint_utils.construct_restore_args(abstract_tree)
 
 
+def _flat(tree: Any) -> dict[str, Any]:
+    """{"a/b/c": leaf}: a TrainState and Orbax's saved metadata tree of it get the same names."""
+    return {optim.path_name(path): leaf
+            for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]}
+
+
+def _mismatches(saved: Any, wanted: Any, extra_allowed: bool) -> list[str]:
+    """Lines naming each leaf of `wanted` absent from `saved` or of another shape, and (unless
+    `extra_allowed`) each saved leaf that `wanted` lacks."""
+    saved, wanted = _flat(saved), _flat(wanted)
+    lines = [f"  missing in the checkpoint: {name}"
+             for name in sorted(wanted.keys() - saved.keys())]
+    if not extra_allowed:
+        lines += [f"  in the checkpoint only: {name}"
+                  for name in sorted(saved.keys() - wanted.keys())]
+    lines += [f"  shape mismatch: {name}: checkpoint {tuple(saved[name].shape)}, model "
+              f"{tuple(leaf.shape)}" for name, leaf in sorted(wanted.items())
+              if name in saved and tuple(saved[name].shape) != tuple(leaf.shape)]
+    return lines
+
+
 class Checkpointer:
     """The checkpoints of one run, in `directory` (`<workdir>/checkpoints`)."""
 
@@ -111,6 +132,15 @@ class Checkpointer:
         one mesh restores onto another. `data_iterator`, if given, is set to the saved position.
         """
         step = self.resolve_step(step)
+        problems = _mismatches(self._manager.item_metadata(step)[STATE].tree, abstract_state,
+                               extra_allowed=False)
+        if problems:
+            raise ValueError("\n".join(
+                [f"the checkpoint for step {step} in {self.directory} does not fit this run's "
+                 "train state:", *problems,
+                 "the model or optimizer config changed since it was saved: restore with the "
+                 "saved config, or start a new workdir with config.init_from=<this checkpoint> "
+                 "(weights only, fresh optimizer)"]))
         items = {STATE: ocp.args.PyTreeRestore(abstract_state,
                                                restore_args=_restore_args(abstract_state)),
                  CONFIG: ocp.args.JsonRestore()}
@@ -185,11 +215,6 @@ def _model_config(saved_config: dict[str, Any]) -> ml_collections.ConfigDict:
     return config_lib.model_config(ml_collections.ConfigDict(saved_config))
 
 
-def _flat(tree: Any) -> dict[str, Any]:
-    return {optim.path_name(path): leaf
-            for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]}
-
-
 def _load_shardings(saved_params: Any, model_config: ml_collections.ConfigDict,
                     mesh: jax.sharding.Mesh | None) -> Any:
     """Where each loaded parameter goes: device 0, or on `mesh` by the logical-axis rules.
@@ -203,7 +228,7 @@ def _load_shardings(saved_params: Any, model_config: ml_collections.ConfigDict,
     boxed = state_lib.boxed_abstract_params(
         AlbertForPreTraining(model_config), seq_len=1, max_predictions=1)
     boxes = {optim.path_name(path): leaf for path, leaf in jax.tree_util.tree_flatten_with_path(
-        boxed, is_leaf=lambda x: hasattr(x, "names"))[0]}
+        boxed, is_leaf=sharding.is_boxed)[0]}
 
     def placement(path: Any, metadata: Any) -> jax.sharding.NamedSharding:
         box = boxes.get(optim.path_name(path))
@@ -268,20 +293,13 @@ def load_params_for_init(path: str, abstract_params: Any) -> Any:
     """
     checkpointer, step = _open(path, None)
     try:
-        saved = _flat(checkpointer.saved_params(step))
-        wanted = _flat(abstract_params)
-        missing = sorted(name for name in wanted if name not in saved)
-        mismatched = sorted(
-            f"{name}: checkpoint {tuple(saved[name].shape)}, model {tuple(leaf.shape)}"
-            for name, leaf in wanted.items()
-            if name in saved and tuple(saved[name].shape) != tuple(leaf.shape))
-        if missing or mismatched:
-            lines = [f"init_from={path} (step {step}) does not fit the model:"]
-            lines += [f"  missing in the checkpoint: {name}" for name in missing]
-            lines += [f"  shape mismatch: {entry}" for entry in mismatched]
-            lines.append("check the model config (preset and overrides) matches the run that "
-                         "saved the checkpoint")
-            raise ValueError("\n".join(lines))
+        problems = _mismatches(checkpointer.saved_params(step), abstract_params,
+                               extra_allowed=True)
+        if problems:
+            raise ValueError("\n".join(
+                [f"init_from={path} (step {step}) does not fit the model:", *problems,
+                 "check the model config (preset and overrides) matches the run that saved "
+                 "the checkpoint"]))
         return checkpointer.restore_params(step, abstract_params)
     finally:
         checkpointer.close()

@@ -100,17 +100,18 @@ def replicated(mesh: jax.sharding.Mesh) -> NamedSharding:
     return NamedSharding(mesh, PartitionSpec())
 
 
-def _is_box(value: Any) -> bool:
+def is_boxed(value: Any) -> bool:
+    """True for a leaf that carries partitioning metadata (`nn.LogicallyPartitioned`)."""
     return isinstance(value, nn.Partitioned)
 
 
 def _unbox(value: Any) -> Any:
-    return value.value if _is_box(value) else value
+    return value.value if is_boxed(value) else value
 
 
 def unbox(tree: Any) -> Any:
     """The plain arrays of a boxed tree (without the sharding constraint `nn.unbox` may add)."""
-    return jax.tree.map(_unbox, tree, is_leaf=_is_box)
+    return jax.tree.map(_unbox, tree, is_leaf=is_boxed)
 
 
 def logical_axes(leaf: Any) -> tuple[str | None, ...] | None:
@@ -123,7 +124,7 @@ def logical_axes(leaf: Any) -> tuple[str | None, ...] | None:
 def partition_spec(leaf: Any, mesh: jax.sharding.Mesh,
                    rules: tuple[tuple[str, Any], ...] = LOGICAL_RULES) -> PartitionSpec:
     """The mesh PartitionSpec of one (boxed or plain) leaf; see the module doc for the fallback."""
-    if not _is_box(leaf):
+    if not is_boxed(leaf):
         return PartitionSpec()
     if isinstance(leaf, nn.LogicallyPartitioned):
         spec = nn.logical_to_mesh_axes(leaf.names, rules)
@@ -145,7 +146,7 @@ def param_shardings(boxed_tree: Any, mesh: jax.sharding.Mesh,
     boxed leaves are sharded by their logical names, plain leaves (step counters) replicated.
     """
     return jax.tree.map(lambda leaf: NamedSharding(mesh, partition_spec(leaf, mesh, rules)),
-                        boxed_tree, is_leaf=_is_box)
+                        boxed_tree, is_leaf=is_boxed)
 
 
 def init_sharded(init_fn: Callable[..., Any], mesh: jax.sharding.Mesh, *args: Any,
@@ -175,7 +176,7 @@ def debug_table(boxed_tree: Any, mesh: jax.sharding.Mesh,
     then a total line (parameter count, bytes per device, bytes over all devices)."""
     rows = [("parameter", "shape", "logical axes", "partition spec", "per device")]
     total_count = total_bytes = device_bytes = 0
-    leaves = jax.tree_util.tree_flatten_with_path(boxed_tree, is_leaf=_is_box)[0]
+    leaves = jax.tree_util.tree_flatten_with_path(boxed_tree, is_leaf=is_boxed)[0]
     for path, leaf in leaves:
         value = _unbox(leaf)
         spec = partition_spec(leaf, mesh, rules)

@@ -12,7 +12,7 @@ counters are plain and replicated.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import flax
 import flax.linen as nn
@@ -54,7 +54,7 @@ def example_inputs(model: nn.Module, seq_len: int,
 
 
 def _boxed_init(model: nn.Module, optimizer: optax.GradientTransformation,
-                inputs: tuple[jax.Array, ...]):
+                inputs: tuple[jax.Array, ...]) -> Callable[[jax.Array], TrainState]:
     """rng -> TrainState with boxed params and opt_state (moments boxed like the params)."""
 
     def init(rng: jax.Array) -> TrainState:
