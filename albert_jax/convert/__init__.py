@@ -1,6 +1,7 @@
 """Checkpoint conversion: reference TF1 checkpoints and HuggingFace weights in, HuggingFace out.
 
-  config, params = load_tf_checkpoint("albert_base/model.ckpt-best", "albert_base/albert_config.json")
+  config, params = load_tf_checkpoint("albert_base/model.ckpt-best",
+                                      "albert_base/albert_config.json")
   config, params = load_huggingface("path/to/save_pretrained_dir")
   save_huggingface(config, params, "out_dir")   # transformers.AlbertForPreTraining.from_pretrained
 

@@ -147,6 +147,35 @@ def _read_file(path: str) -> dict[str, np.ndarray]:
             for name, tensor in state.items()}
 
 
+def _pop_tied_and_mapping(tensors: dict[str, np.ndarray], config: ml_collections.ConfigDict
+                          ) -> list[str]:
+    """Removes the weights HF keeps beyond ours, checking that dropping them loses nothing:
+    the tied decoder copies (SPEC 4.2) and, when E == H, the embedding mapping (SPEC 11.2)."""
+    problems = []
+    word_embeddings = tensors.get("albert.embeddings.word_embeddings.weight")
+    decoder = tensors.pop("predictions.decoder.weight", None)
+    if decoder is not None and word_embeddings is not None \
+            and not np.array_equal(decoder, word_embeddings):
+        problems.append("predictions.decoder.weight differs from the word embeddings (untied, e.g. "
+                        "tie_word_embeddings=false); the ALBERT decoder is tied (SPEC 4.2)")
+    decoder_bias = tensors.pop("predictions.decoder.bias", None)
+    if decoder_bias is not None and "predictions.bias" not in tensors:
+        tensors["predictions.bias"] = decoder_bias
+    elif decoder_bias is not None and not np.array_equal(decoder_bias, tensors["predictions.bias"]):
+        problems.append("predictions.decoder.bias differs from predictions.bias")
+    if config.embedding_size == config.hidden_size:
+        kernel = tensors.pop(f"{_MAPPING}.weight", None)
+        bias = tensors.pop(f"{_MAPPING}.bias", None)
+        if kernel is None or bias is None or not (
+                np.array_equal(kernel, np.eye(config.hidden_size)) and not np.any(bias)):
+            problems.append(
+                f"embedding_size == hidden_size == {config.hidden_size}: HF applies "
+                f"{_MAPPING} anyway, but ALBERT has no such layer then (SPEC 3.2.4), so only an "
+                "identity mapping (weight = I, bias = 0, as save_huggingface writes) converts "
+                "exactly; this file's mapping is missing or not the identity")
+    return problems
+
+
 def load_huggingface(path: str) -> tuple[ml_collections.ConfigDict, dict[str, Any]]:
     """(model config, params) from a transformers `save_pretrained` ALBERT directory.
 
@@ -169,29 +198,10 @@ def load_huggingface(path: str) -> tuple[ml_collections.ConfigDict, dict[str, An
         tensors = {f"albert.{name}": tensor for name, tensor in tensors.items()}
     for buffer in _BUFFERS:
         tensors.pop(buffer, None)
-    problems = []
-    word_embeddings = tensors.get("albert.embeddings.word_embeddings.weight")
-    decoder = tensors.pop("predictions.decoder.weight", None)
-    if decoder is not None and word_embeddings is not None and not np.array_equal(decoder, word_embeddings):
-        problems.append("predictions.decoder.weight differs from the word embeddings (untied, e.g. "
-                        "tie_word_embeddings=false); the ALBERT decoder is tied (SPEC 4.2)")
-    decoder_bias = tensors.pop("predictions.decoder.bias", None)
-    if decoder_bias is not None and "predictions.bias" not in tensors:
-        tensors["predictions.bias"] = decoder_bias
-    elif decoder_bias is not None and not np.array_equal(decoder_bias, tensors["predictions.bias"]):
-        problems.append("predictions.decoder.bias differs from predictions.bias")
-    if config.embedding_size == config.hidden_size:
-        kernel, bias = tensors.pop(f"{_MAPPING}.weight", None), tensors.pop(f"{_MAPPING}.bias", None)
-        if kernel is None or bias is None or not (
-                np.array_equal(kernel, np.eye(config.hidden_size)) and not np.any(bias)):
-            problems.append(
-                f"embedding_size == hidden_size == {config.hidden_size}: HF applies "
-                f"{_MAPPING} anyway, but ALBERT has no such layer then (SPEC 3.2.4), so only an "
-                "identity mapping (weight = I, bias = 0, as save_huggingface writes) converts "
-                "exactly; this file's mapping is not the identity")
+    problems = _pop_tied_and_mapping(tensors, config)
     name_map = _hf_name_map(config)
-    wanted, match_problems = match_variables({name: tensor.shape for name, tensor in tensors.items()},
-                                             name_map, param_shapes(config))
+    wanted, match_problems = match_variables(
+        {name: tensor.shape for name, tensor in tensors.items()}, name_map, param_shapes(config))
     problems += match_problems
     if "albert.pooler.weight" not in tensors:
         problems.append("the file has no pooler (transformers' AlbertForMaskedLM and "
@@ -241,8 +251,8 @@ def save_huggingface(config: ml_collections.ConfigDict, params: dict[str, Any], 
                          "optionally 'predictions' and 'seq_relationship' (an AlbertForPreTraining "
                          "params tree, e.g. variables['params'])")
     flat = traverse_util.flatten_dict(params)
-    name_map = {name: (target, transpose) for name, (target, transpose) in _hf_name_map(config).items()
-                if target[0] in heads | {"albert"}}
+    name_map = {name: entry for name, entry in _hf_name_map(config).items()
+                if entry[0][0] in heads | {"albert"}}
     ours = {target: name for name, (target, _) in name_map.items()}
     shapes = param_shapes(config)
     problems = [f"unknown parameters {sorted('/'.join(p) for p in set(flat) - set(ours))}"] \
@@ -265,6 +275,7 @@ def save_huggingface(config: ml_collections.ConfigDict, params: dict[str, Any], 
     os.makedirs(path, exist_ok=True)
     save_file(tensors, os.path.join(path, "model.safetensors.tmp"), metadata={"format": "pt"})
     with open(os.path.join(path, "config.json.tmp"), "w") as config_file:
-        json.dump(hf_config_dict(config, _ARCHITECTURES[heads]), config_file, indent=2, sort_keys=True)
+        json.dump(hf_config_dict(config, _ARCHITECTURES[heads]), config_file, indent=2,
+                  sort_keys=True)
     os.replace(os.path.join(path, "model.safetensors.tmp"), os.path.join(path, "model.safetensors"))
     os.replace(os.path.join(path, "config.json.tmp"), os.path.join(path, "config.json"))

@@ -1,9 +1,9 @@
 """Original google-research ALBERT TF1 checkpoints and TF-Hub exports, read without TensorFlow.
 
 A TF1 checkpoint `<prefix>` is a tensor bundle (tensorflow/core/util/tensor_bundle):
-  `<prefix>.index`                  a LevelDB-format table (tensorflow/core/lib/io/table_format.txt):
-                                    key "" -> BundleHeaderProto, tensor name -> BundleEntryProto
-  `<prefix>.data-SSSSS-of-NNNNN`    the raw little-endian tensor bytes that the entries point at
+  `<prefix>.index`                a LevelDB-format table (tensorflow/core/lib/io/table_format.txt):
+                                  key "" -> BundleHeaderProto, tensor name -> BundleEntryProto
+  `<prefix>.data-SSSSS-of-NNNNN`  the raw little-endian tensor bytes that the entries point at
 The protobufs are decoded by hand (varint wire format) and the table blocks are read and written
 exactly as TF's table_builder.cc / block_builder.cc / format.cc do, checksums included; TF writes
 bundle index blocks uncompressed (tensor_bundle.cc sets kNoCompression), so a snappy block is
@@ -297,7 +297,9 @@ _DTYPES: dict[int, np.dtype] = {
     14: np.dtype(ml_dtypes.bfloat16), 19: np.dtype("<f2"),
 }
 _DTYPE_ENUMS = {dtype.newbyteorder("="): enum for enum, dtype in _DTYPES.items()}
-_HEADER = b"\x08\x01" + b"\x1a\x02\x08\x01"  # num_shards 1, (LITTLE endian = default), version{producer 1}
+# BundleHeaderProto: num_shards 1, endianness LITTLE (0, the default, so absent), version
+# {producer 1} (kTensorBundleVersion; min_consumer 0 absent).
+_HEADER = b"\x08\x01" + b"\x1a\x02\x08\x01"
 
 
 class _Entry:
@@ -324,6 +326,20 @@ class _Entry:
                 self.crc = value
             elif field == 7:
                 self.sliced = True
+
+
+def _entry_proto(dtype_enum: int, shape: tuple[int, ...], offset: int, size: int,
+                 crc: int) -> bytes:
+    """BundleEntryProto bytes as proto3 serializes them: fields in number order, zeros left out,
+    the shape always present (BundleWriter sets it, even for a scalar)."""
+    def field(tag: int, value: int) -> bytes:
+        return bytes([tag]) + _varint(value) if value else b""
+
+    dims = [field(0x08, size) for size in shape]  # Dim {int64 size = 1}
+    shape_proto = b"".join(b"\x12" + _varint(len(dim)) + dim for dim in dims)  # repeated dim = 2
+    return (field(0x08, dtype_enum) + b"\x12" + _varint(len(shape_proto)) + shape_proto
+            + field(0x20, offset) + field(0x28, size)
+            + (b"\x35" + struct.pack("<I", crc) if crc else b""))  # fixed32 crc32c = 6
 
 
 def _data_filename(prefix: str, shard: int, num_shards: int) -> str:
@@ -392,7 +408,8 @@ def save_tf_checkpoint(variables: Mapping[str, np.ndarray], prefix: str) -> None
             raise ValueError("variable names must be non-empty (the empty key is the header)")
         if array.dtype.newbyteorder("=") not in _DTYPE_ENUMS:
             raise ValueError(f"variable {name!r} has dtype {array.dtype}, which has no TF "
-                             f"checkpoint encoding here; use one of {sorted(map(str, _DTYPE_ENUMS))}")
+                             "checkpoint encoding here; use one of "
+                             f"{sorted(map(str, _DTYPE_ENUMS))}")
     os.makedirs(os.path.dirname(os.path.abspath(prefix)), exist_ok=True)
     data_path, index_items, offset = _data_filename(prefix, 0, 1), [(b"", _HEADER)], 0
     with open(data_path + ".tmp", "wb") as data_file:
@@ -400,15 +417,8 @@ def save_tf_checkpoint(variables: Mapping[str, np.ndarray], prefix: str) -> None
             array = arrays[name]
             raw = np.ascontiguousarray(array, array.dtype.newbyteorder("<")).tobytes()
             data_file.write(raw)
-            dims = b"".join(b"\x12" + _varint(len(dim)) + dim
-                            for dim in (b"\x08" + _varint(size) if size else b""
-                                        for size in array.shape))
-            entry = b"\x08" + _varint(_DTYPE_ENUMS[array.dtype.newbyteorder("=")])
-            entry += b"\x12" + _varint(len(dims)) + dims
-            entry += (b"\x20" + _varint(offset) if offset else b"")
-            entry += (b"\x28" + _varint(len(raw)) if raw else b"")
-            crc = mask_crc(crc32c(raw))
-            entry += b"\x35" + struct.pack("<I", crc) if crc else b""
+            entry = _entry_proto(_DTYPE_ENUMS[array.dtype.newbyteorder("=")], array.shape,
+                                 offset, len(raw), mask_crc(crc32c(raw)))
             index_items.append((name.encode(), entry))
             offset += len(raw)
     with open(prefix + ".index.tmp", "wb") as index_file:
@@ -434,7 +444,8 @@ _TF_ACTIVATIONS = {"gelu": "gelu_tanh", "gelu_new": "gelu_tanh", "relu": "relu"}
 _SKIPPED_SUFFIXES = ("/adam_m", "/adam_v")
 
 
-def model_config_from_albert_json(fields: Mapping[str, Any], source: str = "config") -> ml_collections.ConfigDict:
+def model_config_from_albert_json(fields: Mapping[str, Any], source: str = "config"
+                                  ) -> ml_collections.ConfigDict:
     """Our model config from the fields of a reference albert_config.json (SPEC 3.1)."""
     if "vocab_size" not in fields:
         raise ConfigError(f"{source}: vocab_size is required (the reference has no default)")
@@ -479,16 +490,19 @@ def _tf_name_map(config: ml_collections.ConfigDict) -> dict[str, tuple[tuple[str
         add(f"{tf_scope}/beta", f"{path}/bias")
 
     for table in ("word", "token_type", "position"):
-        add(f"bert/embeddings/{table}_embeddings", f"albert/embeddings/{table}_embeddings/embedding")
+        add(f"bert/embeddings/{table}_embeddings",
+            f"albert/embeddings/{table}_embeddings/embedding")
     layer_norm("bert/embeddings/LayerNorm", "albert/embeddings/LayerNorm")
     if config.embedding_size != config.hidden_size:  # SPEC 3.2.4: absent when E == H
-        dense("bert/encoder/embedding_hidden_mapping_in", "albert/encoder/embedding_hidden_mapping_in")
+        dense("bert/encoder/embedding_hidden_mapping_in",
+              "albert/encoder/embedding_hidden_mapping_in")
     for group in range(config.num_hidden_groups):
         for inner in range(config.inner_group_num):
             tf_scope = f"bert/encoder/transformer/group_{group}/inner_group_{inner}"
             scope = f"albert/encoder/group_{group}/inner_group_{inner}"
             for projection in ("query", "key", "value"):
-                dense(f"{tf_scope}/attention_1/self/{projection}", f"{scope}/attention/{projection}")
+                dense(f"{tf_scope}/attention_1/self/{projection}",
+                      f"{scope}/attention/{projection}")
             dense(f"{tf_scope}/attention_1/output/dense", f"{scope}/attention/output")
             layer_norm(f"{tf_scope}/LayerNorm", f"{scope}/attention/LayerNorm")
             dense(f"{tf_scope}/ffn_1/intermediate/dense", f"{scope}/ffn/intermediate")
@@ -507,7 +521,8 @@ def _tf_name_map(config: ml_collections.ConfigDict) -> dict[str, tuple[tuple[str
 
 def match_variables(stored_shapes: Mapping[str, tuple[int, ...]],
                     name_map: Mapping[str, tuple[tuple[str, ...], bool]],
-                    shapes: Mapping[tuple[str, ...], tuple[int, ...]]) -> tuple[set[str], list[str]]:
+                    shapes: Mapping[tuple[str, ...], tuple[int, ...]]
+                    ) -> tuple[set[str], list[str]]:
     """Which stored variables to load, and every problem found, as readable sentences.
 
     stored_shapes: name -> shape in the file; name_map: name -> (our path, transpose?);
@@ -517,7 +532,8 @@ def match_variables(stored_shapes: Mapping[str, tuple[int, ...]],
     present = {name_map[name][0][0] for name in stored_shapes if name in name_map}
     wanted = {name for name, (path, _) in name_map.items() if path[0] in present | {"albert"}}
     problems = []
-    missing, unknown = sorted(wanted - set(stored_shapes)), sorted(set(stored_shapes) - set(name_map))
+    missing = sorted(wanted - set(stored_shapes))
+    unknown = sorted(set(stored_shapes) - set(name_map))
     if missing:
         problems.append(f"missing variables {missing}")
     if unknown:
@@ -526,7 +542,8 @@ def match_variables(stored_shapes: Mapping[str, tuple[int, ...]],
         path, transpose = name_map[name]
         needed = shapes[path][::-1] if transpose else shapes[path]
         if tuple(stored_shapes[name]) != needed:
-            problems.append(f"{name} has shape {tuple(stored_shapes[name])}, the config needs {needed}")
+            problems.append(f"{name} has shape {tuple(stored_shapes[name])}, the config needs "
+                            f"{needed}")
     return wanted, problems
 
 
