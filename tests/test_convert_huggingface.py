@@ -25,15 +25,16 @@ from albert_jax.model import AlbertForPreTraining, AlbertModel, ConfigError, get
 BASE = dict(vocab_size=64, embedding_size=16, hidden_size=32, num_hidden_layers=2,
             num_attention_heads=4, intermediate_size=48, max_position_embeddings=24,
             hidden_act="gelu_new")
-# Non-standard shapes and sharing layouts that must all convert exactly.
+# Non-standard shapes, sharing layouts and each activation (HF "gelu" is the exact erf form,
+# "gelu_new" the tanh form, SPEC 3.2.8), all of which must convert exactly.
 CONFIGS = {
     "tiny": {},
-    "odd_widths": dict(embedding_size=24, hidden_size=33, num_attention_heads=3, intermediate_size=40),
+    "odd_widths_exact_gelu": dict(embedding_size=24, hidden_size=33, num_attention_heads=3,
+                                  intermediate_size=40, hidden_act="gelu"),
     "embedding_equals_hidden": dict(embedding_size=32),
-    "two_groups_four_layers": dict(num_hidden_layers=4, num_hidden_groups=2),
+    "two_groups_four_layers_relu": dict(num_hidden_layers=4, num_hidden_groups=2,
+                                        hidden_act="relu"),
     "two_inner_groups": dict(inner_group_num=2),
-    "exact_gelu": dict(hidden_act="gelu"),
-    "relu": dict(hidden_act="relu"),
 }
 MAPPING = "albert.encoder.embedding_hidden_mapping_in"
 
