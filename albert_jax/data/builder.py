@@ -259,6 +259,12 @@ def make_builder(config: ml_collections.ConfigDict, *,
                  num_processes: int | None = None) -> AlbertPretraining:
     """The builder of a run config (checks it and the tokenizer file; builds nothing)."""
     builder_config = PretrainingConfig.from_config(config)
+    vocab_size = Tokenizer.load(config.data.tokenizer, lower=config.data.do_lower_case).vocab_size
+    if vocab_size > config.data.vocab_size:
+        raise ConfigError(
+            f"tokenizer {config.data.tokenizer} has {vocab_size} pieces but config.data.vocab_size="
+            f"{config.data.vocab_size} (the model's embedding rows): set "
+            f"--config.data.vocab_size={vocab_size}")
     return AlbertPretraining(config=builder_config, data_dir=os.fspath(config.data.dir),
                              file_format=builder_config.file_format, num_processes=num_processes)
 
