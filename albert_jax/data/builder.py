@@ -9,9 +9,10 @@ Read it with `pipeline.make_iterator`, or with plain TFDS (no TensorFlow needed)
   tfds.data_source("albert_pretraining/<config name>", data_dir=config.data.dir)
   tfds.builder_from_directory(builder.dataset_dir(config))
 
-The config name ends in a hash of everything that changes the data (corpus and its files'
-sizes, tokenizer file contents, seq_len, masking and instance settings, dupe_factor, seed, format),
-so two different configs never share a folder, and a finished folder is reused as is.
+The config name ends in a hash of everything that changes the data (the corpus files' names and
+sizes, the tokenizer file's bytes, seq_len, masking and instance settings, dupe_factor, seed,
+format), so two different configs never share a folder, and a finished folder is reused as is
+(also from another machine where the corpus lies under another path).
 
 How the work is cut up (bounded memory, every core, deterministic):
 - The main process streams the corpus source by source (`corpus.read_documents`) and cuts the
@@ -67,7 +68,7 @@ _BASE_CONFIG_FIELDS = frozenset(field.name for field in dataclasses.fields(tfds.
 class PretrainingConfig(tfds.core.BuilderConfig):
     """Everything that changes the written examples; `name` is derived from it by `from_config`."""
     corpus: str = corpus.DEMO
-    corpus_signature: str = ""  # sources and their sizes (a changed file gets a new folder)
+    corpus_signature: str = ""  # file names and sizes (a changed file gets a new folder)
     tokenizer: str = ""
     tokenizer_sha256: str = ""
     do_lower_case: bool = True
@@ -106,8 +107,10 @@ class PretrainingConfig(tfds.core.BuilderConfig):
             sentence_objective=str(data.sentence_objective),
             reference_compat=bool(data.reference_compat), eval_fraction=float(data.eval_fraction),
             seed=int(config.seed), file_format=str(data.format))
-        # The tokenizer *path* is not part of the identity: a copied model file gives the same data.
-        identity = {key: value for key, value in settings.items() if key != "tokenizer"}
+        # Paths are not part of the identity: a moved corpus or a copied tokenizer file (same
+        # names, sizes and bytes) gives the same data, so it finds the same folder.
+        identity = {key: value for key, value in settings.items()
+                    if key not in ("corpus", "tokenizer")}
         digest = hashlib.sha256(repr(sorted(identity.items())).encode()).hexdigest()[:12]
         name = (f"seq{settings['seq_len']}_pred{settings['max_predictions']}_"
                 f"dupe{settings['dupe_factor']}_{settings['sentence_objective']}_{digest}")
@@ -148,7 +151,8 @@ def _check_settings(config: ml_collections.ConfigDict) -> None:
 
 
 def _corpus_signature(corpus_spec: str) -> str:
-    """The corpus sources with their sizes (files) or the Python version (demo corpus)."""
+    """The corpus sources in order: file names with sizes, TFDS names, or the demo corpus with
+    the Python version it comes from."""
     parts = []
     for source in corpus.list_sources(corpus_spec):
         if source == corpus.DEMO:
@@ -156,7 +160,7 @@ def _corpus_signature(corpus_spec: str) -> str:
         elif source.startswith(corpus.TFDS_PREFIX):
             parts.append(source)
         else:
-            parts.append(f"{source}:{os.path.getsize(source)}")
+            parts.append(f"{os.path.basename(source)}:{os.path.getsize(source)}")
     return ";".join(parts)
 
 

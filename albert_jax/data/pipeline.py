@@ -35,6 +35,7 @@ import os
 from typing import Any, Sequence
 
 import grain
+from absl import flags
 import jax
 import ml_collections
 import numpy as np
@@ -141,6 +142,10 @@ def make_iterator(config: ml_collections.ConfigDict, split: str = "train", *,
     iterable = dataset.to_iter_dataset(
         grain.ReadOptions(num_threads=read_ahead, prefetch_buffer_size=max(1, read_ahead)))
     if config.data.num_workers > 0:
+        if not flags.FLAGS.is_parsed():
+            # grain reads its absl flags when it starts workers; outside `albert-jax` (a script,
+            # a notebook, a test) nobody parsed them: take their defaults (DESIGN 3 trap).
+            flags.FLAGS.mark_as_parsed()
         iterable = iterable.mp_prefetch(
             grain.MultiprocessingOptions(num_workers=int(config.data.num_workers)))
     return iter(iterable)
