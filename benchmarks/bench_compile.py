@@ -1,0 +1,178 @@
+"""Compile time of the pretraining gradient versus depth: nn.scan over the shared layer vs a loop.
+
+  .venv/bin/python benchmarks/bench_compile.py [--layers=12,48] [--repeats=3] [--batch=2]
+
+What is timed: `jax.jit(jax.grad(loss))` of the MLM + SOP loss (SPEC 5.3-5.5) of an
+AlbertForPreTraining with the albert-base-v2 shape (E=128, H=768, I=3072, 12 heads, V=30000),
+seq 128, 20 masked positions. `.lower()` (trace + StableHLO) and `.compile()` (XLA) are timed
+apart, each the median of `--repeats` fresh compiles: jax.clear_caches() before each and a
+different batch size per repeat, so nothing is reused. Inputs are abstract (ShapeDtypeStruct):
+nothing is allocated or run.
+
+Two models with the same parameters (one shared block, SPEC 3.3):
+  scan  albert_jax's AlbertForPreTraining (sharing="all": the block is traced once, nn.scan).
+  loop  the same Embeddings / AttentionBlock / FeedForwardBlock / heads, with the encoder as a
+        Python loop calling one shared block L times: the HuggingFace Flax design (SPEC 11.1),
+        whose program grows with L.
+The scanned model's L=48 / L=12 total time must stay within 1.25x (DESIGN 3); the script
+exits with status 1 otherwise.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from typing import Callable
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+import optax
+
+from albert_jax.model import AlbertForPreTraining, get_config, heads, layers
+from albert_jax.model.albert import Embeddings
+from albert_jax.model.encoder import AttentionBlock, FeedForwardBlock, compute_dtype
+
+SEQ_LEN = 128
+MAX_PREDICTIONS = 20
+MAX_SCAN_RATIO = 1.25
+
+
+class LoopEncoder(nn.Module):
+    """The projection and ONE shared block applied L times by a Python loop (unrolled)."""
+
+    config: ml_collections.ConfigDict
+
+    @nn.compact
+    def __call__(self, embedded: jax.Array, attention_mask: jax.Array) -> jax.Array:
+        """embedded [batch, seq, embedding], attention_mask [batch, seq] -> [batch, seq, hidden]."""
+        config = self.config
+        hidden = layers.Dense(config.hidden_size, ("embedding", "hidden"),
+                              layers.truncated_normal(config.initializer_range),
+                              dtype=compute_dtype(config),
+                              name="embedding_hidden_mapping_in")(embedded)
+        attention_bias = ((1.0 - attention_mask.astype(jnp.float32)) * -10000.0)[:, None, None, :]
+        attention = AttentionBlock(config, name="attention")
+        ffn = FeedForwardBlock(config, name="ffn")
+        for _ in range(config.num_hidden_layers):
+            hidden = ffn(attention(hidden, attention_bias))
+        return hidden
+
+
+class LoopAlbertForPreTraining(nn.Module):
+    """AlbertForPreTraining with LoopEncoder in place of the scanned encoder."""
+
+    config: ml_collections.ConfigDict
+
+    @nn.compact
+    def __call__(self, input_ids: jax.Array, token_type_ids: jax.Array,
+                 attention_mask: jax.Array, masked_lm_positions: jax.Array
+                 ) -> tuple[jax.Array, jax.Array]:
+        config = self.config
+        embeddings = Embeddings(config, name="embeddings")
+        sequence_output = LoopEncoder(config, name="encoder")(
+            embeddings(input_ids, token_type_ids), attention_mask)
+        pooled_output = jnp.tanh(layers.Dense(
+            config.hidden_size, ("hidden", "hidden_out"),
+            layers.truncated_normal(config.initializer_range), name="pooler")(
+                sequence_output[:, 0]))
+        mlm_logits = heads.MaskedLMHead(config, name="predictions")(
+            sequence_output, masked_lm_positions, embeddings.word_embeddings.attend)
+        sop_logits = heads.ClassifierHead(config, 2, name="seq_relationship")(pooled_output)
+        return mlm_logits, sop_logits
+
+
+def abstract_batch(batch_size: int) -> dict[str, jax.ShapeDtypeStruct]:
+    tokens = jax.ShapeDtypeStruct((batch_size, SEQ_LEN), jnp.int32)
+    predictions = jax.ShapeDtypeStruct((batch_size, MAX_PREDICTIONS), jnp.int32)
+    return dict(input_ids=tokens, token_type_ids=tokens, attention_mask=tokens,
+                masked_lm_positions=predictions, masked_lm_ids=predictions,
+                masked_lm_weights=jax.ShapeDtypeStruct((batch_size, MAX_PREDICTIONS), jnp.float32),
+                sentence_order_labels=jax.ShapeDtypeStruct((batch_size,), jnp.int32))
+
+
+def gradient_fn(model: nn.Module) -> Callable:
+    """jax.grad of SPEC 5.3-5.5: weighted MLM cross-entropy + mean SOP cross-entropy."""
+
+    def loss(params, batch):
+        mlm_logits, sop_logits = model.apply(
+            {"params": params}, batch["input_ids"], batch["token_type_ids"],
+            batch["attention_mask"], batch["masked_lm_positions"])
+        per_prediction = optax.softmax_cross_entropy_with_integer_labels(
+            mlm_logits, batch["masked_lm_ids"])
+        weights = batch["masked_lm_weights"]
+        mlm_loss = jnp.sum(per_prediction * weights) / (jnp.sum(weights) + 1e-5)
+        sop_loss = optax.softmax_cross_entropy_with_integer_labels(
+            sop_logits, batch["sentence_order_labels"]).mean()
+        return mlm_loss + sop_loss
+
+    return jax.grad(loss)
+
+
+def parameter_count(model: nn.Module) -> int:
+    return sum(leaf.size for leaf in jax.tree.leaves(abstract_params(model, abstract_batch(1))))
+
+
+def abstract_params(model: nn.Module, batch: dict[str, jax.ShapeDtypeStruct]) -> dict:
+    """The params tree as ShapeDtypeStructs (jax.eval_shape: nothing allocated)."""
+    init = lambda b: model.init(jax.random.key(0), b["input_ids"], b["token_type_ids"],
+                                b["attention_mask"], b["masked_lm_positions"])
+    return nn.unbox(jax.eval_shape(init, batch)["params"])
+
+
+def time_compiles(model: nn.Module, batch_sizes: list[int]) -> tuple[float, float]:
+    """Median seconds of (lower, compile) over fresh compiles, one per batch size."""
+    lower_times, compile_times = [], []
+    for batch_size in batch_sizes:
+        jax.clear_caches()
+        batch = abstract_batch(batch_size)
+        params = abstract_params(model, batch)
+        start = time.perf_counter()
+        lowered = jax.jit(gradient_fn(model)).lower(params, batch)
+        lowered_at = time.perf_counter()
+        lowered.compile()
+        compiled_at = time.perf_counter()
+        lower_times.append(lowered_at - start)
+        compile_times.append(compiled_at - lowered_at)
+    return statistics.median(lower_times), statistics.median(compile_times)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--layers", default="12,48", help="comma-separated depths; first is the base")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--batch", type=int, default=2, help="batch size of the first repeat")
+    args = parser.parse_args()
+    depths = [int(depth) for depth in args.layers.split(",")]
+    batch_sizes = [args.batch + repeat for repeat in range(args.repeats)]
+
+    print(f"jax {jax.__version__} on {jax.devices()[0].device_kind}; albert-base-v2 shape, "
+          f"seq {SEQ_LEN}, {MAX_PREDICTIONS} masked positions, batch sizes {batch_sizes}; "
+          f"median of {args.repeats} fresh compiles of jax.grad(MLM + SOP loss)\n")
+    print(f"| model | L | lower (s) | compile (s) | total (s) | total / L={depths[0]} |")
+    print("|---|---|---|---|---|---|")
+    ratios = {}
+    for name, model_class in (("scan", AlbertForPreTraining), ("loop", LoopAlbertForPreTraining)):
+        base_total = None
+        for depth in depths:
+            model = model_class(get_config("albert-base-v2", num_hidden_layers=depth))
+            # Same parameters as the scanned model: SPEC 7.2's 11,813,810 at every depth.
+            assert parameter_count(model) == 11_813_810, (name, depth)
+            lower_s, compile_s = time_compiles(model, batch_sizes)
+            total = lower_s + compile_s
+            base_total = base_total or total
+            ratios[name, depth] = total / base_total
+            print(f"| {name} | {depth} | {lower_s:.2f} | {compile_s:.2f} | {total:.2f} | "
+                  f"{total / base_total:.2f}x |", flush=True)
+
+    worst = max(ratios["scan", depth] for depth in depths)
+    verdict = "OK" if worst <= MAX_SCAN_RATIO else "FAIL"
+    print(f"\n{verdict}: scanned model's deepest/shallowest compile-time ratio {worst:.2f}x "
+          f"(limit {MAX_SCAN_RATIO}x)")
+    return 0 if verdict == "OK" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
