@@ -9,6 +9,7 @@
 """
 from __future__ import annotations
 
+import os
 import sys
 from typing import Callable, Sequence
 
@@ -87,7 +88,20 @@ def main(argv: Sequence[str] | None = None) -> None:
     if command is None:
         sys.exit(f"albert-jax: unknown command {' '.join(words)!r}\n{_usage()}")
     rest = [argv[0]] + argv[1 + len(words):]
-    app.run(lambda _: command(), argv=rest)
+    app.run(lambda _: _run(command, " ".join(words)), argv=rest)
+
+
+def _run(command: Callable[[], None], name: str) -> None:
+    """Runs a command; errors it raises on purpose print as one clear line, not a traceback."""
+    from albert_jax.model.presets import ConfigError
+    from albert_jax.train.loop import TrainingDiverged
+    try:
+        command()
+    except (ConfigError, TrainingDiverged, FileNotFoundError, ValueError) as error:
+        if os.environ.get("ALBERT_JAX_TRACEBACK"):
+            raise
+        sys.exit(f"albert-jax {name}: error: {error}\n"
+                 "(set ALBERT_JAX_TRACEBACK=1 to see where it was raised)")
 
 
 if __name__ == "__main__":

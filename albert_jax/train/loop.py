@@ -65,7 +65,7 @@ def prepare_workdir(config: ml_collections.ConfigDict, workdir: epath.Path) -> N
         workdir.mkdir(parents=True, exist_ok=True)
         temporary = workdir / "config.json.tmp"
         temporary.write_text(config_lib.to_json(config))
-        temporary.rename(path)
+        temporary.replace(path)
 
 
 class _Preemption:
@@ -161,9 +161,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
             state = state.replace(params=params)
             print(f"Initialised weights from {config.init_from}.", flush=True)
     start_step = int(state.step)
-    writer = metrics_lib.MetricsWriter(workdir)
     if latest is not None and is_main:
         _truncate_metrics(workdir / "metrics.jsonl", after_step=start_step)
+    writer = metrics_lib.MetricsWriter(workdir)  # after the truncation: it appends
     if start_step >= config.total_steps:
         print(f"Training is done: the checkpoint in {workdir} is at step {start_step} of "
               f"{config.total_steps}. Raise --config.total_steps to train further.", flush=True)
@@ -252,4 +252,4 @@ def _truncate_metrics(path: epath.Path, *, after_step: int) -> None:
             if line.strip() and json.loads(line)["step"] <= after_step]
     temporary = path.parent / (path.name + ".tmp")
     temporary.write_text("".join(line + "\n" for line in kept))
-    temporary.rename(path)
+    temporary.replace(path)

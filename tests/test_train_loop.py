@@ -1,0 +1,144 @@
+"""`albert-jax pretrain` end to end through the real CLI, on a small real-text dataset.
+
+Exact resume after SIGKILL, a clean stop on SIGTERM, the NaN guard, the workdir config check,
+and a finished run that reports it is done.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from albert_jax.data import corpus
+
+REPO = Path(__file__).resolve().parents[1]
+CLI = [sys.executable, "-m", "albert_jax.cli"]
+
+
+@pytest.fixture(scope="module")
+def data_flags(tmp_path_factory) -> list[str]:
+    """Tokenizer + dataset built by the real CLI from 400 demo documents (seq 64)."""
+    root = tmp_path_factory.mktemp("pretrain_data")
+    text = "\n\n".join("\n".join(document) for _, document in
+                       zip(range(400), corpus.demo_documents()))
+    (root / "corpus.txt").write_text(text + "\n")
+    flags = ["--config=configs/pretrain.py:runlocal",
+             f"--config.data.corpus={root / 'corpus.txt'}",
+             f"--config.data.tokenizer={root / 'spm.model'}",
+             f"--config.data.dir={root / 'data'}",
+             "--config.data.vocab_size=400", "--config.seq_len=64",
+             "--config.data.dupe_factor=2", "--config.data.eval_fraction=0.05"]
+    for command in (["tokenizer", "train"], ["data", "build"]):
+        result = subprocess.run(CLI + command + flags, cwd=REPO, capture_output=True, text=True,
+                                timeout=600)
+        assert result.returncode == 0, result.stderr[-3000:]
+    return flags
+
+
+def run_flags(data_flags: list[str], workdir: Path, **overrides) -> list[str]:
+    settings = dict(model="tiny", batch_size=8, total_steps=30, log_every_steps=1,
+                    checkpoint_every_steps=10, eval_every_steps=1000, eval_steps=2,
+                    eval_batch_size=8, **{"optim.schedule": "constant", "optim.warmup_steps": 5,
+                                           "optim.lr": 5e-3})
+    settings.update(overrides)
+    return (["pretrain"] + data_flags + [f"--workdir={workdir}"]
+            + [f"--config.{key}={value}" for key, value in settings.items()])
+
+
+def pretrain(flags: list[str], timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(CLI + flags, cwd=REPO, capture_output=True, text=True, timeout=timeout)
+
+
+def logged(workdir: Path) -> dict[int, dict]:
+    path = workdir / "metrics.jsonl"
+    if not path.exists():
+        return {}
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return {record["step"]: record for record in records if "loss" in record}
+
+
+def start_and_wait(flags: list[str], workdir: Path, until_step: int,
+                   until_checkpoint: int | None = None) -> subprocess.Popen:
+    process = subprocess.Popen(CLI + flags, cwd=REPO, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 600
+    checkpoint = workdir / "checkpoints" / str(until_checkpoint)
+    while (max(logged(workdir), default=0) < until_step
+           or (until_checkpoint is not None and not checkpoint.is_dir())):
+        assert process.poll() is None, process.stdout.read()[-3000:]
+        assert time.time() < deadline, "the run did not reach the step in time"
+        time.sleep(0.2)
+    return process
+
+
+def test_sigkill_then_resume_gives_the_losses_of_an_uninterrupted_run(data_flags, tmp_path):
+    straight = pretrain(run_flags(data_flags, tmp_path / "straight"))
+    assert straight.returncode == 0, straight.stderr[-3000:]
+    expected = logged(tmp_path / "straight")
+    assert sorted(expected) == list(range(1, 31))
+
+    workdir = tmp_path / "killed"
+    # A long run (the constant schedule does not depend on total_steps), killed past step 12
+    # once the async checkpoint of step 10 is complete.
+    process = start_and_wait(run_flags(data_flags, workdir, total_steps=1000), workdir, 12,
+                             until_checkpoint=10)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert process.returncode == -signal.SIGKILL
+    resumed = pretrain(run_flags(data_flags, workdir))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "Resuming from the checkpoint at step" in resumed.stdout
+    resumed_from = int(resumed.stdout.split("Resuming from the checkpoint at step")[1].split()[0])
+    assert 10 <= resumed_from < 30
+    got = logged(workdir)
+    assert sorted(got) == list(range(1, 31))  # records of the lost steps were replaced
+    for step in range(1, 31):
+        for key in ("loss", "masked_lm_loss", "sentence_order_loss", "masked_lm_accuracy",
+                    "sentence_order_accuracy", "learning_rate"):
+            assert got[step][key] == expected[step][key], (step, key)  # bit-exact on CPU
+
+
+def test_sigterm_saves_a_checkpoint_and_exits_cleanly(data_flags, tmp_path):
+    workdir = tmp_path / "preempted"
+    process = start_and_wait(run_flags(data_flags, workdir, total_steps=1000,
+                                       checkpoint_every_steps=500), workdir, 3)
+    process.send_signal(signal.SIGTERM)
+    output, _ = process.communicate(timeout=300)
+    assert process.returncode == 0, output[-3000:]
+    assert "Preempted: checkpoint saved at step" in output
+    step = int(output.split("Preempted: checkpoint saved at step")[1].split(";")[0])
+    assert step >= 3
+    assert (workdir / "checkpoints" / str(step)).is_dir()
+
+
+def test_nan_guard_stops_with_a_clear_message_and_keeps_the_last_good_checkpoint(data_flags, tmp_path):
+    workdir = tmp_path / "diverged"
+    # Warmup makes step 1 harmless (lr 0); then an absurd rate: LAMB moves each weight by
+    # lr * ||w||, so the weights overflow within a step or two.
+    result = pretrain(run_flags(data_flags, workdir, total_steps=10, checkpoint_every_steps=1,
+                                **{"optim.lr": 1e38, "optim.warmup_steps": 3}))
+    assert result.returncode != 0
+    assert "non-finite" in result.stderr and "last good checkpoint is kept" in result.stderr
+    assert "Traceback" not in result.stderr
+    diverged_at = int(result.stderr.split("non-finite")[0].rsplit("step", 1)[1].strip(" :"))
+    saved = sorted(int(path.name) for path in (workdir / "checkpoints").iterdir()
+                   if path.name.isdigit())
+    assert saved and all(step < diverged_at for step in saved), (saved, diverged_at)
+
+
+def test_finished_run_reports_done_and_incompatible_config_is_refused(data_flags, tmp_path):
+    workdir = tmp_path / "done"
+    first = pretrain(run_flags(data_flags, workdir, total_steps=3, checkpoint_every_steps=3))
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert json.loads((workdir / "config.json").read_text())["total_steps"] == 3
+    assert (workdir / "tensorboard").is_dir() and any((workdir / "tensorboard").iterdir())
+    again = pretrain(run_flags(data_flags, workdir, total_steps=3, checkpoint_every_steps=3))
+    assert again.returncode == 0
+    assert "Training is done" in again.stdout
+    changed = pretrain(run_flags(data_flags, workdir, total_steps=3, batch_size=16))
+    assert changed.returncode != 0
+    assert "incompatible config" in changed.stderr and "batch_size" in changed.stderr

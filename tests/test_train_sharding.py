@@ -1,0 +1,67 @@
+"""The sharded train step computes the same losses on any mesh (8 fake CPU devices)."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+
+SCRIPT = textwrap.dedent("""
+    import os
+    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+    import json, sys
+    import jax, numpy as np, ml_collections
+    sys.path.insert(0, os.path.dirname(sys.argv[1]))
+    from test_step import synthetic_batch
+    from albert_jax.model import AlbertForPreTraining, get_config
+    from albert_jax.train import optim, sharding, state as state_lib, step as step_lib
+
+    model = AlbertForPreTraining(get_config("tiny"))
+    optim_config = ml_collections.ConfigDict(dict(
+        name="lamb", lr=1e-2, warmup_steps=1, schedule="reference", power=1.0,
+        weight_decay=0.01, beta_1=0.9, beta_2=0.999, epsilon=1e-6, clip_norm=1.0))
+    optimizer, lr_fn = optim.make_optimizer(optim_config, total_steps=10)
+    batches = [synthetic_batch(np.random.default_rng(i), 8, 16, 4, 128) for i in range(3)]
+    losses = {}
+    for data, fsdp, tensor in [(1, 1, 1), (8, 1, 1), (2, 4, 1), (2, 2, 2)]:
+        devices = jax.devices()[:data * fsdp * tensor]
+        mesh = sharding.make_mesh(ml_collections.ConfigDict(dict(data=data, fsdp=fsdp, tensor=tensor)),
+                                  devices=devices)
+        _, shardings = state_lib.abstract_train_state(model, optimizer, mesh, seq_len=16,
+                                                      max_predictions=4)
+        state = state_lib.init_train_state(model, optimizer, mesh, jax.random.PRNGKey(0),
+                                           seq_len=16, max_predictions=4)
+        batch_sharding = sharding.batch_sharding(mesh)
+        train_step = jax.jit(step_lib.make_train_step(model, optimizer, lr_fn),
+                             in_shardings=(shardings, batch_sharding, sharding.replicated(mesh)),
+                             out_shardings=(shardings, sharding.replicated(mesh)),
+                             donate_argnums=(0,))
+        run = []
+        for batch in batches:
+            state, metrics = train_step(state, jax.device_put(batch, batch_sharding),
+                                        jax.random.PRNGKey(1))
+            run.append(float(metrics["loss"]))
+        # The params really are spread over the mesh.
+        kernel = state.params["albert"]["encoder"]["group_0"]["inner_group_0"]["ffn"]["intermediate"]["kernel"]
+        run.append(len(kernel.sharding.device_set))
+        losses[f"{data},{fsdp},{tensor}"] = run
+    print("RESULT" + json.dumps(losses))
+""")
+
+
+def test_losses_after_3_steps_match_on_every_mesh(tmp_path):
+    script = tmp_path / "mesh_run.py"
+    script.write_text(SCRIPT)
+    test_step_path = os.path.join(os.path.dirname(__file__), "test_step.py")
+    result = subprocess.run([sys.executable, str(script), test_step_path], capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    line = next(line for line in result.stdout.splitlines() if line.startswith("RESULT"))
+    losses = json.loads(line[len("RESULT"):])
+    reference = np.array(losses.pop("1,1,1")[:3])
+    assert np.all(np.diff(reference) < 0), reference  # it trains
+    expected_devices = {"8,1,1": 1, "2,4,1": 4, "2,2,2": 4}  # the FFN kernel is split over fsdp x tensor
+    for mesh, run in losses.items():
+        np.testing.assert_allclose(run[:3], reference, rtol=1e-5, atol=1e-5, err_msg=mesh)
+        assert run[3] >= expected_devices[mesh], (mesh, run[3])
