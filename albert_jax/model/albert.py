@@ -37,8 +37,8 @@ def _lookup(table: layers.Embed, ids: jax.Array) -> jax.Array:
     # Under jit an out-of-range id cannot raise; it yields NaN (mode="fill") so the NaN guard
     # catches it instead of a silent clamp to the last row. Negative ids are out of range too:
     # NumPy-style wrapping would silently read row V-1 for an id of -1.
-    return table.embedding.at[ids].get(mode="fill", fill_value=jnp.nan,
-                                       wrap_negative_indices=False).astype(table.dtype)
+    return jnp.asarray(table.embedding).at[ids].get(mode="fill", fill_value=jnp.nan,
+                                                    wrap_negative_indices=False).astype(table.dtype)
 
 
 class Embeddings(nn.Module):
