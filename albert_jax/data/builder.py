@@ -200,9 +200,9 @@ class AlbertPretraining(tfds.core.GeneratorBasedBuilder):
         return epath.Path(__file__)
 
     def __init__(self, *, config: PretrainingConfig, num_processes: int | None = None,
-                 **kwargs: Any):
-        self._num_processes = num_processes or os.cpu_count() or 1
-        self._tokenizer: Tokenizer | None = None
+                 tokenizer: Tokenizer | None = None, **kwargs: Any):
+        self.num_processes = num_processes or os.cpu_count() or 1
+        self._tokenizer = tokenizer
         super().__init__(config=config, **kwargs)
 
     @property
@@ -243,7 +243,7 @@ class AlbertPretraining(tfds.core.GeneratorBasedBuilder):
         blocks = _document_blocks(config, split, reading)
         task = _BlockTask(settings=_MaskingSettings.from_config(config),
                           split_index=SPLITS.index(split))
-        results = _map_in_order(task, enumerate(blocks), self._num_processes,
+        results = _map_in_order(task, enumerate(blocks), self.num_processes,
                                 initializer=_set_worker_tokenizer, initargs=(self.tokenizer,))
         for block_index, result in enumerate(results):
             counts.update(result.counts)
@@ -263,14 +263,15 @@ def make_builder(config: ml_collections.ConfigDict, *,
                  num_processes: int | None = None) -> AlbertPretraining:
     """The builder of a run config (checks it and the tokenizer file; builds nothing)."""
     builder_config = PretrainingConfig.from_config(config)
-    vocab_size = Tokenizer.load(config.data.tokenizer, lower=config.data.do_lower_case).vocab_size
-    if vocab_size > config.data.vocab_size:
+    tokenizer = Tokenizer.load(config.data.tokenizer, lower=config.data.do_lower_case)
+    if tokenizer.vocab_size > config.data.vocab_size:
         raise ConfigError(
-            f"tokenizer {config.data.tokenizer} has {vocab_size} pieces but config.data.vocab_size="
-            f"{config.data.vocab_size} (the model's embedding rows): set "
-            f"--config.data.vocab_size={vocab_size}")
+            f"tokenizer {config.data.tokenizer} has {tokenizer.vocab_size} pieces but "
+            f"config.data.vocab_size={config.data.vocab_size} (the model's embedding rows): set "
+            f"--config.data.vocab_size={tokenizer.vocab_size}")
     return AlbertPretraining(config=builder_config, data_dir=os.fspath(config.data.dir),
-                             file_format=builder_config.file_format, num_processes=num_processes)
+                             file_format=builder_config.file_format, num_processes=num_processes,
+                             tokenizer=tokenizer)
 
 
 def dataset_dir(config: ml_collections.ConfigDict) -> str:
@@ -296,7 +297,7 @@ def build_from_config(config: ml_collections.ConfigDict, *,
         return builder.data_dir
     tfds.disable_progress_bar()
     print(f"building {builder.data_dir}\n  from corpus {config.data.corpus!r} with "
-          f"{builder._num_processes} processes")
+          f"{builder.num_processes} processes")
     start = time.time()
     builder.download_and_prepare(download_config=tfds.download.DownloadConfig(try_download_gcs=False))
     seconds = time.time() - start

@@ -1,0 +1,147 @@
+"""Can the grain pipeline feed ALBERT-base pretraining? Streaming vs consumption, seq 512.
+
+  python benchmarks/bench_pipeline.py [--batch=64] [--model_batch=8] [--vocab_size=5000]
+
+Builds a small dataset from the demo corpus in a temp dir (tokenizer trained on it, seq 512,
+dupe_factor 2), times `pipeline.make_iterator` batches of 64 with static and dynamic masking
+(in the main process with its read threads, and with grain worker processes), and times a
+jitted forward+backward step of `AlbertForPreTraining(albert-base-v2)` with the MLM + SOP loss
+(SPEC 5.3-5.5) on whatever JAX runs on here. On CPU the step is measured at --model_batch and
+scaled linearly to --batch (the table says so). Prints a table with the ratio streaming /
+consumption (>1: the pipeline keeps up), also against SPEC 12.6's derived ALBERT-base rate on
+one H100 (a planning bar, not a measurement).
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import tempfile
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from albert_jax.data import builder, corpus, pipeline, tokenizer
+from albert_jax.model import AlbertForPreTraining, get_config
+
+# SPEC 12.6 (DERIVED): ALBERT-base at seq 512 on one H100 at ~40% MFU, sequences per second.
+H100_ALBERT_BASE_512 = 1400
+
+
+def _pretraining_config(directory: str, batch: int, vocab_size: int):
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                        "configs", "pretrain.py")
+    spec = importlib.util.spec_from_file_location("pretrain_config", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    config = module.get_config("size=base")
+    config.batch_size = batch
+    config.data.corpus = corpus.DEMO
+    config.data.tokenizer = os.path.join(directory, "spm.model")
+    config.data.vocab_size = vocab_size
+    config.data.dir = os.path.join(directory, "data")
+    config.data.dupe_factor = 2
+    return config
+
+
+def _streaming_rate(config, masking_mode: str, batches: int, num_workers: int = 0) -> float:
+    config.data.masking = masking_mode
+    config.data.num_workers = num_workers
+    iterator = pipeline.make_iterator(config, process_index=0, process_count=1)
+    for _ in range(2 + num_workers):  # warm-up: open shards, start threads and workers
+        next(iterator)
+    start = time.perf_counter()
+    for _ in range(batches):
+        next(iterator)
+    rate = batches * config.batch_size / (time.perf_counter() - start)
+    iterator.close()
+    return rate
+
+
+def _step_seconds(model_batch: int, seq_len: int, steps: int) -> float:
+    """Seconds of one jitted value_and_grad step of ALBERT-base on MLM + SOP (SPEC 5.3-5.5)."""
+    model = AlbertForPreTraining(get_config("albert-base-v2"))
+    rng = np.random.default_rng(0)
+    batch = {
+        "input_ids": jnp.asarray(rng.integers(5, 30000, (model_batch, seq_len)), jnp.int32),
+        "segment_ids": jnp.zeros((model_batch, seq_len), jnp.int32),
+        "input_mask": jnp.ones((model_batch, seq_len), jnp.int32),
+        "masked_lm_positions": jnp.asarray(rng.integers(1, seq_len, (model_batch, 20)), jnp.int32),
+        "masked_lm_ids": jnp.asarray(rng.integers(5, 30000, (model_batch, 20)), jnp.int32),
+        "masked_lm_weights": jnp.ones((model_batch, 20), jnp.float32),
+        "next_sentence_labels": jnp.zeros((model_batch, 1), jnp.int32),
+    }
+    params = model.init(jax.random.key(0), batch["input_ids"], batch["segment_ids"],
+                        batch["input_mask"], batch["masked_lm_positions"])
+
+    def loss_fn(params, batch):
+        mlm_logits, sop_logits = model.apply(params, batch["input_ids"], batch["segment_ids"],
+                                             batch["input_mask"], batch["masked_lm_positions"])
+        mlm = optax.softmax_cross_entropy_with_integer_labels(mlm_logits, batch["masked_lm_ids"])
+        weights = batch["masked_lm_weights"]
+        sop = optax.softmax_cross_entropy_with_integer_labels(
+            sop_logits, batch["next_sentence_labels"][:, 0])
+        return (mlm * weights).sum() / (weights.sum() + 1e-5) + sop.mean()
+
+    step = jax.jit(jax.value_and_grad(loss_fn))
+    jax.block_until_ready(step(params, batch))  # compile
+    start = time.perf_counter()
+    for _ in range(steps):
+        jax.block_until_ready(step(params, batch))
+    return (time.perf_counter() - start) / steps
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--model_batch", type=int, default=8,
+                        help="batch the model step is timed at on CPU (scaled to --batch)")
+    parser.add_argument("--stream_batches", type=int, default=20)
+    parser.add_argument("--model_steps", type=int, default=1, help="timed after the compile step")
+    parser.add_argument("--workers", type=int, default=2, help="grain workers for the last row")
+    parser.add_argument("--vocab_size", type=int, default=5000)
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory() as directory:
+        config = _pretraining_config(directory, args.batch, args.vocab_size)
+        start = time.perf_counter()
+        tokenizer.train(itertools.chain.from_iterable(corpus.demo_documents()),
+                        config.data.tokenizer, args.vocab_size)
+        tokenizer_seconds = time.perf_counter() - start
+        start = time.perf_counter()
+        builder.build_from_config(config)
+        build_seconds = time.perf_counter() - start
+        examples = len(pipeline.SplitSource(builder.dataset_dir(config), "train"))
+        rates = {
+            "static masks, main process": _streaming_rate(config, "static", args.stream_batches),
+            "dynamic masks, main process": _streaming_rate(config, "dynamic", args.stream_batches),
+            f"dynamic masks, {args.workers} grain workers": _streaming_rate(
+                config, "dynamic", args.stream_batches, args.workers),
+        }
+
+    on_cpu = jax.default_backend() == "cpu"
+    model_batch = args.model_batch if on_cpu else args.batch
+    step = _step_seconds(model_batch, config.seq_len, args.model_steps) * args.batch / model_batch
+    consumption = args.batch / step
+    device = f"{jax.devices()[0].device_kind} x{jax.device_count()}"
+    print(f"\nbuild: tokenizer {tokenizer_seconds:.1f}s; {examples} train examples at seq "
+          f"{config.seq_len} (dupe_factor 2) in {build_seconds:.1f}s with {os.cpu_count()} CPUs")
+    scaled = f", timed at batch {model_batch} and scaled x{args.batch // model_batch}" if (
+        model_batch != args.batch) else ""
+    print(f"\n| seq {config.seq_len}, batch {args.batch} | examples/s | ratio to the measured "
+          f"step | ratio to the SPEC 12.6 H100 bar |")
+    print("|---|---:|---:|---:|")
+    for name, rate in rates.items():
+        print(f"| stream, {name} | {rate:,.0f} | {rate / consumption:,.0f} | "
+              f"{rate / H100_ALBERT_BASE_512:.2f} |")
+    print(f"| consumption: ALBERT-base fwd+bwd, float32 on {device}{scaled} | "
+          f"{consumption:.3g} | 1 | |")
+    print(f"| consumption: SPEC 12.6 derived bar, ALBERT-base on one H100 (not measured) | "
+          f"{H100_ALBERT_BASE_512:,} | | 1 |")
+
+if __name__ == "__main__":
+    main()
