@@ -141,7 +141,8 @@ def time_compiles(model: nn.Module, batch_sizes: list[int]) -> tuple[float, floa
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--layers", default="12,48", help="comma-separated depths; first is the base")
+    parser.add_argument("--layers", default="12,48",
+                        help="comma-separated depths; the first is the base of the ratio")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--batch", type=int, default=2, help="batch size of the first repeat")
     args = parser.parse_args()
@@ -167,10 +168,10 @@ def main() -> int:
             print(f"| {name} | {depth} | {lower_s:.2f} | {compile_s:.2f} | {total:.2f} | "
                   f"{total / base_total:.2f}x |", flush=True)
 
-    worst = max(ratios["scan", depth] for depth in depths)
+    worst = max((ratios["scan", depth] for depth in depths[1:]), default=1.0)
     verdict = "OK" if worst <= MAX_SCAN_RATIO else "FAIL"
-    print(f"\n{verdict}: scanned model's deepest/shallowest compile-time ratio {worst:.2f}x "
-          f"(limit {MAX_SCAN_RATIO}x)")
+    print(f"\n{verdict}: scanned model's L={depths[-1]} / L={depths[0]} compile-time ratio "
+          f"{ratios['scan', depths[-1]]:.2f}x (limit {MAX_SCAN_RATIO}x for every depth)")
     return 0 if verdict == "OK" else 1
 
 
