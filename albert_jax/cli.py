@@ -16,12 +16,34 @@ from typing import Callable, Sequence
 from absl import app, flags
 from ml_collections import config_flags
 
+from albert_jax import distributed
+
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file, e.g. configs/pretrain.py:size=base.",
                                           lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (local path or gs://).")
 _NUM_EXAMPLES = flags.DEFINE_integer("num_examples", 3, "data inspect: examples to decode.")
-_MULTIHOST = flags.DEFINE_bool("multihost", False,
-                               "Call jax.distributed.initialize() (TPU pods, GPU clusters).")
+
+
+class _MultihostParser(flags.BooleanParser):
+    """--multihost, --nomultihost, or --multihost=<a jax cluster detection method>, e.g. mpi4py."""
+
+    def parse(self, argument: str | int) -> bool | str:
+        if isinstance(argument, str) and argument in distributed.CLUSTERS:
+            return argument
+        try:
+            return super().parse(argument)
+        except ValueError:
+            raise ValueError(f"use true, false or one of {sorted(distributed.CLUSTERS)}") from None
+
+
+_MULTIHOST = flags.DEFINE_flag(flags.Flag(
+    _MultihostParser(), None, "multihost", False,
+    "Join a multi-host job: jax.distributed.initialize() with the settings below, else detected "
+    "(TPU pod, SLURM, Open MPI); =NAME forces a jax cluster detection method.", boolean=True))
+_COORDINATOR_ADDRESS = flags.DEFINE_string(
+    "coordinator_address", None, "--multihost: HOST:PORT of process 0's coordinator.")
+_NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "--multihost: number of processes.")
+_PROCESS_ID = flags.DEFINE_integer("process_id", None, "--multihost: this process, 0 .. N-1.")
 _FROM = flags.DEFINE_enum("from", None, ["tf", "huggingface", "orbax"], "convert: source format.")
 _TO = flags.DEFINE_enum("to", None, ["orbax", "huggingface"], "convert: target format.")
 _PATH = flags.DEFINE_string("path", None, "convert: source checkpoint (file prefix or directory).")
@@ -52,8 +74,10 @@ def _data_inspect() -> None:
 
 def _pretrain() -> None:
     from albert_jax.train import loop
-    loop.train_and_evaluate(_need(_CONFIG, "pretrain"), _need(_WORKDIR, "pretrain"),
-                            multihost=_MULTIHOST.value)
+    config, workdir = _need(_CONFIG, "pretrain"), _need(_WORKDIR, "pretrain")
+    distributed.initialize(_MULTIHOST.value, coordinator_address=_COORDINATOR_ADDRESS.value,
+                           num_processes=_NUM_PROCESSES.value, process_id=_PROCESS_ID.value)
+    loop.train_and_evaluate(config, workdir)  # (multihost: joined above)
 
 
 def _convert() -> None:

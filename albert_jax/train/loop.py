@@ -112,11 +112,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
                        multihost: bool = False) -> dict[str, float]:
     """Pretrains until config.total_steps; returns the final eval metrics (empty if none)."""
     # --- Hosts ---
-    if multihost:
-        jax.distributed.initialize()
-        logging.info("multihost: process %d of %d, %d local / %d global devices",
-                     jax.process_index(), jax.process_count(), jax.local_device_count(),
-                     jax.device_count())
+    from albert_jax import distributed
+    distributed.initialize(multihost)  # settings from the environment or cluster detection
     workdir = epath.Path(workdir)
     prepare_workdir(config, workdir)
     model_config = config_lib.model_config(config)
