@@ -1,0 +1,280 @@
+"""Multi-host pretraining on this machine: two processes x 4 fake CPU devices (launch.local).
+
+What a 2-host run must compute: the global batch of each step is host 0's batch followed by
+host 1's (`make_array_from_process_local_data` over the devices in process order), where host i
+streams examples i::2 of the train split, shuffled on its own (data/pipeline.py). So the
+reference is one process with 8 devices and the same mesh, fed exactly those concatenated
+batches: its losses, final train state and data positions must be the 2-host run's. (A
+single-process run on the unmodified pipeline reads another order of examples, so its losses
+differ: with per-host shuffling the global batch depends on the number of hosts.)
+
+The mesh is fsdp=8, so every parameter is split over both processes: the all-gathers and
+gradient reductions cross the process boundary (gloo over TCP), and each process writes its
+own shards of the Orbax checkpoint.
+"""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+from albert_jax import config as config_lib, distributed
+from albert_jax.data import corpus, pipeline
+from albert_jax.model import AlbertForPreTraining
+from albert_jax.train import checkpoint, loop, optim, sharding, state as state_lib
+
+REPO = Path(__file__).resolve().parents[1]
+CLI = [sys.executable, "-m", "albert_jax.cli"]
+STEPS = 4
+# The run, typed; written as --config.KEY=VALUE for the CLI and set directly for the reference.
+RUN = {"model": "tiny", "batch_size": 8, "log_every_steps": 1, "total_steps": STEPS,
+       "checkpoint_every_steps": STEPS, "eval_steps": 0, "eval_batch_size": 8, "mesh.fsdp": 8,
+       "optim.schedule": "constant", "optim.warmup_steps": 0, "optim.lr": 5e-3}
+
+
+@pytest.fixture(scope="module")
+def data_settings(tmp_path_factory) -> dict:
+    """Tokenizer + dataset built by the real CLI from 300 demo documents (seq 64, vocab 400)."""
+    root = tmp_path_factory.mktemp("multihost_data")
+    text = "\n\n".join("\n".join(document) for _, document in
+                       zip(range(300), corpus.demo_documents()))
+    (root / "corpus.txt").write_text(text + "\n")
+    settings = {"data.corpus": str(root / "corpus.txt"), "data.tokenizer": str(root / "spm.model"),
+                "data.dir": str(root / "data"), "data.vocab_size": 400, "seq_len": 64,
+                "data.dupe_factor": 2, "data.eval_fraction": 0.05}
+    for command in (["tokenizer", "train"], ["data", "build"]):
+        result = subprocess.run(CLI + command + config_flags(settings), cwd=REPO,
+                                capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, result.stderr[-3000:]
+    return settings
+
+
+def config_flags(settings: dict) -> list[str]:
+    return (["--config=configs/pretrain.py:runlocal"]
+            + [f"--config.{key}={value}" for key, value in settings.items()])
+
+
+def run_config(settings: dict):
+    """The config `albert-jax pretrain` builds from the same flags (checked via config.json)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("pretrain_config", REPO / "configs/pretrain.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    config = module.get_config("runlocal")
+    for key, value in settings.items():
+        *parents, name = key.split(".")
+        section = config
+        for parent in parents:
+            section = section[parent]
+        section[name] = value
+    return config
+
+
+class TwoHostBatches:
+    """The global batches of a 2-host run, in one process: host 0's rows, then host 1's."""
+
+    def __init__(self, make_iterator, config):
+        self.hosts = [make_iterator(config, "train", process_index=index, process_count=2)
+                      for index in range(2)]
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> dict[str, np.ndarray]:
+        batches = [next(host) for host in self.hosts]
+        return {name: np.concatenate([batch[name] for batch in batches]) for name in batches[0]}
+
+    def get_state(self) -> bytes:  # what grain's Orbax handler saves for a non-grain iterator
+        return json.dumps([host.get_state() for host in self.hosts]).encode()
+
+
+def train_records(workdir: Path) -> list[dict]:
+    """The train records of metrics.jsonl, in order (eval records carry no "loss")."""
+    records = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
+    return [record for record in records if "loss" in record]
+
+
+def restored_state(workdir: Path, config):
+    """The checkpoint of the last step, restored in this process onto 8 devices."""
+    mesh = sharding.make_mesh(config.mesh)
+    model = AlbertForPreTraining(config_lib.model_config(config))
+    optimizer, _ = optim.make_optimizer(config.optim, config.total_steps)
+    abstract_state, _ = state_lib.abstract_train_state(
+        model, optimizer, mesh, seq_len=config.seq_len,
+        max_predictions=config.data.max_predictions)
+    checkpointer = checkpoint.Checkpointer(workdir / "checkpoints", read_only=True)
+    try:
+        return checkpointer.restore(STEPS, abstract_state)[0]
+    finally:
+        checkpointer.close()
+
+
+def test_two_processes_train_as_one_eight_device_job(data_settings, tmp_path, monkeypatch):
+    workdir = tmp_path / "two_hosts"
+    two_hosts = subprocess.Popen(
+        [sys.executable, "-m", "launch.local", "--num_processes=2", "--devices_per_process=4",
+         "--", "pretrain", *config_flags({**data_settings, **RUN}), f"--workdir={workdir}"],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        # Meanwhile, the reference: this process, 8 devices, the two hosts' batches.
+        config = run_config({**data_settings, **RUN})
+        make_iterator = pipeline.make_iterator
+        references = []
+
+        def reference_iterator(config, split="train", **kwargs):
+            if split != "train":
+                return make_iterator(config, split, **kwargs)
+            references.append(TwoHostBatches(make_iterator, config))
+            return references[-1]
+
+        monkeypatch.setattr(pipeline, "make_iterator", reference_iterator)
+        loop.train_and_evaluate(config, str(tmp_path / "reference"))
+        monkeypatch.undo()
+        output, _ = two_hosts.communicate(timeout=600)
+    finally:
+        if two_hosts.poll() is None:
+            two_hosts.kill()
+    assert two_hosts.returncode == 0, output[-5000:]
+
+    for process in range(2):
+        assert (f"[{process}] multihost: process {process} of 2, 4 local / 8 global cpu devices "
+                "(cluster: explicit settings)") in output
+    # Only process 0 reports: one progress line per step, one metrics record per step.
+    progress = [line for line in output.splitlines() if f"step       1/{STEPS}" in line]
+    assert len(progress) == 1 and progress[0].startswith("[0] "), progress
+    assert len(list((workdir / "tensorboard").iterdir())) == 1  # one event file
+    assert (json.loads((workdir / "config.json").read_text())
+            == json.loads((tmp_path / "reference" / "config.json").read_text()))
+
+    got, expected = train_records(workdir), train_records(tmp_path / "reference")
+    assert [record["step"] for record in got] == list(range(1, STEPS + 1))  # each step once
+    for step, (got_step, expected_step) in enumerate(zip(got, expected), start=1):
+        for key in ("loss", "masked_lm_loss", "sentence_order_loss", "masked_lm_accuracy",
+                    "sentence_order_accuracy", "grad_norm", "param_norm"):
+            assert np.isfinite(got_step[key])
+            np.testing.assert_allclose(got_step[key], expected_step[key], rtol=1e-5, atol=1e-6,
+                                       err_msg=f"step {step} {key}")
+    assert got[-1]["loss"] < got[0]["loss"]  # it trained
+
+    # The checkpoint both processes wrote restores (here onto one process) to the reference's
+    # state, and each process saved its own data position: the one its host stream reached.
+    state = restored_state(workdir, config)
+    reference_state = restored_state(tmp_path / "reference", config)
+    assert int(state.step) == STEPS
+    jax.tree.map(lambda leaf, reference: np.testing.assert_allclose(
+        np.asarray(leaf), np.asarray(reference), rtol=1e-5, atol=1e-6), state, reference_state)
+    data_dir = workdir / "checkpoints" / str(STEPS) / "data"
+    assert sorted(path.name for path in data_dir.iterdir() if path.suffix == ".json") == [
+        "process_0-of-2.json", "process_1-of-2.json"]
+    for process, host in enumerate(references[0].hosts):
+        assert json.loads((data_dir / f"process_{process}-of-2.json").read_text()) == (
+            host.get_state())
+
+
+def test_auto_detected_slurm_environment(tmp_path):
+    """Under srun, `--multihost` alone: jax reads the ranks from SLURM's variables."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    script = ("from albert_jax import distributed; distributed.initialize(True); import jax; "
+              "from jax.experimental import multihost_utils; "
+              "print('sum', int(multihost_utils.process_allgather(jax.process_index() + 1).sum()))")
+    processes = []
+    for rank in range(2):
+        env = {**os.environ, "JAX_PLATFORMS": "cpu", "SLURM_JOB_ID": "4242",
+               "SLURM_STEP_NODELIST": "localhost", "SLURM_NTASKS": "2",
+               "SLURM_PROCID": str(rank), "SLURM_LOCALID": str(rank),
+               "JAX_COORDINATOR_PORT": str(port), "XLA_FLAGS": ""}
+        processes.append(subprocess.Popen([sys.executable, "-c", script], env=env, cwd=tmp_path,
+                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                          text=True))
+    try:
+        outputs = [process.communicate(timeout=300)[0] for process in processes]
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGKILL)
+    for rank, (process, output) in enumerate(zip(processes, outputs)):
+        assert process.returncode == 0, output[-3000:]
+        assert (f"multihost: process {rank} of 2, 1 local / 2 global cpu devices "
+                "(cluster: SLURM)") in output
+        assert "sum 3" in output  # 1 + 2: a collective over both processes
+
+
+@pytest.fixture
+def no_cluster(monkeypatch):
+    for name in list(os.environ):
+        if name.startswith(("SLURM_", "OMPI_", "ALBERT_JAX_", "JAX_COORDINATOR",
+                            "KUBERNETES_SERVICE_HOST")):
+            monkeypatch.delenv(name)
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (dict(process_id=1), "--process_id given without --multihost"),
+    (dict(coordinator_address="h1:1234", num_processes=2),
+     "--coordinator_address, --num_processes given without --multihost"),
+])
+def test_settings_without_multihost_are_refused(no_cluster, arguments, message):
+    with pytest.raises(ValueError, match=message):
+        distributed.initialize(False, **arguments)
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (dict(num_processes=2, process_id=0),
+     r"no cluster environment detected .* and --coordinator_address not given: pass "
+     r"--coordinator_address=HOST:PORT"),
+    (dict(coordinator_address="h1:1234"), "--num_processes, --process_id not given"),
+    (dict(coordinator_address="h1", num_processes=2, process_id=0),
+     r"--coordinator_address='h1' is not HOST:PORT"),
+    (dict(coordinator_address="h1:99999", num_processes=2, process_id=0), "is not HOST:PORT"),
+    (dict(coordinator_address="h1:1234", num_processes=2, process_id=2),
+     r"--process_id=2 must be below --num_processes=2 \(process ids are 0 .. 1\)"),
+    (dict(coordinator_address="h1:1234", num_processes=0, process_id=0),
+     "--num_processes=0 must be at least 1"),
+])
+def test_half_given_or_malformed_settings_are_refused(no_cluster, arguments, message):
+    with pytest.raises(ValueError, match=message):
+        distributed.initialize(True, **arguments)
+    assert not jax.distributed.is_initialized()
+
+
+def test_settings_from_the_environment_and_named_clusters(no_cluster, monkeypatch):
+    monkeypatch.setenv(distributed.ENV_NUM_PROCESSES, "two")
+    with pytest.raises(ValueError, match="ALBERT_JAX_NUM_PROCESSES='two' is not a valid "
+                                         "num_processes"):
+        distributed.initialize(True, coordinator_address="h1:1234", process_id=0)
+    monkeypatch.setenv(distributed.ENV_NUM_PROCESSES, "2")
+    monkeypatch.setenv(distributed.ENV_PROCESS_ID, "3")
+    with pytest.raises(ValueError, match="ALBERT_JAX_PROCESS_ID=3 must be below "
+                                         "ALBERT_JAX_NUM_PROCESSES=2"):
+        distributed.initialize(True, coordinator_address="h1:1234")
+    with pytest.raises(ValueError, match="--process_id=2 must be below ALBERT_JAX_NUM_PROCESSES=2"):
+        distributed.initialize(True, coordinator_address="h1:1234", process_id=2)
+    monkeypatch.delenv(distributed.ENV_NUM_PROCESSES)
+    monkeypatch.delenv(distributed.ENV_PROCESS_ID)
+    with pytest.raises(ValueError, match="--multihost=slurm: no SLURM environment here"):
+        distributed.initialize("slurm")
+    with pytest.raises(ValueError, match=r"--multihost='pbs': use true, false or one of"):
+        distributed.initialize("pbs")
+
+
+def test_cli_names_the_bad_multihost_setting(tmp_path):
+    result = subprocess.run(CLI + ["pretrain", "--config=configs/pretrain.py:runlocal",
+                                   f"--workdir={tmp_path}", "--num_processes=2"],
+                            cwd=REPO, capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert result.returncode != 0
+    assert ("albert-jax pretrain: error: --num_processes given without --multihost"
+            in result.stderr)
+    assert "Traceback" not in result.stderr
+    result = subprocess.run(CLI + ["pretrain", "--multihost=pbs"], cwd=REPO, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode != 0
+    assert "--multihost=pbs: use true, false or one of ['gcetpu', 'gketpu', 'mpi4py'" in (
+        result.stderr)
