@@ -9,6 +9,7 @@
 `model.apply({"params": params}, ...)`. The `albert-jax convert` command wraps these (cli.py).
 """
 from albert_jax.convert.huggingface import load_huggingface, save_huggingface
-from albert_jax.convert.tf_checkpoint import load_tf_checkpoint, save_tf_checkpoint
+from albert_jax.convert.tf_bundle import save_tf_checkpoint
+from albert_jax.convert.tf_checkpoint import load_tf_checkpoint
 
 __all__ = ["load_huggingface", "save_huggingface", "load_tf_checkpoint", "save_tf_checkpoint"]
