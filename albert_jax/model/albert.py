@@ -22,8 +22,8 @@ from albert_jax.model.encoder import Encoder, compute_dtype
 
 def _check_ids(name: str, ids: jax.Array, limit: int, config_key: str) -> None:
     """Eagerly reject out-of-range ids when the values are known (not under jit)."""
-    if isinstance(ids, jax.core.Tracer):
-        return
+    if isinstance(ids, jax.core.Tracer) or not isinstance(ids, (np.ndarray, jax.Array)):
+        return  # traced (checked by the NaN fill below) or abstract (ShapeDtypeStruct)
     values = np.asarray(ids)
     bad = np.argwhere((values < 0) | (values >= limit))
     if bad.size:

@@ -148,7 +148,8 @@ class LayerBody(nn.Module):
                  shared_params: dict[str, Any]) -> tuple[jax.Array, None]:
         config = self.config
         share_attention, share_ffn = _shares(config)
-        dropout_rng = None if self.deterministic else self.make_rng("dropout")
+        uses_dropout = config.hidden_dropout_prob > 0 or config.attention_probs_dropout_prob > 0
+        dropout_rng = self.make_rng("dropout") if uses_dropout and not self.deterministic else None
 
         def rngs(index: int) -> dict[str, jax.Array]:
             # A distinct dropout key for each functionally applied half of this layer.
