@@ -192,7 +192,7 @@ def test_model_config_applies_overrides_and_compute_dtype() -> None:
 def test_model_config_rejects_bad_overrides_and_long_sequences() -> None:
     config = pretrain_module().get_config("runlocal")
     config.model_overrides.num_attention_heads = 5
-    with pytest.raises(ConfigError, match="hidden_size=256"):
+    with pytest.raises(ConfigError, match="hidden_size=128"):
         run_config.model_config(config)
     config = pretrain_module().get_config("runlocal")
     config.seq_len = 512  # the demo model has 128 positions

@@ -73,8 +73,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     "tiny": dict(vocab_size=128, embedding_size=16, hidden_size=32, num_hidden_layers=2,
                  num_attention_heads=4, intermediate_size=64, max_position_embeddings=64),
     # The demo: learns SOP and MLM on a laptop CPU in minutes.
-    "demo": dict(vocab_size=4000, embedding_size=64, hidden_size=256, num_hidden_layers=4,
-                 num_attention_heads=4, intermediate_size=1024, max_position_embeddings=128),
+    "demo": dict(vocab_size=4000, embedding_size=64, hidden_size=128, num_hidden_layers=4,
+                 num_attention_heads=2, intermediate_size=512, max_position_embeddings=128),
 }
 
 

@@ -238,7 +238,29 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
                                     ("masked_lm_accuracy", "sentence_order_accuracy",
                                      "masked_lm_loss", "sentence_order_loss")
                                     if key in eval_metrics), flush=True)
+        baselines = majority_baselines(config)
+        print("Baselines on the same eval batches: always the most frequent masked token "
+              f"{baselines['masked_lm_accuracy']:.4f}, always the majority sentence-order "
+              f"label {baselines['sentence_order_accuracy']:.4f}", flush=True)
     return eval_metrics
+
+
+def majority_baselines(config: ml_collections.ConfigDict) -> dict[str, float]:
+    """Accuracy of constant guesses on the eval batches `evaluate` scores: the most frequent
+    masked token, and the more frequent sentence-order label."""
+    from albert_jax.data import pipeline
+    token_counts: dict[int, float] = {}
+    label_counts = np.zeros(2)
+    for _, batch in zip(range(config.eval_steps),
+                        pipeline.make_iterator(config, "eval", repeat=False)):
+        weights = batch["masked_lm_weights"] > 0
+        ids, counts = np.unique(batch["masked_lm_ids"][weights], return_counts=True)
+        for token, count in zip(ids.tolist(), counts.tolist()):
+            token_counts[token] = token_counts.get(token, 0) + count
+        label_counts += np.bincount(batch["next_sentence_labels"].reshape(-1), minlength=2)[:2]
+    total_tokens = sum(token_counts.values())
+    return {"masked_lm_accuracy": max(token_counts.values()) / total_tokens if total_tokens else 0.0,
+            "sentence_order_accuracy": label_counts.max() / max(label_counts.sum(), 1)}
 
 
 def _truncate_metrics(path: epath.Path, *, after_step: int) -> None:
