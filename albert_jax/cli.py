@@ -38,8 +38,9 @@ class _MultihostParser(flags.BooleanParser):
 
 _MULTIHOST = flags.DEFINE_flag(flags.Flag(
     _MultihostParser(), None, "multihost", False,
-    "Join a multi-host job: jax.distributed.initialize() with the settings below, else detected "
-    "(TPU pod, SLURM, Open MPI); =NAME forces a jax cluster detection method.", boolean=True))
+    "Join a multi-host job: jax.distributed.initialize() with --coordinator_address, "
+    "--num_processes, --process_id if given, else detected (TPU pod, SLURM, Open MPI); "
+    "=NAME forces a jax cluster detection method (e.g. =mpi4py).", boolean=True))
 _COORDINATOR_ADDRESS = flags.DEFINE_string(
     "coordinator_address", None, "--multihost: HOST:PORT of process 0's coordinator.")
 _NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "--multihost: number of processes.")

@@ -36,8 +36,9 @@ CLUSTERS = {
     "mpi4py": "MPI (mpi4py)",
 }
 _EXPLICIT_HINT = ("pass --coordinator_address=HOST:PORT (process 0's host and a free port) "
-                  "--num_processes=N --process_id=I to every process, or start them with "
-                  "`python -m launch.local` / `python -m launch.gpu`")
+                  "--num_processes=N --process_id=I to every process (or set "
+                  f"{ENV_COORDINATOR_ADDRESS}, {ENV_NUM_PROCESSES}, {ENV_PROCESS_ID}), or start "
+                  "them with `python -m launch.local` / `python -m launch.gpu`")
 
 
 def initialize(multihost: bool | str, *, coordinator_address: str | None = None,
