@@ -40,7 +40,7 @@ def sbatch_script(albert_jax_args: Sequence[str], *, nodes: int, gpus_per_node: 
                 (("partition", partition), ("account", account), ("time", time)) if value]
     options.append("--output=%x-%j.out")
     lines = ["#!/bin/bash", *(f"#SBATCH {option}" for option in options),
-             "# One process per GPU; jax reads its rank and GPU from SLURM (albert_jax.distributed).",
+             "# One process per GPU: jax reads its rank and GPU from SLURM's variables.",
              "set -e"]
     if workdir_setup:
         lines.append(workdir_setup)

@@ -85,7 +85,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return launch.exit_status(subprocess.run(argv).returncode)
     except FileNotFoundError:
         sys.exit("launch.tpu: gcloud not found: install the Google Cloud CLI "
-                 "(https://cloud.google.com/sdk/docs/install), or use --dry_run to print the command")
+                 "(https://cloud.google.com/sdk/docs/install), or use --dry_run to print the "
+                 "command")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:  # launch/ runs from the checkout (python -m launch.tpu); not installed
+if str(REPO) not in sys.path:  # launch/ runs from the checkout (python -m launch.tpu), uninstalled
     sys.path.insert(0, str(REPO))
 
 import launch  # noqa: E402
@@ -111,7 +111,7 @@ def test_slurm_script_runs_one_process_per_gpu(capsys, tmp_path):
         "#SBATCH --partition=a100\n"
         "#SBATCH --time=24:00:00\n"
         "#SBATCH --output=%x-%j.out\n"
-        "# One process per GPU; jax reads its rank and GPU from SLURM (albert_jax.distributed).\n"
+        "# One process per GPU: jax reads its rank and GPU from SLURM's variables.\n"
         "set -e\n"
         f"{SETUP}\n"
         f"srun --kill-on-bad-exit=1 {QUOTED} --multihost\n")
@@ -128,7 +128,7 @@ def test_slurm_script_without_optional_settings():
     assert script.splitlines() == [
         "#!/bin/bash", "#SBATCH --job-name=j", "#SBATCH --nodes=1", "#SBATCH --ntasks-per-node=2",
         "#SBATCH --gpus-per-node=2", "#SBATCH --output=%x-%j.out",
-        "# One process per GPU; jax reads its rank and GPU from SLURM (albert_jax.distributed).",
+        "# One process per GPU: jax reads its rank and GPU from SLURM's variables.",
         "set -e", "srun --kill-on-bad-exit=1 albert-jax pretrain --multihost"]
 
 
@@ -234,8 +234,8 @@ def test_run_all_stops_the_others_when_one_fails(capsys):
 
 
 def test_launcher_passes_sigterm_to_every_process():
-    child = ("import signal, sys, time; "
-             "signal.signal(signal.SIGTERM, lambda *_: (print('saving', flush=True), sys.exit(0))); "
+    child = ("import signal, sys, time; signal.signal(signal.SIGTERM, "
+             "lambda *_: (print('saving', flush=True), sys.exit(0))); "
              "print('ready', flush=True); time.sleep(120)")
     launcher = subprocess.Popen(
         python(f"import launch, sys; sys.exit(launch.run_all([{python(child)!r}] * 2))"),
