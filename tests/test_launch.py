@@ -14,8 +14,6 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:  # launch/ runs from the checkout (python -m launch.tpu), uninstalled
-    sys.path.insert(0, str(REPO))
 
 import launch  # noqa: E402
 from launch import gpu, local, tpu  # noqa: E402

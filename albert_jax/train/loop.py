@@ -214,7 +214,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
                     print(progress.line(step, logged), flush=True)
             if step % config.eval_every_steps == 0 or last:
                 eval_metrics = evaluate(config, eval_step, state.params, batch_sharding)
-                writer.write(step, eval_metrics, prefix="eval/")
+                if eval_metrics:
+                    writer.write(step, eval_metrics, prefix="eval/")
                 if is_main and eval_metrics:
                     print(f"eval at step {step}: " + ", ".join(
                         f"{key} {value:.4f}" for key, value in eval_metrics.items()), flush=True)
