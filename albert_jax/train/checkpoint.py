@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from typing import Any
 
 import grain
@@ -65,6 +66,12 @@ def _mismatches(saved: Any, wanted: Any, extra_allowed: bool) -> list[str]:
     return lines
 
 
+def _absolute(path: str | epath.Path) -> epath.Path:
+    """Orbax needs absolute paths: a relative local path is taken from the current directory."""
+    path = epath.Path(path)
+    return path if "://" in str(path) else epath.Path(os.path.abspath(path))
+
+
 class Checkpointer:
     """The checkpoints of one run, in `directory` (`<workdir>/checkpoints`)."""
 
@@ -75,7 +82,7 @@ class Checkpointer:
         without `force` writes only on multiples of it; async_save: write in a background
         thread after the arrays are copied to host (the step can go on); read_only: never
         create, write or delete anything."""
-        self.directory = epath.Path(directory)
+        self.directory = _absolute(directory)
         options = ocp.CheckpointManagerOptions(
             max_to_keep=max_to_keep, save_interval_steps=save_interval_steps,
             enable_async_checkpointing=async_save, create=not read_only, read_only=read_only,
