@@ -9,6 +9,7 @@ import os
 
 import flax.linen as nn
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import traverse_util
@@ -54,14 +55,7 @@ def _hf_model(fields: dict, cls=None, seed: int = 0) -> "torch.nn.Module":
     torch.manual_seed(seed)
     config = transformers.AlbertConfig(**{**BASE, **fields})
     model = (cls or transformers.AlbertForPreTraining)(config).eval()
-    _perturb(model, seed)
-    if config.embedding_size == config.hidden_size:
-        # The only mapping our model (and the reference) can hold when E == H (SPEC 3.2.4).
-        mapping = model.get_submodule(MAPPING.removeprefix("albert.")) \
-            if cls is transformers.AlbertModel else model.get_submodule(MAPPING)
-        with torch.no_grad():
-            mapping.weight.copy_(torch.eye(config.hidden_size))
-            mapping.bias.zero_()
+    _perturb(model, seed)  # E == H included: a random, non-identity embedding mapping
     return model
 
 
@@ -215,12 +209,21 @@ def test_files_without_a_head_or_pooler(tmp_path):
         load_huggingface(_saved(_hf_model({}, cls=transformers.AlbertForMaskedLM), tmp_path / "mlm"))
 
 
-def test_embedding_mapping_that_is_not_identity_is_refused(tmp_path):
-    model = _hf_model(CONFIGS["embedding_equals_hidden"])
-    with torch.no_grad():
-        model.get_submodule(MAPPING).weight.add_(0.01)
-    with pytest.raises(ValueError, match="identity"):
-        load_huggingface(_saved(model, tmp_path))
+def test_embedding_mapping_when_e_equals_h(tmp_path):
+    """HF keeps embedding_hidden_mapping_in when E == H (SPEC 11.2): loading keeps it too; a model
+    of ours without it (the reference layout, SPEC 3.2.4) exports as the identity mapping."""
+    config, params = load_huggingface(_saved(_hf_model(CONFIGS["embedding_equals_hidden"]), tmp_path))
+    assert config.always_project_embeddings
+    assert params["albert"]["encoder"]["embedding_hidden_mapping_in"]["kernel"].shape == (32, 32)
+    reference_layout = get_config("tiny", embedding_size=32)
+    assert not reference_layout.always_project_embeddings
+    ours = nn.unbox(AlbertForPreTraining(reference_layout).init(
+        jax.random.PRNGKey(0), *[jnp.ones((1, 8), jnp.int32)] * 3, jnp.zeros((1, 2), jnp.int32))["params"])
+    assert "embedding_hidden_mapping_in" not in ours["albert"]["encoder"]
+    save_huggingface(reference_layout, ours, str(tmp_path / "exported"))
+    tensors = load_file(os.path.join(tmp_path / "exported", "model.safetensors"))
+    np.testing.assert_array_equal(tensors[f"{MAPPING}.weight"], np.eye(32, dtype=np.float32))
+    np.testing.assert_array_equal(tensors[f"{MAPPING}.bias"], np.zeros(32, np.float32))
 
 
 def test_weight_errors_name_the_tensors(tmp_path):

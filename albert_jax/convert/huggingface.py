@@ -7,8 +7,9 @@ ours -> HF -> ours reproduce every array bit for bit.
 
 Where HF and the reference differ (SPEC 11) the conversion is exact or refuses:
 - HF always applies `embedding_hidden_mapping_in`, also when E == H (SPEC 11.2); the reference
-  and our model have no such layer then (SPEC 3.2.4). Exporting writes the identity (exact);
-  importing accepts only an identity mapping, since any other cannot be represented.
+  has no such layer then (SPEC 3.2.4). Importing an HF model with E == H sets the model config's
+  `always_project_embeddings`, which keeps the layer (exact); exporting a model without the
+  layer writes the identity (exact).
 - HF picks the group of layer l as int(l / (L / G)), the reference int(l / L * G) (SPEC 3.3);
   for a few (L, G) the float rounding differs, and such configs are refused both ways.
 - HF's "gelu" is the exact erf GELU, "gelu_new" the tanh one (SPEC 3.2.8): loading keeps what
@@ -71,7 +72,8 @@ def model_config_from_hf(fields: dict[str, Any], source: str = "config.json"
         raise ConfigError(f"{source}: hidden_act={values['hidden_act']!r} is not supported; use "
                           f"one of {sorted(_FROM_HF_ACTIVATION)}")
     values["hidden_act"] = _FROM_HF_ACTIVATION[values["hidden_act"]]
-    config = from_dict(dict(values, sharing="all"))
+    config = from_dict(dict(values, sharing="all",
+                            always_project_embeddings=values["embedding_size"] == values["hidden_size"]))
     _check_grouping(config, source)
     return config
 
@@ -92,7 +94,7 @@ def _hf_name_map(config: ml_collections.ConfigDict) -> dict[str, tuple[tuple[str
         names[f"albert.embeddings.{table}_embeddings.weight"] = (
             ("albert", "embeddings", f"{table}_embeddings", "embedding"), False)
     layer_norm("albert.embeddings.LayerNorm", "albert/embeddings/LayerNorm")
-    if config.embedding_size != config.hidden_size:
+    if config.embedding_size != config.hidden_size or config.always_project_embeddings:
         dense(_MAPPING, "albert/encoder/embedding_hidden_mapping_in")
     for group in range(config.num_hidden_groups):
         for inner in range(config.inner_group_num):
@@ -147,10 +149,10 @@ def _read_file(path: str) -> dict[str, np.ndarray]:
             for name, tensor in state.items()}
 
 
-def _pop_tied_and_mapping(tensors: dict[str, np.ndarray], config: ml_collections.ConfigDict
+def _pop_tied_decoder(tensors: dict[str, np.ndarray], config: ml_collections.ConfigDict
                           ) -> list[str]:
-    """Removes the weights HF keeps beyond ours, checking that dropping them loses nothing:
-    the tied decoder copies (SPEC 4.2) and, when E == H, the embedding mapping (SPEC 11.2)."""
+    """Removes the tied decoder copies HF keeps beyond ours (SPEC 4.2), checking that dropping
+    them loses nothing."""
     problems = []
     word_embeddings = tensors.get("albert.embeddings.word_embeddings.weight")
     decoder = tensors.pop("predictions.decoder.weight", None)
@@ -163,16 +165,6 @@ def _pop_tied_and_mapping(tensors: dict[str, np.ndarray], config: ml_collections
         tensors["predictions.bias"] = decoder_bias
     elif decoder_bias is not None and not np.array_equal(decoder_bias, tensors["predictions.bias"]):
         problems.append("predictions.decoder.bias differs from predictions.bias")
-    if config.embedding_size == config.hidden_size:
-        kernel = tensors.pop(f"{_MAPPING}.weight", None)
-        bias = tensors.pop(f"{_MAPPING}.bias", None)
-        if kernel is None or bias is None or not (
-                np.array_equal(kernel, np.eye(config.hidden_size)) and not np.any(bias)):
-            problems.append(
-                f"embedding_size == hidden_size == {config.hidden_size}: HF applies "
-                f"{_MAPPING} anyway, but ALBERT has no such layer then (SPEC 3.2.4), so only an "
-                "identity mapping (weight = I, bias = 0, as save_huggingface writes) converts "
-                "exactly; this file's mapping is missing or not the identity")
     return problems
 
 
@@ -198,7 +190,7 @@ def load_huggingface(path: str) -> tuple[ml_collections.ConfigDict, dict[str, An
         tensors = {f"albert.{name}": tensor for name, tensor in tensors.items()}
     for buffer in _BUFFERS:
         tensors.pop(buffer, None)
-    problems = _pop_tied_and_mapping(tensors, config)
+    problems = _pop_tied_decoder(tensors, config)
     name_map = _hf_name_map(config)
     wanted, match_problems = match_variables(
         {name: tensor.shape for name, tensor in tensors.items()}, name_map, param_shapes(config))
@@ -267,7 +259,8 @@ def save_huggingface(config: ml_collections.ConfigDict, params: dict[str, Any], 
     for name, (target, transpose) in name_map.items():
         array = np.asarray(flat[target], np.float32)
         tensors[name] = np.ascontiguousarray(array.T if transpose else array)
-    if config.embedding_size == config.hidden_size:  # HF applies it always (SPEC 11.2)
+    if config.embedding_size == config.hidden_size and not config.always_project_embeddings:
+        # HF applies the mapping always (SPEC 11.2); ours has none, so it is the identity.
         tensors[f"{_MAPPING}.weight"] = np.eye(config.hidden_size, dtype=np.float32)
         tensors[f"{_MAPPING}.bias"] = np.zeros(config.hidden_size, np.float32)
     if not heads:  # AlbertModel.save_pretrained writes names without the `albert.` prefix

@@ -187,8 +187,8 @@ class Encoder(nn.Module):
         config = self.config
         dtype = compute_dtype(config)
         hidden = embedded
-        if config.embedding_size != config.hidden_size:
-            # The reference creates no projection when E == H (SPEC 3.2.4).
+        if config.embedding_size != config.hidden_size or config.always_project_embeddings:
+            # The reference creates no projection when E == H (SPEC 3.2.4); HF does (SPEC 11.2).
             hidden = layers.Dense(config.hidden_size, ("embedding", "hidden"),
                                   layers.truncated_normal(config.initializer_range), dtype=dtype,
                                   name="embedding_hidden_mapping_in")(hidden)

@@ -37,6 +37,9 @@ _DEFAULTS: dict[str, Any] = dict(
     type_vocab_size=2,
     initializer_range=0.02,
     layer_norm_eps=1e-12,  # SPEC 3.2.3
+    # HF applies embedding_hidden_mapping_in even when E == H (SPEC 11.2); the reference has no
+    # such layer then (SPEC 3.2.4). True keeps it, so HF models with E == H load exactly.
+    always_project_embeddings=False,
     sharing="all",
     remat_policy="none",
     dtype="float32",
@@ -135,6 +138,8 @@ def validate(config: ml_collections.ConfigDict) -> None:
         fail("hidden_act", f"must be one of {ACTIVATIONS} (the reference 'gelu' is 'gelu_tanh')")
     if config.remat_policy not in REMAT_POLICIES:
         fail("remat_policy", f"must be one of {REMAT_POLICIES}")
+    if not isinstance(config.always_project_embeddings, bool):
+        fail("always_project_embeddings", "must be true or false")
     if config.dtype not in DTYPES:
         fail("dtype", f"must be one of {DTYPES}")
     for key in ("hidden_dropout_prob", "attention_probs_dropout_prob"):

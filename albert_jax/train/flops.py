@@ -25,7 +25,8 @@ def forward_flops_per_sequence(model: ml_collections.ConfigDict, seq_len: int,
     """Forward matmul FLOPs of AlbertForPreTraining for one sequence."""
     hidden, embed, inner = model.hidden_size, model.embedding_size, model.intermediate_size
     applications = model.num_hidden_layers * model.inner_group_num
-    projection = 2 * seq_len * embed * hidden if embed != hidden else 0
+    projects = embed != hidden or model.always_project_embeddings
+    projection = 2 * seq_len * embed * hidden if projects else 0
     per_layer = (2 * seq_len * (4 * hidden * hidden + 2 * hidden * inner)  # q,k,v,o + FFN
                  + 2 * 2 * seq_len * seq_len * hidden)  # scores and context
     pooler_and_sop = 2 * hidden * hidden + 2 * hidden * 2
