@@ -14,6 +14,7 @@ import sys
 from typing import Callable, Sequence
 
 from absl import app, flags
+from absl import logging as absl_logging
 from ml_collections import config_flags
 
 from albert_jax import distributed
@@ -120,6 +121,9 @@ def _run(command: Callable[[], None], name: str) -> None:
     """Runs a command; errors it raises on purpose print as one clear line, not a traceback."""
     from albert_jax.model.presets import ConfigError
     from albert_jax.train.loop import TrainingDiverged
+    if not flags.FLAGS["verbosity"].present:
+        # Library INFO logs (Orbax, TFDS) drown the progress lines; --verbosity=0 shows them.
+        absl_logging.set_verbosity(absl_logging.WARNING)
     try:
         command()
     except (ConfigError, TrainingDiverged, FileNotFoundError, ValueError) as error:

@@ -138,8 +138,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
         model, optimizer, mesh, seq_len=config.seq_len,
         max_predictions=config.data.max_predictions)
     if is_main:
-        logging.info("parameters:\n%s", state_lib.param_table(model, mesh, config.seq_len,
-                                                              config.data.max_predictions))
+        print(state_lib.param_table(model, mesh, config.seq_len, config.data.max_predictions),
+              flush=True)
 
     # --- Restore (resume) or initialise ---
     checkpointer = checkpoint.Checkpointer(workdir / "checkpoints",
