@@ -67,10 +67,81 @@ def test_host_shards_are_disjoint_and_cover_the_split(config, train_source):
                 seen[_row_key(batch, 0)] += 1
     finally:
         config.batch_size = 16
-    # Example i goes to host i % 3; one pass leaves the last len % 3 out so hosts stay in step.
-    kept = len(train_source) - len(train_source) % 3
-    expected = collections.Counter(_row_key(train_source[index]) for index in range(kept))
-    assert seen == expected
+    # One shuffled pass cut to whole global batches of 3: the last len % 3 examples are left out
+    # so hosts stay in step; every other example goes to exactly one host.
+    stored = collections.Counter(_row_key(train_source[index]) for index in range(len(train_source)))
+    assert sum(seen.values()) == len(train_source) - len(train_source) % 3
+    assert all(count == 1 for count in seen.values()) and not seen - stored
+
+
+def _global_batches(config, process_count, count, split="train", repeat=True):
+    """The first `count` global batches of a `process_count`-host run: hosts' rows concatenated."""
+    hosts = [pipeline.make_iterator(config, split, process_index=index,
+                                    process_count=process_count, repeat=repeat)
+             for index in range(process_count)]
+    batches = []
+    for _ in range(count):
+        host_batches = [next(host) for host in hosts]
+        batches.append({name: np.concatenate([batch[name] for batch in host_batches])
+                        for name in host_batches[0]})
+    return batches
+
+
+@pytest.mark.parametrize("masking_mode", ["static", "dynamic"])
+def test_global_batches_do_not_depend_on_the_number_of_hosts(config, train_source, masking_mode):
+    config.data.masking = masking_mode
+    try:
+        count = 2 * len(train_source) // 16 + 3  # batch_size 16: past the end of epoch 2
+        expected = _global_batches(config, 1, count)
+        assert expected[0]["input_ids"].shape == (16, 64)
+        for process_count in (2, 4):
+            _assert_same_batches(_global_batches(config, process_count, count), expected)
+    finally:
+        config.data.masking = "static"
+
+
+class RecordingSource:
+    """`source[i]` = {"example_index": [i]}; remembers which examples were read."""
+
+    def __init__(self, length):
+        self.length = length
+        self.read = []
+
+    def __len__(self):
+        return self.length
+
+    def __getitem__(self, index):
+        self.read.append(index)
+        return {"example_index": np.array([index])}
+
+
+def test_hosts_read_only_their_own_disjoint_rows():
+    sources = [RecordingSource(10) for _ in range(2)]
+    hosts = [pipeline.make_dataset(source, batch_size=4, process_index=index, process_count=2,
+                                   repeat=True, shuffle_seed=7, dynamic_masking=None)
+             for index, source in enumerate(sources)]
+    rows = [[host[batch_number]["example_index"][:, 0].tolist() for host in hosts]
+            for batch_number in range(5)]  # 20 stream positions: two epochs of 10 examples
+    assert all(len(host_rows) == 2 for batch_rows in rows for host_rows in batch_rows)
+    assert [len(source.read) for source in sources] == [10, 10]  # no other host's rows read
+    # Positions 0-9 (epoch 0): host 0's rows of batches 0-2, host 1's of batches 0-1; the rest
+    # (epoch 1) is host 1's rows of batches 2-4 and host 0's of 3-4. Each epoch is a permutation.
+    epoch_0 = sum((rows[batch][0] for batch in range(3)), []) + rows[0][1] + rows[1][1]
+    epoch_1 = sum((rows[batch][1] for batch in range(2, 5)), []) + rows[3][0] + rows[4][0]
+    assert sorted(epoch_0) == sorted(epoch_1) == list(range(10))
+    assert epoch_0 != epoch_1  # a new shuffle each epoch
+
+
+def test_eval_global_batches_do_not_depend_on_the_number_of_hosts(config):
+    expected = list(pipeline.make_iterator(config, "eval", process_index=0, process_count=1,
+                                           repeat=False))
+    for process_count in (2, 4):
+        _assert_same_batches(
+            _global_batches(config, process_count, len(expected), "eval", repeat=False), expected)
+        ends = [list(pipeline.make_iterator(config, "eval", process_index=index,
+                                            process_count=process_count, repeat=False))
+                for index in range(process_count)]
+        assert [len(batches) for batches in ends] == [len(expected)] * process_count
 
 
 def test_eval_is_unshuffled_static_and_finite(config):
@@ -117,15 +188,13 @@ def test_iterator_state_saves_and_restores_through_orbax(config, tmp_path):
 
 def test_dynamic_masks_change_every_epoch_and_keep_the_tokens(config, train_source):
     config.data.masking = "dynamic"
-    config.batch_size = 8 * 8  # host batch 8 on host 0 of 8: an epoch is len/8 examples
     try:
-        iterator = pipeline.make_iterator(config, process_index=0, process_count=8)
-        epoch_length = len(range(0, len(train_source), 8))
+        iterator = pipeline.make_iterator(config, process_index=0, process_count=1)
+        epoch_length = len(train_source)
         examples = [{name: values[row] for name, values in batch.items()}
-                    for batch in _take(iterator, 2 * epoch_length // 8 + 2) for row in range(8)]
+                    for batch in _take(iterator, 2 * epoch_length // 16 + 2) for row in range(16)]
     finally:
         config.data.masking = "static"
-        config.batch_size = 16
     masks_by_epoch = [{}, {}]
     for position, features in enumerate(examples[:2 * epoch_length]):
         tokens = masking.unmask_features(features)
@@ -134,7 +203,7 @@ def test_dynamic_masks_change_every_epoch_and_keep_the_tokens(config, train_sour
         count = int((features["masked_lm_weights"] > 0).sum())
         assert 0 < count <= min(20, max(1, round(length * 0.15)))  # SPEC 1.4.3 budget
     stored = {masking.unmask_features(train_source[index]).tobytes()
-              for index in range(0, len(train_source), 8)}
+              for index in range(len(train_source))}
     assert set(masks_by_epoch[0]) == set(masks_by_epoch[1]) == stored  # same examples, same tokens
     changed = sum(not np.array_equal(masks_by_epoch[0][key]["masked_lm_positions"],
                                      masks_by_epoch[1][key]["masked_lm_positions"])

@@ -4,9 +4,13 @@
   host_batch = next(iterator)                             # dict name -> [host_batch, ...] numpy
   batch = pipeline.to_global_batch(host_batch, sharding)  # dict name -> jax.Array [batch, ...]
 
-Per host: the split's examples are sharded by `jax.process_index()` (example i goes to host
-i % process_count), shuffled with a seed (train only; a new order each epoch), repeated,
-masked (`config.data.masking`), and batched to `batch_size // process_count` (drop remainder).
+One global stream, identical on every host: the split's example indices shuffled with a seed
+(train only; a new order each epoch), repeated, and cut into global batches of `batch_size`
+(drop remainder); each example is masked (`config.data.masking`). Host i of n then takes rows
+[i * host_batch, (i + 1) * host_batch) of every global batch (host_batch = batch_size // n) and
+reads and masks only those rows. So the global batches (the hosts' host batches concatenated in
+process order) do not depend on the number of hosts: a run on 2 hosts trains on the batches a
+run on 1 host would.
 - "static": the SPEC 1.4 masks written at build time (the reference's behaviour, dupe_factor
   copies with different masks).
 - "dynamic": SPEC 1.4 masking redone in the pipeline from the stored original tokens and word
@@ -15,10 +19,10 @@ masked (`config.data.masking`), and batched to `batch_size // process_count` (dr
   workers or the batch size), so a run is deterministic and resumable. With dynamic masking
   a small dupe_factor (e.g. 1-5) is enough.
 The eval split always uses the stored masks, in stored order, so every evaluation scores the
-same predictions (SPEC 5.7).
+same predictions (SPEC 5.7); one pass of it is cut to whole global eval batches.
 
 Checkpointing: the returned `grain.DatasetIterator` has `get_state()` (a small JSON-able dict:
-the position in the shuffled, repeated stream) and `set_state()`; a restored iterator yields
+the position in the stream of global batches) and `set_state()`; a restored iterator yields
 exactly the batches the uninterrupted one would have. The trainer saves it beside the train state
 as its own Orbax item, with the handler grain registers with Orbax (grain 0.2.18:
 `grain.checkpoint.CheckpointSave` / `CheckpointRestore`, handler `grain.checkpoint.CheckpointHandler`;
@@ -26,7 +30,8 @@ as its own Orbax item, with the handler grain registers with Orbax (grain 0.2.18
 args=ocp.args.Composite(state=..., data=grain.checkpoint.CheckpointSave(iterator)))` and, to
 resume, build a fresh iterator with the same config and pass
 `data=grain.checkpoint.CheckpointRestore(iterator)` to `manager.restore`. Each host writes its
-own `process_<i>-of-<n>.json`, so a run resumes on the same number of hosts.
+own `process_<i>-of-<n>.json` (the same position on every host), so a run resumes on the same
+number of hosts.
 """
 from __future__ import annotations
 
@@ -122,9 +127,10 @@ def make_iterator(config: ml_collections.ConfigDict, split: str = "train", *,
                   repeat: bool = True) -> grain.DatasetIterator:
     """This host's batches of `split`: dict name -> np.ndarray [host_batch, ...] (SPEC 1.5 names).
 
-    `process_index`/`process_count` default to JAX's. With `repeat=False` the iterator ends after
-    one pass; every host then gets the same number of batches (the last `len % process_count`
-    examples are left out) so multi-host evaluation stays in step.
+    `process_index`/`process_count` default to JAX's. The hosts' batches, concatenated in process
+    order, are the global batches of a one-host run. With `repeat=False` the iterator ends after
+    one pass cut to whole global batches (the last `len % global_batch` examples are left out), so
+    every host gets the same number of batches and multi-host evaluation stays in step.
     """
     if config.data.masking not in MASKING_MODES:
         raise ConfigError(f"config.data.masking={config.data.masking!r}; one of {MASKING_MODES}")
@@ -132,9 +138,9 @@ def make_iterator(config: ml_collections.ConfigDict, split: str = "train", *,
     process_count = jax.process_count() if process_count is None else process_count
     source = SplitSource(builder.dataset_dir(config), split)
     training = split == "train"
+    host_batch = host_batch_size(config, split, process_count=process_count)
     dataset = make_dataset(
-        source, batch_size=host_batch_size(config, split, process_count=process_count),
-        process_index=process_index, process_count=process_count, repeat=repeat,
+        source, batch_size=host_batch * process_count, process_index=process_index, process_count=process_count, repeat=repeat,
         shuffle_seed=shuffle_seed(config) if training else None,
         dynamic_masking=(DynamicMasking.from_metadata(config, source.metadata)
                          if training and config.data.masking == "dynamic" else None))
@@ -161,46 +167,67 @@ def shuffle_seed(config: ml_collections.ConfigDict) -> int:
 def make_dataset(source: Any, *, batch_size: int, process_index: int, process_count: int,
                  repeat: bool, shuffle_seed: int | None,
                  dynamic_masking: "DynamicMasking | None") -> grain.MapDataset:
-    """The per-host grain MapDataset of batches over any random-access `source` of feature dicts."""
+    """This host's grain MapDataset of batches over any random-access `source` of feature dicts.
+
+    `batch_size` is the GLOBAL batch; element k is rows [process_index * host_batch,
+    (process_index + 1) * host_batch) of global batch k: dict name -> [host_batch, ...].
+    """
     if not 0 <= process_index < process_count:
         raise ValueError(f"process_index={process_index} not in [0, process_count={process_count})")
-    examples = grain.MapDataset.source(source).map_with_index(_with_example_index)
-    if repeat:
-        shard = examples[process_index::process_count]
-    else:
-        per_host = len(examples) // process_count
-        shard = examples[process_index:per_host * process_count:process_count]
-    epoch_length = len(shard)
-    if epoch_length < (1 if repeat else batch_size):
-        raise ValueError(
-            f"host {process_index} of {process_count} gets {epoch_length} of the {len(source)} "
-            f"examples, not enough for a batch of {batch_size}: use a bigger corpus or smaller batch")
+    if batch_size % process_count:
+        raise ValueError(f"global batch_size={batch_size} is not divisible by the "
+                         f"{process_count} hosts")
+    if len(source) < (1 if repeat else batch_size):
+        raise ValueError(f"the split has {len(source)} examples, not enough for a global batch of "
+                         f"{batch_size}: use a bigger corpus or smaller batch")
+    # The global stream is built from example indices only (cheap, identical on every host);
+    # the features are read, and masked, for this host's rows alone.
+    order = grain.MapDataset.range(len(source))
     if shuffle_seed is not None:
-        shard = shard.shuffle(seed=shuffle_seed)  # (reseeded every epoch by repeat)
+        order = order.shuffle(seed=shuffle_seed)  # (reseeded every epoch by repeat)
     if repeat:
-        shard = shard.repeat()
+        order = order.repeat()
+    global_batches = order.batch(batch_size, drop_remainder=True)  # [batch_size] example indices
+    host_batch = batch_size // process_count
     if dynamic_masking is not None:
-        shard = shard.map_with_index(dataclasses.replace(dynamic_masking, epoch_length=epoch_length))
-    else:
-        shard = shard.map(_drop_example_index)
-    return shard.batch(batch_size, drop_remainder=True)
+        dynamic_masking = dataclasses.replace(dynamic_masking, epoch_length=len(source))
+    return global_batches.map_with_index(HostRows(
+        source=source, first_row=process_index * host_batch, host_batch=host_batch,
+        dynamic_masking=dynamic_masking))
 
 
-def _with_example_index(example_index: int, features: dict[str, np.ndarray]
-                        ) -> tuple[int, dict[str, np.ndarray]]:
-    return example_index, features
+@dataclasses.dataclass(frozen=True)
+class HostRows:
+    """Reads (and, with `dynamic_masking`, re-masks) one host's rows of a global batch.
 
+    Called by grain with (global batch number, example indices [global_batch]); returns dict
+    name -> [host_batch, ...] for rows [first_row, first_row + host_batch).
+    """
+    source: Any
+    first_row: int
+    host_batch: int
+    dynamic_masking: "DynamicMasking | None"
 
-def _drop_example_index(indexed: tuple[int, dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    return indexed[1]
+    def __call__(self, batch_number: int, example_indices: np.ndarray) -> dict[str, np.ndarray]:
+        rows = range(self.first_row, self.first_row + self.host_batch)
+        indices = [int(example_indices[row]) for row in rows]
+        examples = (self.source.__getitems__(indices) if hasattr(self.source, "__getitems__")
+                    else [self.source[index] for index in indices])
+        if self.dynamic_masking is not None:
+            # Masks keyed by the position in the global stream (-> epoch) and the example index.
+            global_batch = len(example_indices)
+            examples = [self.dynamic_masking(batch_number * global_batch + row, (index, features))
+                        for row, index, features in zip(rows, indices, examples)]
+        return {name: np.stack([features[name] for features in examples])
+                for name in examples[0]}
 
 
 @dataclasses.dataclass(frozen=True)
 class DynamicMasking:
     """SPEC 1.4 masking of a stored example, redone with rng (seed, epoch, example index).
 
-    Called by grain with (position in this host's repeated stream, (example index, features));
-    epoch = position // epoch_length.
+    Called by `HostRows` with (position in the global repeated stream, (example index, features));
+    epoch = position // epoch_length (epoch_length = the split's size).
     """
     seed: int
     seq_len: int
