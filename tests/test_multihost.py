@@ -2,11 +2,10 @@
 
 What a 2-host run must compute: each step's global batch is host 0's batch followed by host 1's
 (`make_array_from_process_local_data` puts each host's rows on its own devices, in process
-order), host i's batches being what `pipeline.make_iterator(config, process_index=i,
-process_count=2)` yields. So the reference is one process with 8 devices and the same mesh, fed
-exactly those concatenated batches: its losses, final train state and data positions must be
-the 2-host run's. (The pipeline now shuffles each host's examples i::2 on their own, so the
-global batch depends on the number of hosts, and a plain single-process run reads others.)
+order), and the pipeline makes those the global batches of a one-host run (each host takes its
+rows of one global stream; tests/test_pipeline.py pins it). So the reference is a plain run in
+one process with 8 devices and the same mesh: its losses, final train state and data position
+must be the 2-host run's.
 
 The mesh is data=2 x fsdp=4 over the 8 devices of both processes: gradients and metrics are
 reduced across the process boundary (gloo over TCP), and both processes write shards of the
@@ -30,7 +29,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from albert_jax import config as config_lib, distributed  # noqa: E402
-from albert_jax.data import corpus, pipeline  # noqa: E402
+from albert_jax.data import corpus  # noqa: E402
 from albert_jax.model import AlbertForPreTraining  # noqa: E402
 from albert_jax.train import checkpoint, loop, optim, sharding, state as state_lib  # noqa: E402
 
@@ -82,24 +81,6 @@ def run_config(settings: dict):
     return config
 
 
-class TwoHostBatches:
-    """The global batches of a 2-host run, in one process: host 0's rows, then host 1's."""
-
-    def __init__(self, make_iterator, config):
-        self.hosts = [make_iterator(config, "train", process_index=index, process_count=2)
-                      for index in range(2)]
-
-    def __iter__(self):
-        return self
-
-    def __next__(self) -> dict[str, np.ndarray]:
-        batches = [next(host) for host in self.hosts]
-        return {name: np.concatenate([batch[name] for batch in batches]) for name in batches[0]}
-
-    def get_state(self) -> bytes:  # what grain's Orbax handler saves for a non-grain iterator
-        return json.dumps([host.get_state() for host in self.hosts]).encode()
-
-
 def train_records(workdir: Path) -> list[dict]:
     """The train records of metrics.jsonl, in order (eval records carry no "loss")."""
     records = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
@@ -121,7 +102,7 @@ def restored_state(workdir: Path, config):
         checkpointer.close()
 
 
-def test_two_processes_train_as_one_eight_device_job(data_settings, tmp_path, monkeypatch):
+def test_two_processes_train_as_one_eight_device_job(data_settings, tmp_path):
     assert jax.device_count() == 8, "the reference needs 8 devices (XLA_FLAGS set too late?)"
     workdir = tmp_path / "two_hosts"
     log = tmp_path / "two_hosts.log"  # a file, not a pipe: nobody reads it until the end
@@ -132,20 +113,9 @@ def test_two_processes_train_as_one_eight_device_job(data_settings, tmp_path, mo
             cwd=REPO, stdout=log_file, stderr=subprocess.STDOUT,
             start_new_session=True)  # its own process group: the cleanup ends its children too
     try:
-        # Meanwhile, the reference: this process, 8 devices, the two hosts' batches.
+        # Meanwhile, the reference: a plain run in this process, on 8 devices.
         config = run_config({**data_settings, **RUN})
-        make_iterator = pipeline.make_iterator
-        references = []
-
-        def reference_iterator(run, split="train", **kwargs):
-            if split != "train":
-                return make_iterator(run, split, **kwargs)
-            references.append(TwoHostBatches(make_iterator, run))
-            return references[-1]
-
-        monkeypatch.setattr(pipeline, "make_iterator", reference_iterator)
         loop.train_and_evaluate(config, str(tmp_path / "reference"))
-        monkeypatch.undo()
         two_hosts.wait(timeout=600)
     finally:
         if two_hosts.poll() is None:
@@ -174,7 +144,7 @@ def test_two_processes_train_as_one_eight_device_job(data_settings, tmp_path, mo
     assert got[-1]["loss"] < got[0]["loss"]  # it trained
 
     # The checkpoint both processes wrote restores (here onto one process) to the reference's
-    # state, and each process saved its own data position: the one its host stream reached.
+    # state, and each process saved its own data position: the one the reference's stream reached.
     state = restored_state(workdir, config)
     reference_state = restored_state(tmp_path / "reference", config)
     assert int(state.step) == STEPS
@@ -186,9 +156,11 @@ def test_two_processes_train_as_one_eight_device_job(data_settings, tmp_path, mo
     data_dir = workdir / "checkpoints" / str(STEPS) / "data"
     assert sorted(path.name for path in data_dir.iterdir() if path.suffix == ".json") == [
         "process_0-of-2.json", "process_1-of-2.json"]
-    for process, host in enumerate(references[0].hosts):
+    reference_position = json.loads((tmp_path / "reference" / "checkpoints" / str(STEPS) / "data"
+                                     / "process_0-of-1.json").read_text())
+    for process in range(2):
         assert json.loads((data_dir / f"process_{process}-of-2.json").read_text()) == (
-            host.get_state())
+            reference_position)
 
 
 def test_auto_detected_slurm_environment(tmp_path):
