@@ -52,11 +52,13 @@ def model_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict
         overrides.setdefault("dtype", config.compute_dtype)
     if "data" in config and "vocab_size" in config.data:
         overrides.setdefault("vocab_size", config.data.vocab_size)
-    if "seq_len" in config and config.seq_len > presets.get_config(config.model).max_position_embeddings:
+    model = presets.get_config(config.model, **overrides)
+    if "seq_len" in config and config.seq_len > model.max_position_embeddings:
         raise presets.ConfigError(
-            f"config seq_len={config.seq_len} exceeds max_position_embeddings of model "
-            f"{config.model!r}; lower seq_len or set model_overrides.max_position_embeddings")
-    return presets.get_config(config.model, **overrides)
+            f"config seq_len={config.seq_len} exceeds max_position_embeddings="
+            f"{model.max_position_embeddings} of model {config.model!r}; lower seq_len or set "
+            "model_overrides.max_position_embeddings")
+    return model
 
 
 def to_json(config: ml_collections.ConfigDict) -> str:

@@ -215,3 +215,10 @@ def test_command_line_override_reaches_the_model() -> None:
     model = run_config.model_config(flag_values.config)
     assert (model.num_hidden_layers, model.hidden_act, model.dtype) == (3, "gelu_exact", "bfloat16")
     assert model.hidden_size == get_config("demo").hidden_size
+
+
+def test_seq_len_may_exceed_the_preset_when_max_positions_is_overridden() -> None:
+    config = pretrain_module().get_config("runlocal")
+    config.seq_len = 512  # the demo model has 128 positions
+    config.model_overrides.max_position_embeddings = 512
+    assert run_config.model_config(config).max_position_embeddings == 512

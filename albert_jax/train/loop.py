@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import signal
-import time
 from typing import Any
 
 import jax

@@ -121,9 +121,9 @@ def make_train_step(model: nn.Module, optimizer: optax.GradientTransformation,
                         jax.tree_util.tree_map(add, sums_sum, sums)), None
 
             zeros_grads = jax.tree_util.tree_map(jnp.zeros_like, state.params)
-            zeros_sums = {key: jnp.zeros((), jnp.float32) for key in (
-                "masked_lm_loss_sum", "masked_lm_correct_sum", "masked_lm_weight_sum",
-                "sentence_order_loss_sum", "sentence_order_correct_sum", "sentence_count")}
+            first = jax.tree_util.tree_map(lambda x: x[0], microbatches)
+            sums_shape = jax.eval_shape(grad_fn, state.params, first, jnp.int32(0))[0][1]
+            zeros_sums = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), sums_shape)
             (grads, sums), _ = jax.lax.scan(
                 accumulate, (zeros_grads, zeros_sums),
                 (jnp.arange(num_microbatches), microbatches))
