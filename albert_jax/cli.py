@@ -119,7 +119,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 def _run(command: Callable[[], None], name: str) -> None:
     """Runs a command; errors it raises on purpose print as one clear line, not a traceback."""
-    from albert_jax.model.presets import ConfigError
+    from albert_jax.errors import ConfigError
     from albert_jax.train.loop import TrainingDiverged
     if not flags.FLAGS["verbosity"].present:
         # Library INFO logs (Orbax, TFDS) drown the progress lines; --verbosity=0 shows them.

@@ -10,31 +10,32 @@ from typing import Any
 import ml_collections
 from ml_collections import config_dict
 
+from albert_jax.errors import ConfigError
 from albert_jax.model import presets
 
 
 def parse_arg(arg: str | None, **defaults: Any) -> ml_collections.ConfigDict:
     """Parses `key=value,flag` into a ConfigDict of `defaults`; values take the default's type.
 
-    An unknown key raises presets.ConfigError naming it and the known keys.
+    An unknown key raises ConfigError naming it and the known keys.
     """
     parsed = dict(defaults)
     for item in filter(None, (arg or "").split(",")):
         key, _, value = item.partition("=")
         key = key.strip()
         if key not in defaults:
-            raise presets.ConfigError(
+            raise ConfigError(
                 f"unknown config argument {key!r} in {arg!r}; known: {sorted(defaults)}")
         default = defaults[key]
         if isinstance(default, bool):
             parsed[key] = value.lower() not in ("0", "false", "no") if value else True
         elif value == "":
-            raise presets.ConfigError(f"config argument {key!r} needs a value: {key}=...")
+            raise ConfigError(f"config argument {key!r} needs a value: {key}=...")
         else:
             try:
                 parsed[key] = type(default)(value)
             except ValueError as error:
-                raise presets.ConfigError(f"config argument {key}={value!r}: {error}") from None
+                raise ConfigError(f"config argument {key}={value!r}: {error}") from None
     return ml_collections.ConfigDict(parsed)
 
 
@@ -54,7 +55,7 @@ def model_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict
         overrides.setdefault("vocab_size", config.data.vocab_size)
     model = presets.get_config(config.model, **overrides)
     if "seq_len" in config and config.seq_len > model.max_position_embeddings:
-        raise presets.ConfigError(
+        raise ConfigError(
             f"config seq_len={config.seq_len} exceeds max_position_embeddings="
             f"{model.max_position_embeddings} of model {config.model!r}; lower seq_len or set "
             "model_overrides.max_position_embeddings")

@@ -21,7 +21,8 @@ transformers = pytest.importorskip("transformers")
 from albert_jax.convert import load_huggingface, save_huggingface  # noqa: E402
 from albert_jax.convert.huggingface import model_config_from_hf  # noqa: E402
 from albert_jax.convert.tf_checkpoint import param_shapes  # noqa: E402
-from albert_jax.model import AlbertForPreTraining, AlbertModel, ConfigError, get_config  # noqa: E402
+from albert_jax.errors import ConfigError
+from albert_jax.model import AlbertForPreTraining, AlbertModel, get_config  # noqa: E402
 
 BASE = dict(vocab_size=64, embedding_size=16, hidden_size=32, num_hidden_layers=2,
             num_attention_heads=4, intermediate_size=48, max_position_embeddings=24,

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from albert_jax.convert import load_tf_checkpoint, save_tf_checkpoint
-from albert_jax.model import AlbertForPreTraining, ConfigError
+from albert_jax.errors import ConfigError
+from albert_jax.model import AlbertForPreTraining
 
 # --------------------------------------------------------------------------------------------
 # ALBERT variables by the SPEC 4.1 / 4.2 tables, and SPEC 3.2 in NumPy.

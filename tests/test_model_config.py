@@ -11,7 +11,8 @@ from absl import flags
 from ml_collections import config_flags
 
 from albert_jax import config as run_config
-from albert_jax.model import PRESETS, ConfigError, from_dict, get_config
+from albert_jax.errors import ConfigError
+from albert_jax.model import PRESETS, from_dict, get_config
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 PRETRAIN_CONFIG = REPO / "configs" / "pretrain.py"

@@ -9,7 +9,8 @@ import numpy as np
 import optax
 import pytest
 
-from albert_jax.model import AlbertForPreTraining, ConfigError, get_config
+from albert_jax.errors import ConfigError
+from albert_jax.model import AlbertForPreTraining, get_config
 from albert_jax.train import optim
 
 BETA_1, BETA_2, EPSILON, WEIGHT_DECAY = 0.9, 0.999, 1e-6, 0.01

@@ -9,7 +9,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 from albert_jax.data import builder, masking, pipeline
-from albert_jax.model.presets import ConfigError
+from albert_jax.errors import ConfigError
 from test_builder import build_small_dataset  # (tests/ is on sys.path under pytest)
 
 

@@ -11,7 +11,8 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
-from albert_jax.model import AlbertForPreTraining, ConfigError, get_config  # noqa: E402
+from albert_jax.errors import ConfigError
+from albert_jax.model import AlbertForPreTraining, get_config  # noqa: E402
 from albert_jax.train import optim, sharding, state as state_lib  # noqa: E402
 
 SEQ_LEN, MAX_PREDICTIONS = 8, 2

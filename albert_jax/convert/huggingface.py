@@ -27,7 +27,8 @@ from flax import traverse_util
 from safetensors.numpy import load_file, save_file
 
 from albert_jax.convert.tf_checkpoint import match_variables, param_shapes
-from albert_jax.model import ConfigError, from_dict
+from albert_jax.errors import ConfigError
+from albert_jax.model import from_dict
 from albert_jax.model.presets import group_of_layer
 
 _FROM_HF_ACTIVATION = {"gelu": "gelu_exact", "gelu_new": "gelu_tanh",

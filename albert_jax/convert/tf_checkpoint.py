@@ -19,7 +19,8 @@ from absl import logging
 from flax import traverse_util
 
 from albert_jax.convert.tf_bundle import read_tf_checkpoint, tf_checkpoint_shapes
-from albert_jax.model import AlbertForPreTraining, ConfigError, from_dict
+from albert_jax.errors import ConfigError
+from albert_jax.model import AlbertForPreTraining, from_dict
 
 
 # SPEC 3.1: the reference AlbertConfig defaults, used for keys a config json leaves out.

@@ -50,7 +50,7 @@ from etils import epath
 
 from albert_jax.data import corpus, instances, masking
 from albert_jax.data.tokenizer import Tokenizer
-from albert_jax.model.presets import ConfigError
+from albert_jax.errors import ConfigError
 
 NAME = "albert_pretraining"
 DATASET_VERSION = "1.0.0"

@@ -47,7 +47,7 @@ import numpy as np
 import tensorflow_datasets as tfds
 
 from albert_jax.data import builder, instances, masking
-from albert_jax.model.presets import ConfigError
+from albert_jax.errors import ConfigError
 
 MASKING_MODES = ("static", "dynamic")
 _BUILD_HINT = "run `albert-jax data build` with the same config"

@@ -2,8 +2,8 @@
 from albert_jax.model.albert import (AlbertForMultipleChoice, AlbertForPreTraining,
                                      AlbertForQuestionAnswering,
                                      AlbertForSequenceClassification, AlbertModel)
-from albert_jax.model.presets import PRESETS, ConfigError, from_dict, get_config
+from albert_jax.model.presets import PRESETS, from_dict, get_config
 
 __all__ = ["AlbertModel", "AlbertForPreTraining", "AlbertForSequenceClassification",
            "AlbertForQuestionAnswering", "AlbertForMultipleChoice", "get_config", "from_dict",
-           "PRESETS", "ConfigError"]
+           "PRESETS"]

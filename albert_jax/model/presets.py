@@ -10,6 +10,8 @@ from typing import Any, Mapping
 
 import ml_collections
 
+from albert_jax.errors import ConfigError
+
 # Activation names are explicit on purpose: the reference's "gelu" is the tanh form
 # (SPEC 3.2.8) while HuggingFace's "gelu" is the exact erf form (transformers#2395).
 ACTIVATIONS = ("gelu_tanh", "gelu_exact", "relu")
@@ -79,10 +81,6 @@ PRESETS: dict[str, dict[str, Any]] = {
     "demo": dict(vocab_size=4000, embedding_size=64, hidden_size=128, num_hidden_layers=4,
                  num_attention_heads=2, intermediate_size=512, max_position_embeddings=128),
 }
-
-
-class ConfigError(ValueError):
-    """A config value that cannot work; the message names the key and the value."""
 
 
 def get_config(name: str, **overrides: Any) -> ml_collections.ConfigDict:

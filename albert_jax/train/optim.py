@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from albert_jax.model.presets import ConfigError
+from albert_jax.errors import ConfigError
 
 # SPEC 6.3: exclude_from_weight_decay; exclude_from_layer_adaptation defaults to the same list.
 EXCLUDE_FROM_WEIGHT_DECAY = ("LayerNorm", "layer_norm", "bias")
