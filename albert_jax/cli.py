@@ -17,7 +17,8 @@ from absl import app, flags
 from absl import logging as absl_logging
 from ml_collections import config_flags
 
-from albert_jax import distributed
+from albert_jax import config as config_lib, distributed, pretraining
+from albert_jax.train import loop
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file, e.g. configs/pretrain.py:size=base.",
                                           lock_config=True)
@@ -74,12 +75,17 @@ def _data_inspect() -> None:
     inspect.inspect_from_config(_need(_CONFIG, "data inspect"), _NUM_EXAMPLES.value)
 
 
-def _pretrain() -> None:
-    from albert_jax.train import loop
-    config, workdir = _need(_CONFIG, "pretrain"), _need(_WORKDIR, "pretrain")
+def _join_hosts() -> None:
+    """Multi-host jobs: the one call of jax.distributed.initialize, before any JAX work."""
     distributed.initialize(_MULTIHOST.value, coordinator_address=_COORDINATOR_ADDRESS.value,
                            num_processes=_NUM_PROCESSES.value, process_id=_PROCESS_ID.value)
-    loop.train_and_evaluate(config, workdir)  # (multihost: joined above)
+
+
+def _pretrain() -> None:
+    config, workdir = _need(_CONFIG, "pretrain"), _need(_WORKDIR, "pretrain")
+    _join_hosts()
+    task = pretraining.PretrainingTask(config, config_lib.model_config(config))
+    loop.train_and_evaluate(config, workdir, task)
 
 
 def _convert() -> None:

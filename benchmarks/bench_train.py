@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import time
 
 import jax
@@ -20,10 +21,13 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from albert_jax.model import AlbertForPreTraining, get_config
-from albert_jax.train import flops, optim, sharding
-from albert_jax.train import state as state_lib
-from albert_jax.train import step as step_lib
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # configs/
+from albert_jax import pretraining  # noqa: E402
+from albert_jax.model import get_config  # noqa: E402
+from albert_jax.train import flops, optim, sharding  # noqa: E402
+from albert_jax.train import state as state_lib  # noqa: E402
+from albert_jax.train import step as step_lib  # noqa: E402
+from configs import pretrain as pretrain_config  # noqa: E402
 
 
 def random_batch(rng: np.random.Generator, batch: int, seq: int, predictions: int,
@@ -53,7 +57,10 @@ def wait_for_quiet(max_wait_s: float = 60.0, threshold: float = 0.5) -> float:
 def bench_step(preset: str, dtype: str, batch: int, seq: int, predictions: int,
                steps: int) -> dict[str, float]:
     model_config = get_config(preset, dtype=dtype)
-    model = AlbertForPreTraining(model_config)
+    run_config = pretrain_config.get_config(f"model={preset}")
+    run_config.seq_len, run_config.data.max_predictions = seq, predictions
+    task = pretraining.PretrainingTask(run_config, model_config)
+    model = task.model
     optim_config = ml_collections.ConfigDict(dict(
         name="lamb", lr=1e-3, warmup_steps=10, schedule="reference", power=1.0,
         weight_decay=0.01, beta_1=0.9, beta_2=0.999, epsilon=1e-6, clip_norm=1.0))
@@ -61,8 +68,8 @@ def bench_step(preset: str, dtype: str, batch: int, seq: int, predictions: int,
     mesh = sharding.make_mesh(ml_collections.ConfigDict(dict(data=1, fsdp=1, tensor=1)),
                               devices=jax.devices()[:1])
     state = state_lib.init_train_state(model, optimizer, mesh, jax.random.PRNGKey(0),
-                                       seq_len=seq, max_predictions=predictions)
-    train_step = jax.jit(step_lib.make_train_step(model, optimizer, lr_fn), donate_argnums=(0,))
+                                       pretraining.init_inputs(seq, predictions))
+    train_step = jax.jit(step_lib.make_train_step(task, optimizer, lr_fn), donate_argnums=(0,))
     batch_arrays = jax.device_put(random_batch(np.random.default_rng(0), batch, seq, predictions,
                                                model_config.vocab_size))
     rng = jax.random.PRNGKey(1)

@@ -18,6 +18,7 @@ import optax  # noqa: E402
 import pytest  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
+from albert_jax import pretraining  # noqa: E402
 from albert_jax import config as config_lib  # noqa: E402
 from albert_jax.model import (AlbertForPreTraining, AlbertForSequenceClassification,  # noqa: E402
                               get_config)
@@ -53,7 +54,7 @@ def inputs(seed=0):
 def trained_state(mesh, model, optimizer):
     """A state whose moments and step are not their init values: two LAMB updates."""
     state = state_lib.init_train_state(model, optimizer, mesh, jax.random.key(0),
-                                       seq_len=SEQ_LEN, max_predictions=MAX_PREDICTIONS)
+                                       pretraining.init_inputs(SEQ_LEN, MAX_PREDICTIONS))
 
     @jax.jit
     def step(state):
@@ -103,7 +104,7 @@ def test_round_trip_state_data_and_config(saved_run):
     workdir, config, model, optimizer, state, continued = saved_run
     assert (workdir / "checkpoints/2/state").is_dir()
     abstract, _ = state_lib.abstract_train_state(model, optimizer, mesh_of(8, 1, 1),
-                                                 seq_len=SEQ_LEN, max_predictions=MAX_PREDICTIONS)
+                                                 pretraining.init_inputs(SEQ_LEN, MAX_PREDICTIONS))
     reopened = checkpoint.Checkpointer(workdir / "checkpoints", max_to_keep=3)
     assert reopened.latest_step() == 2
     fresh_iterator = data_iterator()
@@ -119,7 +120,7 @@ def test_round_trip_state_data_and_config(saved_run):
 def test_restore_onto_a_different_mesh(saved_run):
     workdir, _, model, optimizer, state, _ = saved_run
     abstract, shardings = state_lib.abstract_train_state(
-        model, optimizer, mesh_of(2, 2, 2), seq_len=SEQ_LEN, max_predictions=MAX_PREDICTIONS)
+        model, optimizer, mesh_of(2, 2, 2), pretraining.init_inputs(SEQ_LEN, MAX_PREDICTIONS))
     checkpointer = checkpoint.Checkpointer(workdir / "checkpoints", read_only=True)
     restored, _ = checkpointer.restore(None, abstract)
     checkpointer.close()
@@ -136,7 +137,7 @@ def test_restore_into_a_changed_run_names_the_differences(saved_run):
     optim_config.name = "adamw"  # no trust-ratio stage: the optimizer state has one entry less
     adamw, _ = optim.make_optimizer(optim_config, total_steps=100)
     abstract, _ = state_lib.abstract_train_state(model, adamw, mesh_of(8, 1, 1),
-                                                 seq_len=SEQ_LEN, max_predictions=MAX_PREDICTIONS)
+                                                 pretraining.init_inputs(SEQ_LEN, MAX_PREDICTIONS))
     checkpointer = checkpoint.Checkpointer(workdir / "checkpoints", read_only=True)
     with pytest.raises(ValueError) as error:
         checkpointer.restore(2, abstract)
@@ -222,7 +223,7 @@ def test_save_weights_load_and_init_from(tmp_path, saved_run):
     assert_trees_identical(loaded, state.params)
 
     abstract, _ = state_lib.abstract_train_state(model, optimizer, mesh_of(2, 2, 2),
-                                                 seq_len=SEQ_LEN, max_predictions=MAX_PREDICTIONS)
+                                                 pretraining.init_inputs(SEQ_LEN, MAX_PREDICTIONS))
     initialised = checkpoint.load_params_for_init(str(tmp_path / "weights"), abstract.params)
     assert_trees_identical(initialised, state.params)
     for leaf, target in zip(jax.tree.leaves(initialised), jax.tree.leaves(abstract.params)):
@@ -240,7 +241,7 @@ def test_init_from_lists_missing_and_mismatched(saved_run):
     workdir = saved_run[0]
     wider = get_config("tiny", hidden_size=48, vocab_size=128)
     classifier = AlbertForSequenceClassification(wider, num_labels=3)
-    target = sharding.unbox(state_lib.boxed_abstract_params(classifier, SEQ_LEN))
+    target = sharding.unbox(state_lib.boxed_abstract_params(classifier, (jnp.zeros((1, SEQ_LEN), jnp.int32),) * 3))
     with pytest.raises(ValueError) as error:
         checkpoint.load_params_for_init(str(workdir), target)
     message = str(error.value)

@@ -28,6 +28,7 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
+from albert_jax import pretraining  # noqa: E402
 from albert_jax import config as config_lib, distributed  # noqa: E402
 from albert_jax.data import corpus  # noqa: E402
 from albert_jax.model import AlbertForPreTraining  # noqa: E402
@@ -82,9 +83,9 @@ def run_config(settings: dict):
 
 
 def train_records(workdir: Path) -> list[dict]:
-    """The train records of metrics.jsonl, in order (eval records carry no "loss")."""
+    """The train records of metrics.jsonl, in order (eval records carry a "split")."""
     records = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
-    return [record for record in records if "loss" in record]
+    return [record for record in records if "loss" in record and "split" not in record]
 
 
 def restored_state(workdir: Path, config):
@@ -93,8 +94,7 @@ def restored_state(workdir: Path, config):
     model = AlbertForPreTraining(config_lib.model_config(config))
     optimizer, _ = optim.make_optimizer(config.optim, config.total_steps)
     abstract_state, _ = state_lib.abstract_train_state(
-        model, optimizer, mesh, seq_len=config.seq_len,
-        max_predictions=config.data.max_predictions)
+        model, optimizer, mesh, pretraining.init_inputs(config.seq_len, config.data.max_predictions))
     checkpointer = checkpoint.Checkpointer(workdir / "checkpoints", read_only=True)
     try:
         return checkpointer.restore(STEPS, abstract_state)[0]
@@ -115,7 +115,8 @@ def test_two_processes_train_as_one_eight_device_job(data_settings, tmp_path):
     try:
         # Meanwhile, the reference: a plain run in this process, on 8 devices.
         config = run_config({**data_settings, **RUN})
-        loop.train_and_evaluate(config, str(tmp_path / "reference"))
+        loop.train_and_evaluate(config, str(tmp_path / "reference"), pretraining.PretrainingTask(
+            config, config_lib.model_config(config)))
         two_hosts.wait(timeout=600)
     finally:
         if two_hosts.poll() is None:

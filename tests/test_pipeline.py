@@ -10,6 +10,7 @@ import pytest
 
 from albert_jax.data import builder, masking, pipeline
 from albert_jax.errors import ConfigError
+from albert_jax.train import sharding
 from test_builder import build_small_dataset  # (tests/ is on sys.path under pytest)
 
 
@@ -227,11 +228,11 @@ def test_dynamic_masks_depend_on_example_and_epoch_only(config, train_source):
 def test_to_global_batch_on_one_host(config):
     host_batch = next(pipeline.make_iterator(config, process_index=0, process_count=1))
     mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("data",))
-    sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("data"))
-    global_batch = pipeline.to_global_batch(host_batch, sharding)
+    batch_sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("data"))
+    global_batch = sharding.to_global_batch(host_batch, batch_sharding)
     for name, value in host_batch.items():
         assert isinstance(global_batch[name], jax.Array)
-        assert global_batch[name].sharding == sharding
+        assert global_batch[name].sharding == batch_sharding
         np.testing.assert_array_equal(np.asarray(global_batch[name]), value)
 
 

@@ -11,6 +11,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
+from albert_jax import pretraining
 from albert_jax.errors import ConfigError
 from albert_jax.model import AlbertForPreTraining, get_config  # noqa: E402
 from albert_jax.train import optim, sharding, state as state_lib  # noqa: E402
@@ -58,7 +59,7 @@ def test_mesh_on_given_devices():
 
 def boxed_params(**overrides):
     model = AlbertForPreTraining(get_config("tiny", **overrides))
-    return model, state_lib.boxed_abstract_params(model, SEQ_LEN, MAX_PREDICTIONS)
+    return model, state_lib.boxed_abstract_params(model, pretraining.init_inputs(SEQ_LEN, MAX_PREDICTIONS))
 
 
 def specs_by_name(shardings):
@@ -119,7 +120,7 @@ def test_unshared_layers_axis_is_replicated():
 def test_init_sharded_matches_unsharded_init():
     mesh = sharding.make_mesh(mesh_config(2, 2, 2))
     model = AlbertForPreTraining(get_config("tiny"))
-    inputs = state_lib.example_inputs(model, SEQ_LEN, MAX_PREDICTIONS)
+    inputs = pretraining.init_inputs(SEQ_LEN, MAX_PREDICTIONS)
     init = lambda rng: model.init(rng, *inputs)["params"]
     rng = jax.random.key(3)
     params = sharding.init_sharded(init, mesh, rng)
@@ -162,7 +163,7 @@ def test_train_state_shardings_follow_params():
     model = AlbertForPreTraining(get_config("tiny"))
     optimizer = optim.lamb(1e-3)
     abstract, shardings = state_lib.abstract_train_state(
-        model, optimizer, mesh, seq_len=SEQ_LEN, max_predictions=MAX_PREDICTIONS)
+        model, optimizer, mesh, pretraining.init_inputs(SEQ_LEN, MAX_PREDICTIONS))
     query = lambda tree: tree["albert"]["encoder"]["group_0"]["inner_group_0"]["attention"][
         "query"]["kernel"]
     moments = shardings.opt_state[0]
@@ -174,10 +175,10 @@ def test_train_state_shardings_follow_params():
     assert query(abstract.params).sharding == query(shardings.params)
 
     state = state_lib.init_train_state(model, optimizer, mesh, jax.random.key(0),
-                                       seq_len=SEQ_LEN, max_predictions=MAX_PREDICTIONS)
+                                       pretraining.init_inputs(SEQ_LEN, MAX_PREDICTIONS))
     assert jax.tree.structure(state) == jax.tree.structure(abstract)
     for leaf, target in zip(jax.tree.leaves(state), jax.tree.leaves(abstract)):
         assert leaf.shape == target.shape and leaf.dtype == target.dtype
         assert leaf.sharding == target.sharding
     assert int(state.step) == 0
-    assert "attention/query/kernel" in state_lib.param_table(model, mesh, SEQ_LEN, MAX_PREDICTIONS)
+    assert "attention/query/kernel" in state_lib.param_table(model, mesh, pretraining.init_inputs(SEQ_LEN, MAX_PREDICTIONS))

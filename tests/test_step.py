@@ -1,4 +1,5 @@
-"""The train/eval step: SPEC 5 losses against NumPy, and exact gradient accumulation."""
+"""The train/eval step with the pretraining task: SPEC 5 losses against NumPy, and exact
+gradient accumulation."""
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -6,10 +7,19 @@ import optax
 import pytest
 from flax import linen as nn
 
-from albert_jax.model import AlbertForPreTraining, get_config
+from albert_jax import pretraining
+from albert_jax.model import get_config
 from albert_jax.train import optim
 from albert_jax.train import step as step_lib
 from albert_jax.train.state import TrainState
+from configs import pretrain as pretrain_config
+
+
+def pretraining_task(seq_len: int = 16, max_predictions: int = 4) -> pretraining.PretrainingTask:
+    """The pretraining task of the tiny model, for steps on `synthetic_batch`es."""
+    config = pretrain_config.get_config("model=tiny")
+    config.seq_len, config.data.max_predictions = seq_len, max_predictions
+    return pretraining.PretrainingTask(config, get_config("tiny"))
 
 
 def synthetic_batch(rng: np.random.Generator, batch: int, seq: int, predictions: int,
@@ -43,8 +53,8 @@ def test_losses_and_accuracies_match_numpy_port_of_spec_5():
     mlm_logits = rng.normal(size=(6, 5, 50)).astype(np.float32)
     sop_logits = rng.normal(size=(6, 2)).astype(np.float32)
 
-    metrics = step_lib.metrics_from_sums(
-        step_lib.loss_sums(jnp.asarray(mlm_logits), jnp.asarray(sop_logits), batch), "sop")
+    metrics = pretraining.metrics_from_sums(
+        pretraining.loss_sums(jnp.asarray(mlm_logits), jnp.asarray(sop_logits), batch), "sop")
 
     weights = batch["masked_lm_weights"]
     nll = -np.take_along_axis(numpy_log_softmax(mlm_logits), batch["masked_lm_ids"][..., None], -1)[..., 0]
@@ -60,8 +70,8 @@ def test_losses_and_accuracies_match_numpy_port_of_spec_5():
     np.testing.assert_allclose(metrics["sentence_order_accuracy"],
                                (sop_logits.argmax(-1) == labels).mean(), rtol=1e-6)
     # The "none" ablation trains on the masked-LM loss alone.
-    none = step_lib.metrics_from_sums(
-        step_lib.loss_sums(jnp.asarray(mlm_logits), jnp.asarray(sop_logits), batch), "none")
+    none = pretraining.metrics_from_sums(
+        pretraining.loss_sums(jnp.asarray(mlm_logits), jnp.asarray(sop_logits), batch), "none")
     np.testing.assert_allclose(none["loss"], expected_mlm, rtol=1e-6)
 
 
@@ -72,20 +82,19 @@ def test_padded_predictions_contribute_nothing():
     sop_logits = rng.normal(size=(4, 2)).astype(np.float32)
     changed = dict(batch, masked_lm_ids=np.where(batch["masked_lm_weights"] > 0,
                                                  batch["masked_lm_ids"], 7))
-    before = step_lib.metrics_from_sums(step_lib.loss_sums(mlm_logits, sop_logits, batch), "sop")
-    after = step_lib.metrics_from_sums(step_lib.loss_sums(mlm_logits, sop_logits, changed), "sop")
+    before = pretraining.metrics_from_sums(pretraining.loss_sums(mlm_logits, sop_logits, batch), "sop")
+    after = pretraining.metrics_from_sums(pretraining.loss_sums(mlm_logits, sop_logits, changed), "sop")
     for key in before:
         np.testing.assert_allclose(before[key], after[key], rtol=1e-7)
 
 
 def _state_and_step(num_microbatches: int, optimizer: optax.GradientTransformation):
-    config = get_config("tiny")
-    model = AlbertForPreTraining(config)
+    task = pretraining_task()
     ids = jnp.ones((1, 16), jnp.int32)
-    params = nn.unbox(model.init(jax.random.PRNGKey(0), ids, ids, ids,
-                                 jnp.zeros((1, 4), jnp.int32))["params"])
+    params = nn.unbox(task.model.init(jax.random.PRNGKey(0), ids, ids, ids,
+                                      jnp.zeros((1, 4), jnp.int32))["params"])
     state = TrainState(step=jnp.int32(0), params=params, opt_state=optimizer.init(params))
-    train_step = jax.jit(step_lib.make_train_step(model, optimizer, lambda step: 1e-3,
+    train_step = jax.jit(step_lib.make_train_step(task, optimizer, lambda step: 1e-3,
                                                   num_microbatches=num_microbatches))
     return state, train_step
 
@@ -123,15 +132,14 @@ def test_step_lowers_the_loss_on_a_repeated_batch():
 
 
 def test_eval_step_sums_add_up_over_batches():
-    config = get_config("tiny")
-    model = AlbertForPreTraining(config)
+    task = pretraining_task()
     batch = synthetic_batch(np.random.default_rng(5), 8, 16, 4, 128)
     ids = jnp.ones((1, 16), jnp.int32)
-    params = nn.unbox(model.init(jax.random.PRNGKey(0), ids, ids, ids,
-                                 jnp.zeros((1, 4), jnp.int32))["params"])
-    eval_step = jax.jit(step_lib.make_eval_step(model))
-    whole = step_lib.metrics_from_sums(eval_step(params, batch), "sop")
-    halves = [eval_step(params, {k: v[i:i + 4] for k, v in batch.items()}) for i in (0, 4)]
-    summed = step_lib.metrics_from_sums(jax.tree_util.tree_map(jnp.add, *halves), "sop")
+    params = nn.unbox(task.model.init(jax.random.PRNGKey(0), ids, ids, ids,
+                                      jnp.zeros((1, 4), jnp.int32))["params"])
+    eval_step = jax.jit(step_lib.make_eval_step(task))
+    whole = pretraining.metrics_from_sums(eval_step(params, batch)[0], "sop")
+    halves = [eval_step(params, {k: v[i:i + 4] for k, v in batch.items()})[0] for i in (0, 4)]
+    summed = pretraining.metrics_from_sums(jax.tree_util.tree_map(jnp.add, *halves), "sop")
     for key in whole:
         np.testing.assert_allclose(summed[key], whole[key], rtol=1e-5)

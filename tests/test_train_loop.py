@@ -58,7 +58,8 @@ def logged(workdir: Path) -> dict[int, dict]:
     if not path.exists():
         return {}
     records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return {record["step"]: record for record in records if "loss" in record}
+    return {record["step"]: record for record in records
+            if "loss" in record and "split" not in record}  # eval records carry a "split"
 
 
 def start_and_wait(flags: list[str], workdir: Path, until_step: int,

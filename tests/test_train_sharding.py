@@ -12,12 +12,13 @@ SCRIPT = textwrap.dedent("""
     os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
     import json, sys
     import jax, numpy as np, ml_collections
-    sys.path.insert(0, os.path.dirname(sys.argv[1]))
-    from test_step import synthetic_batch
-    from albert_jax.model import AlbertForPreTraining, get_config
+    sys.path.insert(0, os.path.dirname(sys.argv[1]))  # tests/
+    sys.path.insert(0, os.path.dirname(os.path.dirname(sys.argv[1])))  # the checkout: configs/
+    from test_step import pretraining_task, synthetic_batch
     from albert_jax.train import optim, sharding, state as state_lib, step as step_lib
 
-    model = AlbertForPreTraining(get_config("tiny"))
+    task = pretraining_task(seq_len=16, max_predictions=4)
+    model = task.model
     optim_config = ml_collections.ConfigDict(dict(
         name="lamb", lr=1e-2, warmup_steps=1, schedule="reference", power=1.0,
         weight_decay=0.01, beta_1=0.9, beta_2=0.999, epsilon=1e-6, clip_norm=1.0))
@@ -28,12 +29,11 @@ SCRIPT = textwrap.dedent("""
         devices = jax.devices()[:data * fsdp * tensor]
         mesh = sharding.make_mesh(ml_collections.ConfigDict(dict(data=data, fsdp=fsdp, tensor=tensor)),
                                   devices=devices)
-        _, shardings = state_lib.abstract_train_state(model, optimizer, mesh, seq_len=16,
-                                                      max_predictions=4)
+        _, shardings = state_lib.abstract_train_state(model, optimizer, mesh, task.init_inputs())
         state = state_lib.init_train_state(model, optimizer, mesh, jax.random.PRNGKey(0),
-                                           seq_len=16, max_predictions=4)
+                                           task.init_inputs())
         batch_sharding = sharding.batch_sharding(mesh)
-        train_step = jax.jit(step_lib.make_train_step(model, optimizer, lr_fn),
+        train_step = jax.jit(step_lib.make_train_step(task, optimizer, lr_fn),
                              in_shardings=(shardings, batch_sharding, sharding.replicated(mesh)),
                              out_shardings=(shardings, sharding.replicated(mesh)),
                              donate_argnums=(0,))

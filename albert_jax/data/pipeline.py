@@ -2,7 +2,7 @@
 
   iterator = pipeline.make_iterator(config)               # this host's batches, forever
   host_batch = next(iterator)                             # dict name -> [host_batch, ...] numpy
-  batch = pipeline.to_global_batch(host_batch, sharding)  # dict name -> jax.Array [batch, ...]
+  batch = sharding.to_global_batch(host_batch, batch_sharding)  # train/sharding.py: jax.Array [batch, ...]
 
 One global stream, identical on every host: the split's example indices shuffled with a seed
 (train only; a new order each epoch), repeated, and cut into global batches of `batch_size`
@@ -269,10 +269,3 @@ class DynamicMasking:
             next_sentence_label=int(features["next_sentence_labels"][0]))
         return masking.to_features(instance, masked, boundary, seq_len=self.seq_len,
                                    max_predictions=self.max_predictions)
-
-
-def to_global_batch(host_batch: dict[str, np.ndarray],
-                    sharding: jax.sharding.Sharding) -> dict[str, jax.Array]:
-    """Host batches of all hosts -> global arrays [global_batch, ...] laid out by `sharding`."""
-    return {name: jax.make_array_from_process_local_data(sharding, value)
-            for name, value in host_batch.items()}

@@ -28,7 +28,7 @@ import orbax.checkpoint as ocp
 from etils import epath
 
 from albert_jax import config as config_lib
-from albert_jax.model import AlbertForPreTraining, presets
+from albert_jax.model import AlbertModel, presets
 from albert_jax.train import optim, sharding, state as state_lib
 
 STATE, DATA, CONFIG = "state", "data", "config"
@@ -226,14 +226,14 @@ def _load_shardings(saved_params: Any, model_config: ml_collections.ConfigDict,
                     mesh: jax.sharding.Mesh | None) -> Any:
     """Where each loaded parameter goes: device 0, or on `mesh` by the logical-axis rules.
 
-    The logical names come from the pretraining model's tree; a parameter it does not have
-    (a fine-tuning head) is replicated.
+    The logical names come from the backbone's tree (`albert/...`); a parameter it does not
+    have (a task head, small) is replicated.
     """
     if mesh is None:
         device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
         return jax.tree.map(lambda _: device, saved_params)
-    boxed = state_lib.boxed_abstract_params(
-        AlbertForPreTraining(model_config), seq_len=1, max_predictions=1)
+    ids = jax.numpy.zeros((1, 1), jax.numpy.int32)
+    boxed = {"albert": state_lib.boxed_abstract_params(AlbertModel(model_config), (ids, ids, ids))}
     boxes = {optim.path_name(path): leaf for path, leaf in jax.tree_util.tree_flatten_with_path(
         boxed, is_leaf=sharding.is_boxed)[0]}
 

@@ -11,6 +11,8 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
+# A training step is the forward plus two backward matmuls per forward matmul.
+TRAIN_FLOPS_PER_FORWARD = 3.0
 # Dense bf16 peak FLOP/s per device, from the vendors' data sheets.
 PEAK_FLOPS_BY_DEVICE_KIND = {
     "TPU v2": 45e12, "TPU v3": 123e12, "TPU v4": 275e12, "TPU v5 lite": 197e12,
@@ -37,7 +39,8 @@ def forward_flops_per_sequence(model: ml_collections.ConfigDict, seq_len: int,
 def train_flops_per_step(model: ml_collections.ConfigDict, batch_size: int, seq_len: int,
                          masked_positions: int) -> float:
     """FLOPs of one optimizer step over the global batch (3x forward)."""
-    return 3.0 * batch_size * forward_flops_per_sequence(model, seq_len, masked_positions)
+    return (TRAIN_FLOPS_PER_FORWARD * batch_size
+            * forward_flops_per_sequence(model, seq_len, masked_positions))
 
 
 def measured_matmul_peak(size: int = 1024, dtype: str = "float32", repeats: int = 5) -> float:

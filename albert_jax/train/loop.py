@@ -1,11 +1,15 @@
-"""`albert-jax pretrain`: one straight path from config to trained checkpoint.
+"""The one training loop of every job: one straight path from config and task to trained checkpoint.
 
-Config -> workdir (config.json) -> mesh -> per-host data -> abstract state -> shardings ->
-restore (resume) or sharded init (+ init_from) -> jitted step -> loop (metrics on host 0, eval,
-NaN guard, async Orbax saves, SIGTERM) -> final eval.
+Config -> workdir (config.json) -> mesh -> task data -> abstract state -> shardings -> restore
+(resume) or sharded init (+ the task's initial weights) -> jitted steps -> loop (metrics on host
+0, evaluation, best checkpoint, NaN guard, async Orbax saves, SIGTERM) -> the task's report.
+
+What differs between pretraining, GLUE, RACE and SQuAD is the `Task` (train/task.py); nothing
+here knows a batch key or a model argument.
 """
 from __future__ import annotations
 
+import collections
 import json
 import signal
 from typing import Any
@@ -18,16 +22,18 @@ from absl import logging
 from etils import epath
 
 from albert_jax import config as config_lib
-from albert_jax.model import AlbertForPreTraining
 from albert_jax.train import checkpoint, flops, metrics as metrics_lib, optim, sharding
 from albert_jax.train import state as state_lib
 from albert_jax.train import step as step_lib
+from albert_jax.train.task import Task
 
 # Keys that may change when a run resumes: how it is run, not what it computes.
 RESUMABLE_CHANGES = ("total_steps", "mesh", "log_every_steps", "eval_every_steps", "eval_steps",
                      "eval_batch_size", "checkpoint_every_steps", "keep_checkpoints",
                      "compute_dtype", "num_microbatches", "init_from", "data.num_workers",
                      "data.prefetch")
+BEST_SUBDIR = "best"
+BEST_FILE = "best.json"
 
 
 class TrainingDiverged(RuntimeError):
@@ -91,31 +97,61 @@ def _check_finite(step: int, values: dict[str, float]) -> None:
             "token id also gives NaN).")
 
 
-def evaluate(config: ml_collections.ConfigDict, eval_step: Any, params: Any,
-             batch_sharding: jax.sharding.Sharding) -> dict[str, float]:
-    """SPEC 5.6 metrics over up to `eval_steps` batches of the eval split."""
-    from albert_jax.data import pipeline
+def evaluate(task: Task, eval_step: Any, params: Any, batch_sharding: jax.sharding.Sharding,
+             split: str) -> dict[str, float]:
+    """The task's metrics over one pass of eval split `split` (empty if it has no batch)."""
     sums = None
-    iterator = pipeline.make_iterator(config, "eval", repeat=False)
-    for _, host_batch in zip(range(config.eval_steps), iterator):
-        batch_sums = eval_step(params, pipeline.to_global_batch(host_batch, batch_sharding))
+    predictions: dict[str, list[np.ndarray]] = collections.defaultdict(list)
+    for host_batch in task.eval_batches(split):
+        batch_sums, batch_predictions = eval_step(
+            params, sharding.to_global_batch(host_batch, batch_sharding))
         sums = batch_sums if sums is None else jax.tree_util.tree_map(jnp.add, sums, batch_sums)
+        for key, value in jax.device_get(batch_predictions).items():  # replicated: every host
+            predictions[key].append(np.asarray(value))
     if sums is None:
-        logging.warning("the eval split is empty: no eval metrics")
+        logging.warning("eval split %r is empty: no eval metrics", split)
         return {}
-    return {key: float(value) for key, value in
-            step_lib.metrics_from_sums(jax.device_get(sums), config.data.sentence_objective).items()}
+    return task.eval_metrics(split, jax.device_get(sums),
+                             {key: np.concatenate(values) for key, values in predictions.items()})
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
-                       multihost: bool = False) -> dict[str, float]:
-    """Pretrains until config.total_steps; returns the final eval metrics (empty if none)."""
-    # --- Hosts ---
-    from albert_jax import distributed
-    distributed.initialize(multihost)  # settings from the environment or cluster detection
+def _checkpoint_record(config: ml_collections.ConfigDict, task: Task,
+                       best: dict[str, Any] | None) -> str:
+    """The JSON saved with every checkpoint: the run config, the model config it resolved to
+    (`checkpoint.load` reads it) and the best evaluation so far (restored on resume)."""
+    record = json.loads(config_lib.to_json(config))
+    record["model_config"] = task.model_config.to_dict()
+    record["best"] = best
+    return json.dumps(record)
+
+
+def _new_best(task: Task, eval_metrics: dict[str, dict[str, float]],
+              best: dict[str, Any] | None, step: int) -> dict[str, Any] | None:
+    """The best record if this evaluation beats `best` on the task's selection, else None."""
+    selection = task.selection
+    value = eval_metrics.get(selection.split, {}).get(selection.metric)
+    if value is None or not np.isfinite(value):
+        return None
+    if best is not None and value <= best["value"]:
+        return None  # ties keep the earlier checkpoint
+    return {"step": step, "split": selection.split, "metric": selection.metric, "value": value,
+            "metrics": eval_metrics}
+
+
+def _write_json(path: epath.Path, value: Any) -> None:
+    temporary = path.parent / (path.name + ".tmp")
+    temporary.write_text(json.dumps(value, indent=2, sort_keys=True))
+    temporary.replace(path)
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
+                       task: Task) -> dict[str, dict[str, float]]:
+    """Trains `task` until config.total_steps; returns the last evaluation (split -> metrics).
+
+    Multi-host jobs call `distributed.initialize` before (the CLI does).
+    """
     workdir = epath.Path(workdir)
     prepare_workdir(config, workdir)
-    model_config = config_lib.model_config(config)
     is_main = jax.process_index() == 0
 
     # --- Mesh ---
@@ -127,35 +163,32 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
                          f"fsdp mesh axes ({mesh.shape['data']} x {mesh.shape['fsdp']})")
 
     # --- Data ---
-    from albert_jax.data import pipeline
-    train_iterator = pipeline.make_iterator(config, "train")
+    train_iterator = task.train_iterator()
 
     # --- Model, optimizer, abstract state ---
-    model = AlbertForPreTraining(model_config)
     optimizer, learning_rate_fn = optim.make_optimizer(config.optim, config.total_steps)
+    init_inputs = task.init_inputs()
     abstract_state, state_shardings = state_lib.abstract_train_state(
-        model, optimizer, mesh, seq_len=config.seq_len,
-        max_predictions=config.data.max_predictions)
+        task.model, optimizer, mesh, init_inputs)
     if is_main:
-        print(state_lib.param_table(model, mesh, config.seq_len, config.data.max_predictions),
-              flush=True)
+        print(state_lib.param_table(task.model, mesh, init_inputs), flush=True)
 
     # --- Restore (resume) or initialise ---
-    checkpointer = checkpoint.Checkpointer(workdir / "checkpoints",
+    checkpointer = checkpoint.Checkpointer(workdir / checkpoint.CHECKPOINTS_SUBDIR,
                                            max_to_keep=config.keep_checkpoints,
                                            save_interval_steps=config.checkpoint_every_steps)
     latest = checkpointer.latest_step()
+    best: dict[str, Any] | None = None
     if latest is not None:
-        state, _ = checkpointer.restore(latest, abstract_state, train_iterator)
+        state, record = checkpointer.restore(latest, abstract_state, train_iterator)
+        best = record.get("best")
         print(f"Resuming from the checkpoint at step {latest} in {workdir}.", flush=True)
     else:
-        state = state_lib.init_train_state(model, optimizer, mesh, jax.random.PRNGKey(config.seed),
-                                           seq_len=config.seq_len,
-                                           max_predictions=config.data.max_predictions)
-        if config.init_from:
-            params = checkpoint.load_params_for_init(config.init_from, abstract_state.params)
+        state = state_lib.init_train_state(task.model, optimizer, mesh,
+                                           jax.random.PRNGKey(config.seed), init_inputs)
+        params = task.initial_params(abstract_state.params)
+        if params is not None:
             state = state.replace(params=params)
-            print(f"Initialised weights from {config.init_from}.", flush=True)
     start_step = int(state.step)
     if latest is not None and is_main:
         _truncate_metrics(workdir / "metrics.jsonl", after_step=start_step)
@@ -166,34 +199,36 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
         checkpointer.close()
         writer.close()
         return {}
+    best_checkpointer = None
+    if task.selection is not None:
+        best_checkpointer = checkpoint.Checkpointer(workdir / BEST_SUBDIR, max_to_keep=1,
+                                                    async_save=False)
 
     # --- Steps ---
     train_step = jax.jit(
-        step_lib.make_train_step(model, optimizer, learning_rate_fn,
-                                 num_microbatches=config.num_microbatches,
-                                 sentence_objective=config.data.sentence_objective),
+        step_lib.make_train_step(task, optimizer, learning_rate_fn,
+                                 num_microbatches=config.num_microbatches),
         in_shardings=(state_shardings, batch_sharding, replicated),
         out_shardings=(state_shardings, replicated),
         donate_argnums=(0,))
-    eval_step = jax.jit(step_lib.make_eval_step(model),
+    eval_step = jax.jit(step_lib.make_eval_step(task),
                         in_shardings=(state_shardings.params, batch_sharding),
                         out_shardings=replicated)
     rng = jax.device_put(jax.random.PRNGKey(config.seed + 1), replicated)
     progress = metrics_lib.Progress(
         total_steps=config.total_steps, batch_size=config.batch_size, seq_len=config.seq_len,
-        flops_per_step=flops.train_flops_per_step(model_config, config.batch_size,
-                                                  config.seq_len, config.data.max_predictions),
+        flops_per_step=flops.TRAIN_FLOPS_PER_FORWARD * config.batch_size * task.flops_per_example(),
         peak_flops=flops.peak_flops_per_device(config.compute_dtype) * jax.device_count())
 
     # --- Loop ---
     preemption = _Preemption()
     running_sums, running_count = None, 0
-    eval_metrics: dict[str, float] = {}
+    eval_metrics: dict[str, dict[str, float]] = {}
     step = start_step
     progress.start(step)
     try:
         while step < config.total_steps:
-            batch = pipeline.to_global_batch(next(train_iterator), batch_sharding)
+            batch = sharding.to_global_batch(next(train_iterator), batch_sharding)
             state, step_metrics = train_step(state, batch, rng)
             step += 1
             # Averages over the log interval, summed on device: no host sync between logs.
@@ -210,20 +245,33 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
                 logged.update(progress.measure(step))
                 writer.write(step, logged)
                 if is_main:
-                    print(progress.line(step, logged), flush=True)
+                    print(progress.line(step, logged, task.console_line(logged)), flush=True)
             if step % config.eval_every_steps == 0 or last:
-                eval_metrics = evaluate(config, eval_step, state.params, batch_sharding)
-                if eval_metrics:
-                    writer.write(step, eval_metrics, prefix="eval/")
-                if is_main and eval_metrics:
-                    print(f"eval at step {step}: " + ", ".join(
-                        f"{key} {value:.4f}" for key, value in eval_metrics.items()), flush=True)
+                eval_metrics = {split: evaluate(task, eval_step, state.params, batch_sharding,
+                                                split) for split in task.eval_splits}
+                for split, metrics in eval_metrics.items():
+                    if metrics:
+                        writer.write(step, metrics, split=split)
+                    if is_main and metrics:
+                        print(f"eval {split} at step {step}: " + ", ".join(
+                            f"{key} {value:.4f}" for key, value in metrics.items()), flush=True)
+                new_best = best_checkpointer and _new_best(task, eval_metrics, best, step)
+                if new_best:
+                    best = new_best
+                    # Saved before the train checkpoint of this step, so a resume never skips it.
+                    best_checkpointer.save(step, {"step": state.step, "params": state.params},
+                                           None, _checkpoint_record(config, task, best),
+                                           force=True)
+                    if is_main:
+                        _write_json(workdir / BEST_FILE, best)
+                        print(f"new best {best['split']} {best['metric']} {best['value']:.4f} "
+                              f"at step {step}", flush=True)
                 progress.start(step)  # eval time is not training throughput
             if step % config.checkpoint_every_steps == 0 or last or preemption.requested:
                 # Never save a diverged state: the last good checkpoint stays the latest.
                 _check_finite(step, {"param_norm": float(step_metrics["param_norm"])})
-                checkpointer.save(step, state, train_iterator, config_lib.to_json(config),
-                                  force=True)
+                checkpointer.save(step, state, train_iterator,
+                                  _checkpoint_record(config, task, best), force=True)
             if preemption.requested:
                 print(f"Preempted: checkpoint saved at step {step}; rerun the same command to "
                       "resume.", flush=True)
@@ -231,36 +279,22 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
     finally:
         checkpointer.wait_until_finished()
         checkpointer.close()
+        if best_checkpointer is not None:
+            best_checkpointer.close()
         writer.close()
         preemption.restore()
-    if is_main and step >= config.total_steps and eval_metrics:
-        print("Final: " + ", ".join(f"{key} {eval_metrics[key]:.4f}" for key in
-                                    ("masked_lm_accuracy", "sentence_order_accuracy",
-                                     "masked_lm_loss", "sentence_order_loss")
-                                    if key in eval_metrics), flush=True)
-        baselines = majority_baselines(config)
-        print("Baselines on the same eval batches: always the most frequent masked token "
-              f"{baselines['masked_lm_accuracy']:.4f}, always the majority sentence-order "
-              f"label {baselines['sentence_order_accuracy']:.4f}", flush=True)
+    if is_main and step >= config.total_steps:
+        task.final_report(eval_metrics)
     return eval_metrics
 
 
-def majority_baselines(config: ml_collections.ConfigDict) -> dict[str, float]:
-    """Accuracy of constant guesses on the eval batches `evaluate` scores: the most frequent
-    masked token, and the more frequent sentence-order label."""
-    from albert_jax.data import pipeline
-    token_counts: dict[int, float] = {}
-    label_counts = np.zeros(2)
-    for _, batch in zip(range(config.eval_steps),
-                        pipeline.make_iterator(config, "eval", repeat=False)):
-        weights = batch["masked_lm_weights"] > 0
-        ids, counts = np.unique(batch["masked_lm_ids"][weights], return_counts=True)
-        for token, count in zip(ids.tolist(), counts.tolist()):
-            token_counts[token] = token_counts.get(token, 0) + count
-        label_counts += np.bincount(batch["next_sentence_labels"].reshape(-1), minlength=2)[:2]
-    total_tokens = sum(token_counts.values())
-    return {"masked_lm_accuracy": max(token_counts.values()) / total_tokens if total_tokens else 0.0,
-            "sentence_order_accuracy": label_counts.max() / max(label_counts.sum(), 1)}
+def read_best(workdir: str | epath.Path) -> dict[str, Any]:
+    """The `best.json` of a workdir: step, split, metric, value and the metrics of that step."""
+    path = epath.Path(workdir) / BEST_FILE
+    if not path.exists():
+        raise FileNotFoundError(f"{path} does not exist: the run in {workdir} has not evaluated "
+                                "yet; run `albert-jax finetune` with this workdir to train it")
+    return json.loads(path.read_text())
 
 
 def _truncate_metrics(path: epath.Path, *, after_step: int) -> None:

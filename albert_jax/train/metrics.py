@@ -28,16 +28,19 @@ class MetricsWriter:
             from tensorboardX import SummaryWriter  # imported here: only host 0 writes
             self._tensorboard = SummaryWriter(os.fspath(directory / "tensorboard"))
 
-    def write(self, step: int, metrics: Mapping[str, float], prefix: str = "") -> None:
-        """Appends {"step": step, **metrics} (keys prefixed, e.g. "eval/") and flushes."""
+    def write(self, step: int, metrics: Mapping[str, float], split: str | None = None) -> None:
+        """Appends {"step": step, **metrics} and flushes. Evaluation records carry the eval
+        split, {"step": step, "split": "dev", **metrics}; TensorBoard tags are "<split>/<key>"."""
         if not self.enabled:
             return
-        record = {"step": int(step), **{prefix + key: float(value) for key, value in metrics.items()}}
+        values = {key: float(value) for key, value in metrics.items()}
+        record = {"step": int(step), **({"split": split} if split else {}), **values}
         self._jsonl.write(json.dumps(record) + "\n")
         self._jsonl.flush()
-        for key, value in record.items():
-            if key != "step" and math.isfinite(value):
-                self._tensorboard.add_scalar(key, value, global_step=int(step))
+        for key, value in values.items():
+            if math.isfinite(value):
+                tag = f"{split}/{key}" if split else key
+                self._tensorboard.add_scalar(tag, value, global_step=int(step))
         self._tensorboard.flush()
 
     def close(self) -> None:
@@ -85,19 +88,15 @@ class Progress:
             "eta_seconds": (self.total_steps - step) / steps_per_second,
         }
 
-    def line(self, step: int, metrics: Mapping[str, float]) -> str:
-        """One console line: step, losses, accuracies, lr, speed, MFU, ETA."""
-        parts = [f"step {step:>7d}/{self.total_steps}",
-                 f"loss {metrics['loss']:.4f}",
-                 f"mlm_loss {metrics['masked_lm_loss']:.4f}",
-                 f"mlm_acc {metrics['masked_lm_accuracy']:.3f}",
-                 f"sop_loss {metrics['sentence_order_loss']:.4f}",
-                 f"sop_acc {metrics['sentence_order_accuracy']:.3f}",
+    def line(self, step: int, metrics: Mapping[str, float], task_parts: list[str]) -> str:
+        """One console line: step, the task's losses and accuracies (`task_parts`), lr, speed,
+        MFU, ETA."""
+        parts = [f"step {step:>7d}/{self.total_steps}", *task_parts,
                  f"lr {metrics['learning_rate']:.3g}"]
         if "steps_per_second" in metrics:
             parts += [f"{metrics['steps_per_second']:.2f} steps/s",
                       f"{metrics['examples_per_second']:.1f} ex/s",
                       f"{metrics['tokens_per_second']:.0f} tok/s",
-                      f"MFU {100 * metrics['mfu']:.1f}%",
+                      *([f"MFU {100 * metrics['mfu']:.1f}%"] if metrics["mfu"] else []),
                       f"ETA {format_duration(metrics['eta_seconds'])}"]
         return " | ".join(parts)

@@ -100,6 +100,14 @@ def replicated(mesh: jax.sharding.Mesh) -> NamedSharding:
     return NamedSharding(mesh, PartitionSpec())
 
 
+def to_global_batch(host_batch: dict[str, np.ndarray],
+                    batch_sharding: jax.sharding.Sharding) -> dict[str, jax.Array]:
+    """Host batches of all hosts -> global arrays [global_batch, ...] laid out by
+    `batch_sharding`; the hosts' rows are concatenated in process order."""
+    return {name: jax.make_array_from_process_local_data(batch_sharding, value)
+            for name, value in host_batch.items()}
+
+
 def is_boxed(value: Any) -> bool:
     """True for a leaf that carries partitioning metadata (`nn.LogicallyPartitioned`)."""
     return isinstance(value, nn.Partitioned)

@@ -20,7 +20,6 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from albert_jax.model import AlbertForMultipleChoice, AlbertForPreTraining
 from albert_jax.train import sharding
 
 
@@ -32,25 +31,6 @@ class TrainState:
     step: jax.Array
     params: Any
     opt_state: optax.OptState
-
-
-def example_inputs(model: nn.Module, seq_len: int,
-                   max_predictions: int | None = None) -> tuple[jax.Array, ...]:
-    """The positional inputs `model.init` needs, batch 1 (their values do not matter).
-
-    AlbertForPreTraining: (input_ids, token_type_ids, attention_mask [1, seq],
-    masked_lm_positions [1, max_predictions]); AlbertForMultipleChoice: [1, 2, seq] each;
-    the other models: [1, seq] each.
-    """
-    shape = (1, 2, seq_len) if isinstance(model, AlbertForMultipleChoice) else (1, seq_len)
-    ids = jnp.zeros(shape, jnp.int32)
-    inputs = (ids, ids, jnp.ones(shape, jnp.int32))
-    if isinstance(model, AlbertForPreTraining):
-        if max_predictions is None:
-            raise ValueError("AlbertForPreTraining needs max_predictions (config "
-                             "data.max_predictions) to build its init inputs")
-        inputs += (jnp.zeros((1, max_predictions), jnp.int32),)
-    return inputs
 
 
 def _boxed_init(model: nn.Module, optimizer: optax.GradientTransformation,
@@ -65,19 +45,18 @@ def _boxed_init(model: nn.Module, optimizer: optax.GradientTransformation,
     return init
 
 
-def boxed_abstract_params(model: nn.Module, seq_len: int,
-                          max_predictions: int | None = None) -> Any:
-    """The boxed (logical axis names) shape tree of the model's params; nothing allocated."""
-    inputs = example_inputs(model, seq_len, max_predictions)
+def boxed_abstract_params(model: nn.Module, inputs: tuple[jax.Array, ...]) -> Any:
+    """The boxed (logical axis names) shape tree of the model's params; nothing allocated.
+    `inputs` are the positional inputs of `model.init` (a task's `init_inputs()`)."""
     return jax.eval_shape(lambda rng: model.init(rng, *inputs)["params"], jax.random.key(0))
 
 
 def abstract_train_state(model: nn.Module, optimizer: optax.GradientTransformation,
-                         mesh: jax.sharding.Mesh, *, seq_len: int,
-                         max_predictions: int | None = None) -> tuple[TrainState, TrainState]:
+                         mesh: jax.sharding.Mesh, inputs: tuple[jax.Array, ...]
+                         ) -> tuple[TrainState, TrainState]:
     """(abstract state, shardings): a TrainState of jax.ShapeDtypeStruct with `.sharding` set,
-    and the same tree of NamedSharding (for jit in/out_shardings)."""
-    init = _boxed_init(model, optimizer, example_inputs(model, seq_len, max_predictions))
+    and the same tree of NamedSharding (for jit in/out_shardings). `inputs`: `model.init`'s."""
+    init = _boxed_init(model, optimizer, inputs)
     boxed = jax.eval_shape(init, jax.random.key(0))
     shardings = sharding.param_shardings(boxed, mesh)
     abstract = jax.tree.map(
@@ -88,14 +67,13 @@ def abstract_train_state(model: nn.Module, optimizer: optax.GradientTransformati
 
 
 def init_train_state(model: nn.Module, optimizer: optax.GradientTransformation,
-                     mesh: jax.sharding.Mesh, rng: jax.Array, *, seq_len: int,
-                     max_predictions: int | None = None) -> TrainState:
+                     mesh: jax.sharding.Mesh, rng: jax.Array, inputs: tuple[jax.Array, ...]
+                     ) -> TrainState:
     """A fresh TrainState (step 0), every array born with its sharding on `mesh`."""
-    init = _boxed_init(model, optimizer, example_inputs(model, seq_len, max_predictions))
+    init = _boxed_init(model, optimizer, inputs)
     return sharding.init_sharded(init, mesh, rng)
 
 
-def param_table(model: nn.Module, mesh: jax.sharding.Mesh, seq_len: int,
-                max_predictions: int | None = None) -> str:
+def param_table(model: nn.Module, mesh: jax.sharding.Mesh, inputs: tuple[jax.Array, ...]) -> str:
     """sharding.debug_table of the model's params on `mesh`."""
-    return sharding.debug_table(boxed_abstract_params(model, seq_len, max_predictions), mesh)
+    return sharding.debug_table(boxed_abstract_params(model, inputs), mesh)
