@@ -1,0 +1,413 @@
+"""GLUE data (SPEC 8.2): readers of the official TSV download and of TFDS `glue/<task>`, the label
+lists, and the writer of the leaderboard's prediction files.
+
+  examples = glue.read_train("mnli", "glue_data/MNLI")
+  for eval_set in glue.read_eval_sets("mnli", "glue_data/MNLI", "test"):  # MNLI-m, MNLI-mm, AX
+      glue.write_predictions(workdir, eval_set, predicted_labels)
+
+Each task's columns follow the reference processors (classifier_utils.py, the same as BERT's
+run_classifier.py). Unlike the reference, which turns a short row into an IndexError or a wrong
+label, every row is checked: a bad file raises a one-line ValueError naming the file and line.
+Files are read as UTF-8 with csv.QUOTE_NONE: quotes are part of the text (as in the reference
+and in TFDS's glue builder), so `He said "no` keeps its quote.
+"""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import os
+from typing import Any, Sequence
+
+import numpy as np
+from etils import epath
+
+TASKS: tuple[str, ...] = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli")
+
+# SPEC 8.2: the reference label lists, in the order of the classifier's outputs. STS-B is a
+# regression (no list).
+_LABELS: dict[str, tuple[str, ...] | None] = {
+    "cola": ("0", "1"), "sst2": ("0", "1"), "mrpc": ("0", "1"), "stsb": None, "qqp": ("0", "1"),
+    "mnli": ("contradiction", "entailment", "neutral"), "qnli": ("entailment", "not_entailment"),
+    "rte": ("entailment", "not_entailment"), "wnli": ("0", "1"),
+}
+
+# The folder of each task in the official download (glue_data/<folder>), for error messages.
+_FOLDERS = {"cola": "CoLA", "sst2": "SST-2", "mrpc": "MRPC", "stsb": "STS-B", "qqp": "QQP",
+            "mnli": "MNLI", "qnli": "QNLI", "rte": "RTE", "wnli": "WNLI"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Example:
+    """One sentence (pair) of a GLUE file.
+
+    Attributes:
+      index: the id written in prediction files: the file's own index/id column, else the 0-based
+        row number among its data lines.
+      text_a: the first (or only) sentence, as in the file.
+      text_b: the second sentence; None for the single-sentence tasks (CoLA, SST-2).
+      label: the label string as in the file ("entailment", "0", "3.800" for STS-B); None for test
+        files.
+      source: "<file path>:<line number>" (or the TFDS split and record) for error messages.
+    """
+
+    index: str
+    text_a: str
+    text_b: str | None
+    label: str | None
+    source: str
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalSet:
+    """One evaluated or predicted split.
+
+    Attributes:
+      name: "dev", "dev_mismatched", "test", "test_mismatched" or "ax".
+      submission_file: the name the GLUE server expects for its predictions ("MNLI-m.tsv", ...).
+      examples: the split's examples in file order.
+    """
+
+    name: str
+    submission_file: str
+    examples: list[Example]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Layout:
+    """Where one kind of GLUE file keeps its fields (0-based columns, -1 = the last one)."""
+
+    columns: tuple[str, ...]  # The official column names, for messages; every row has them all.
+    header: bool
+    index_column: int | None  # None: the index is the 0-based row number among the data lines.
+    text_a_column: int
+    text_b_column: int | None
+    label_column: int | None  # None: a test file.
+
+
+def _layout(columns: str, *, header: bool = True, index: int | None = 0, text_a: int,
+            text_b: int | None = None, label: int | None = None) -> _Layout:
+    return _Layout(tuple(columns.split(",")), header, index, text_a, text_b, label)
+
+
+_MNLI_COLUMNS = ("index,promptID,pairID,genre,sentence1_binary_parse,sentence2_binary_parse,"
+                 "sentence1_parse,sentence2_parse,sentence1,sentence2")
+_NLI_TRAIN = _layout("index,sentence1,sentence2,label", text_a=1, text_b=2, label=-1)
+_NLI_TEST = _layout("index,sentence1,sentence2", text_a=1, text_b=2)
+
+# (train/dev layout, test layout) per task. Labels in the last column are read with [-1] as the
+# reference does (MNLI dev has label1..label5 before gold_label).
+_LAYOUTS: dict[str, tuple[_Layout, _Layout]] = {
+    # CoLA train/dev have no header; its test file does.
+    "cola": (_layout("source,label,original label,sentence", header=False, index=None, text_a=3,
+                     label=1),
+             _layout("index,sentence", text_a=1)),
+    "sst2": (_layout("sentence,label", index=None, text_a=0, label=1),
+             _layout("index,sentence", text_a=1)),
+    "mrpc": (_layout("Quality,#1 ID,#2 ID,#1 String,#2 String", index=None, text_a=3, text_b=4,
+                     label=0),
+             _layout("index,#1 ID,#2 ID,#1 String,#2 String", text_a=3, text_b=4)),
+    "stsb": (_layout("index,genre,filename,year,old_index,source1,source2,sentence1,sentence2,"
+                     "score", text_a=7, text_b=8, label=-1),
+             _layout("index,genre,filename,year,old_index,source1,source2,sentence1,sentence2",
+                     text_a=7, text_b=8)),
+    "qqp": (_layout("id,qid1,qid2,question1,question2,is_duplicate", text_a=3, text_b=4, label=5),
+            _layout("id,question1,question2", text_a=1, text_b=2)),
+    "mnli": (_layout(_MNLI_COLUMNS + ",label1,gold_label", text_a=8, text_b=9, label=-1),
+             _layout(_MNLI_COLUMNS, text_a=8, text_b=9)),
+    "qnli": (_layout("index,question,sentence,label", text_a=1, text_b=2, label=-1),
+             _layout("index,question,sentence", text_a=1, text_b=2)),
+    "rte": (_NLI_TRAIN, _NLI_TEST),
+    "wnli": (_NLI_TRAIN, _NLI_TEST),
+}
+_MNLI_DEV = _layout(_MNLI_COLUMNS + ",label1,label2,label3,label4,label5,gold_label", text_a=8,
+                    text_b=9, label=-1)
+_AX = _layout("index,sentence1,sentence2", text_a=1, text_b=2)  # diagnostic.tsv, no labels.
+_AX_FILE = "diagnostic.tsv"
+
+# The GLUE server's file name per task (test predictions; dev predictions use the same names).
+_SUBMISSION_FILES = {"cola": "CoLA.tsv", "sst2": "SST-2.tsv", "mrpc": "MRPC.tsv",
+                     "stsb": "STS-B.tsv", "qqp": "QQP.tsv", "mnli": "MNLI-m.tsv",
+                     "qnli": "QNLI.tsv", "rte": "RTE.tsv", "wnli": "WNLI.tsv"}
+_MNLI_MISMATCHED_FILE = "MNLI-mm.tsv"
+_AX_SUBMISSION_FILE = "AX.tsv"
+# The task whose labels a submission file holds (AX is scored with an MNLI model).
+_TASK_OF_SUBMISSION_FILE = {
+    **{name: task for task, name in _SUBMISSION_FILES.items()},
+    _MNLI_MISMATCHED_FILE: "mnli", _AX_SUBMISSION_FILE: "mnli"}
+
+
+def _check_task(task: str) -> None:
+    if task not in TASKS:
+        raise ValueError(f"unknown GLUE task {task!r}; use one of {', '.join(TASKS)}")
+
+
+def labels(task: str) -> tuple[str, ...] | None:
+    """The SPEC 8.2 label list of `task` (class i is labels[i]); None for stsb (regression)."""
+    _check_task(task)
+    return _LABELS[task]
+
+
+# --- The official TSV files ---------------------------------------------------------------------
+
+def _check_folder(task: str, data_path: str) -> None:
+    _check_task(task)
+    if not os.path.isdir(data_path):
+        raise FileNotFoundError(
+            f"GLUE data folder {data_path} does not exist; give the {task} folder of the official "
+            f"GLUE download (e.g. glue_data/{_FOLDERS[task]})")
+
+
+def _label_error(label: str, task: str) -> str:
+    return f"unknown label {label!r}; the {task} labels are {', '.join(_LABELS[task])}"
+
+
+def _read_tsv(task: str, data_path: str, file_name: str, layout: _Layout) -> list[Example]:
+    """The examples of one file; `task` picks the labels it checks."""
+    path = os.path.join(data_path, file_name)
+    if not os.path.isfile(path):
+        raise ValueError(
+            f"GLUE task {task} needs {file_name} in {data_path} (the task's folder of the "
+            f"official GLUE download, e.g. glue_data/{_FOLDERS[task]}); it is missing")
+    expected = f"{len(layout.columns)} tab-separated columns ({', '.join(layout.columns)})"
+    examples = []
+    header_pending = layout.header
+    # utf-8-sig: UTF-8, ignoring a byte-order mark if an editor added one.
+    with open(path, encoding="utf-8-sig", newline="") as file:
+        reader = csv.reader(file, delimiter="\t", quoting=csv.QUOTE_NONE)
+        for row in reader:
+            where = f"{path}:{reader.line_num}"
+            if not row:  # A blank line (e.g. at the end of a hand-edited file) holds no example.
+                continue
+            if header_pending:
+                header_pending = False
+                continue
+            if len(row) < len(layout.columns):
+                raise ValueError(f"{where}: {len(row)} columns, expected {expected}")
+            label = None if layout.label_column is None else row[layout.label_column]
+            if label is not None:
+                if task == "stsb":
+                    try:
+                        float(label)
+                    except ValueError:
+                        raise ValueError(f"{where}: STS-B score {label!r} is not a number "
+                                         f"(expected {expected})") from None
+                elif label not in _LABELS[task]:
+                    raise ValueError(f"{where}: {_label_error(label, task)}")
+            examples.append(Example(
+                index=(str(len(examples)) if layout.index_column is None
+                       else row[layout.index_column]),
+                text_a=row[layout.text_a_column],
+                text_b=None if layout.text_b_column is None else row[layout.text_b_column],
+                label=label, source=where))
+    if not examples:
+        content = "only a header line" if layout.header and not header_pending else "no lines"
+        raise ValueError(f"{path}: empty file ({content}); expected "
+                         f"{'a header line, then ' if layout.header else ''}lines of {expected}")
+    return examples
+
+
+def read_train(task: str, data_path: str) -> list[Example]:
+    """The labelled examples of `<data_path>/train.tsv`, in file order."""
+    _check_folder(task, data_path)
+    return _read_tsv(task, data_path, "train.tsv", _LAYOUTS[task][0])
+
+
+def _ax_path(data_path: str) -> str | None:
+    """diagnostic.tsv in the MNLI folder, or where download_glue_data.py puts it
+    (glue_data/diagnostic/diagnostic.tsv beside glue_data/MNLI); None if neither exists."""
+    for folder in (data_path, os.path.join(os.path.dirname(os.path.abspath(data_path)),
+                                           "diagnostic")):
+        if os.path.isfile(os.path.join(folder, _AX_FILE)):
+            return folder
+    return None
+
+
+def read_eval_sets(task: str, data_path: str, split: str) -> list[EvalSet]:
+    """The evaluated (split="dev") or predicted (split="test") sets of `task`.
+
+    mnli dev: [dev (dev_matched.tsv), dev_mismatched]; mnli test: [test (test_matched.tsv, for
+    MNLI-m.tsv), test_mismatched (MNLI-mm.tsv), and ax (AX.tsv, from diagnostic.tsv) when
+    diagnostic.tsv is in `data_path` or in the download's diagnostic/ folder beside it]. Other
+    tasks: one set named `split` (dev.tsv or test.tsv). Test examples have label None.
+    """
+    _check_folder(task, data_path)
+    if split not in ("dev", "test"):
+        raise ValueError(f"unknown GLUE split {split!r}; use dev or test")
+    labelled_layout, test_layout = _LAYOUTS[task]
+    if task != "mnli":
+        layout = labelled_layout if split == "dev" else test_layout
+        return [EvalSet(split, _SUBMISSION_FILES[task],
+                        _read_tsv(task, data_path, f"{split}.tsv", layout))]
+    if split == "dev":
+        return [EvalSet("dev", _SUBMISSION_FILES[task],
+                        _read_tsv(task, data_path, "dev_matched.tsv", _MNLI_DEV)),
+                EvalSet("dev_mismatched", _MNLI_MISMATCHED_FILE,
+                        _read_tsv(task, data_path, "dev_mismatched.tsv", _MNLI_DEV))]
+    eval_sets = [EvalSet("test", _SUBMISSION_FILES[task],
+                         _read_tsv(task, data_path, "test_matched.tsv", test_layout)),
+                 EvalSet("test_mismatched", _MNLI_MISMATCHED_FILE,
+                         _read_tsv(task, data_path, "test_mismatched.tsv", test_layout))]
+    ax_folder = _ax_path(data_path)
+    if ax_folder is not None:
+        eval_sets.append(EvalSet("ax", _AX_SUBMISSION_FILE,
+                                 _read_tsv(task, ax_folder, _AX_FILE, _AX)))
+    return eval_sets
+
+
+# --- TFDS glue/<task> ---------------------------------------------------------------------------
+
+# TFDS feature names of the two sentences (tensorflow_datasets/text/glue.py).
+_TFDS_TEXT_FEATURES = {
+    "cola": ("sentence", None), "sst2": ("sentence", None), "mrpc": ("sentence1", "sentence2"),
+    "stsb": ("sentence1", "sentence2"), "qqp": ("question1", "question2"),
+    "mnli": ("premise", "hypothesis"), "qnli": ("question", "sentence"),
+    "rte": ("sentence1", "sentence2"), "wnli": ("sentence1", "sentence2"),
+    "ax": ("premise", "hypothesis")}
+# TFDS names the classes of the tasks whose files say 0/1; class i is the file's value i.
+_TFDS_NAMES_OF_01_LABELS = {
+    "cola": ("unacceptable", "acceptable"), "sst2": ("negative", "positive"),
+    "mrpc": ("not_equivalent", "equivalent"), "qqp": ("not_duplicate", "duplicate"),
+    "wnli": ("not_entailment", "entailment")}
+# (TFDS split, our eval set name, submission file) per split; TFDS's MNLI has *_matched splits.
+_TFDS_EVAL_SPLITS = {
+    ("mnli", "dev"): (("validation_matched", "dev", "MNLI-m.tsv"),
+                      ("validation_mismatched", "dev_mismatched", _MNLI_MISMATCHED_FILE)),
+    ("mnli", "test"): (("test_matched", "test", "MNLI-m.tsv"),
+                       ("test_mismatched", "test_mismatched", _MNLI_MISMATCHED_FILE))}
+
+
+def _tfds_text(value: Any) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+def _tfds_reference_labels(task: str, tfds_name: str, info: Any) -> tuple[str, ...]:
+    """The reference label of each TFDS class id, checked against the builder's ClassLabel names.
+
+    TFDS orders MNLI's classes entailment, neutral, contradiction (SPEC 8.2's order is
+    contradiction, entailment, neutral), so classes map by NAME, never by id.
+    """
+    label_task = "mnli" if task == "ax" else task
+    names = tuple(info.features["label"].names)
+    if task in _TFDS_NAMES_OF_01_LABELS:
+        expected = _TFDS_NAMES_OF_01_LABELS[task]
+        mapping = dict(zip(expected, _LABELS[task]))
+    else:
+        expected = _LABELS[label_task]
+        mapping = {name: name for name in expected}
+    if sorted(names) != sorted(expected):
+        raise ValueError(f"TFDS dataset {tfds_name} has the classes {', '.join(names)}; GLUE "
+                         f"{task} expects {', '.join(expected)} (is it the {task} config?)")
+    return tuple(mapping[name] for name in names)
+
+
+def _read_tfds(task: str, tfds_name: str, tfds_split: str,
+               data_dir: str | None) -> list[Example]:
+    """The examples of one TFDS split, sorted by `idx` (the row number in the GLUE file)."""
+    import tensorflow_datasets as tfds
+    import tensorflow_datasets.text.glue  # noqa: F401  Registers `glue` (TFDS skips it without TF).
+
+    # A random-access ArrayRecord source needs no TensorFlow (DESIGN 3, input).
+    source = tfds.data_source(tfds_name, split=tfds_split, data_dir=data_dir,
+                              builder_kwargs={"file_format": "array_record"})
+    info = source.dataset_info
+    text_a_feature, text_b_feature = _TFDS_TEXT_FEATURES[task]
+    needed = [name for name in (text_a_feature, text_b_feature, "label", "idx") if name]
+    missing = [name for name in needed if name not in info.features.keys()]
+    if missing:
+        raise ValueError(f"TFDS dataset {tfds_name} has no feature {', '.join(missing)}; GLUE "
+                         f"{task} needs {', '.join(needed)} (is it the {task} config?)")
+    reference_labels = None if task == "stsb" else _tfds_reference_labels(task, tfds_name, info)
+    examples = []
+    for number, record in enumerate(source):
+        label_value = record["label"]
+        if label_value < 0:  # TFDS writes -1 for the unlabelled test splits.
+            label = None
+        elif reference_labels is None:
+            label = str(np.float32(label_value))  # Shortest text that reads back exactly.
+        else:
+            label = reference_labels[int(label_value)]
+        examples.append(Example(
+            index=str(int(record["idx"])), text_a=_tfds_text(record[text_a_feature]),
+            text_b=None if text_b_feature is None else _tfds_text(record[text_b_feature]),
+            label=label, source=f"TFDS {tfds_name} split {tfds_split} record {number}"))
+    if not examples:
+        raise ValueError(f"TFDS dataset {tfds_name} split {tfds_split} is empty")
+    return sorted(examples, key=lambda example: int(example.index))
+
+
+def read_tfds_train(task: str, tfds_name: str, data_dir: str | None = None) -> list[Example]:
+    """The train split of TFDS `tfds_name` (e.g. "glue/mnli") as reference Examples.
+
+    Labels are the SPEC 8.2 strings (mapped from the ClassLabel names), the index is TFDS's
+    `idx`. The dataset is read as ArrayRecord (prepared with `tfds build --file_format=array_record`
+    or by this call, which downloads and prepares it when absent).
+    """
+    _check_task(task)
+    return _read_tfds(task, tfds_name, "train", data_dir)
+
+
+def read_tfds_eval_sets(task: str, tfds_name: str, split: str,
+                        data_dir: str | None = None) -> list[EvalSet]:
+    """The dev or test sets of TFDS `tfds_name`, named and labelled as `read_eval_sets` does.
+
+    TFDS splits: validation (mnli: validation_matched -> dev, validation_mismatched ->
+    dev_mismatched); test (mnli: test_matched -> test, test_mismatched, and the test split of
+    `glue/ax` -> ax). Test labels (-1 in TFDS) become None.
+    """
+    _check_task(task)
+    if split not in ("dev", "test"):
+        raise ValueError(f"unknown GLUE split {split!r}; use dev or test")
+    tfds_splits = _TFDS_EVAL_SPLITS.get(
+        (task, split), ((("validation" if split == "dev" else "test"), split,
+                         _SUBMISSION_FILES[task]),))
+    eval_sets = [EvalSet(name, submission_file, _read_tfds(task, tfds_name, tfds_split, data_dir))
+                 for tfds_split, name, submission_file in tfds_splits]
+    if (task, split) == ("mnli", "test"):
+        # The diagnostic set is its own TFDS config; keep the dataset name and version given.
+        name, _, version = tfds_name.partition(":")
+        ax_name = name.split("/")[0] + "/ax" + (f":{version}" if version else "")
+        eval_sets.append(EvalSet("ax", _AX_SUBMISSION_FILE,
+                                 _read_tfds("ax", ax_name, "test", data_dir)))
+    return eval_sets
+
+
+# --- Predictions --------------------------------------------------------------------------------
+
+def write_predictions(directory: str, eval_set: EvalSet,
+                      predictions: Sequence[str | float]) -> str:
+    """Writes `<directory>/<eval_set.submission_file>` as the GLUE server reads it.
+
+    Header "index\\tprediction", then one line per example: its index and the predicted label
+    string (STS-B: the predicted score, a float). Written to a temporary file and renamed, so a
+    reader never sees half a file. Returns the path written.
+    """
+    task = _TASK_OF_SUBMISSION_FILE.get(eval_set.submission_file)
+    if task is None:
+        raise ValueError(f"unknown GLUE submission file {eval_set.submission_file!r}; use one of "
+                         f"{', '.join(sorted(_TASK_OF_SUBMISSION_FILE))}")
+    if len(predictions) != len(eval_set.examples):
+        raise ValueError(f"{len(predictions)} predictions for the {len(eval_set.examples)} "
+                         f"examples of {eval_set.name} ({eval_set.submission_file})")
+    lines = ["index\tprediction\n"]
+    for example, prediction in zip(eval_set.examples, predictions):
+        if task == "stsb":
+            try:
+                score = float(prediction)
+            except (TypeError, ValueError):
+                score = float("nan")
+            if not np.isfinite(score):
+                raise ValueError(f"STS-B prediction {prediction!r} for example {example.index} "
+                                 f"({example.source}) is not a finite number")
+            text = f"{score:.6g}"
+        elif prediction in _LABELS[task]:
+            text = prediction
+        else:
+            raise ValueError(f"prediction {prediction!r} for example {example.index} "
+                             f"({example.source}): {_label_error(str(prediction), task)}")
+        lines.append(f"{example.index}\t{text}\n")
+    path = epath.Path(directory) / eval_set.submission_file
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.parent / (path.name + ".tmp")
+    temporary.write_text("".join(lines), encoding="utf-8")
+    temporary.replace(path)
+    return os.fspath(path)
