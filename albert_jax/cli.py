@@ -4,6 +4,10 @@
   albert-jax data build      --config=configs/pretrain.py:size=base [--config.data.dupe_factor=10]
   albert-jax data inspect    --config=configs/pretrain.py:size=base [--num_examples=3]
   albert-jax pretrain        --config=configs/pretrain.py:size=base --workdir=DIR
+  albert-jax finetune        --config=configs/glue.py:task=mnli --config.data.path=DIR
+                             --config.init_from=PATH --workdir=DIR
+  albert-jax evaluate        --workdir=DIR --split=dev|test
+  albert-jax squad-eval      DATA.json PREDICTIONS.json [--na-prob-file=F]
   albert-jax convert         --from=tf --path=model.ckpt-best --config_path=albert_config.json
                              --to=huggingface --output=DIR
 """
@@ -18,11 +22,14 @@ from absl import logging as absl_logging
 from ml_collections import config_flags
 
 from albert_jax import config as config_lib, distributed, pretraining
+from albert_jax.errors import ConfigError
+from albert_jax.finetune import run as finetune_run, squad_eval
 from albert_jax.train import loop
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file, e.g. configs/pretrain.py:size=base.",
                                           lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (local path or gs://).")
+_SPLIT = flags.DEFINE_enum("split", "dev", ["dev", "test"], "evaluate: which sets to predict.")
 _NUM_EXAMPLES = flags.DEFINE_integer("num_examples", 3, "data inspect: examples to decode.")
 
 
@@ -88,6 +95,18 @@ def _pretrain() -> None:
     loop.train_and_evaluate(config, workdir, task)
 
 
+def _finetune() -> None:
+    config, workdir = _need(_CONFIG, "finetune"), _need(_WORKDIR, "finetune")
+    _join_hosts()
+    finetune_run.finetune(config, workdir)
+
+
+def _evaluate() -> None:
+    workdir = _need(_WORKDIR, "evaluate")
+    _join_hosts()
+    finetune_run.evaluate(workdir, _SPLIT.value)
+
+
 def _convert() -> None:
     from albert_jax.convert import cli as convert_cli
     convert_cli.convert(source=_need(_FROM, "convert"), target=_need(_TO, "convert"),
@@ -100,13 +119,15 @@ COMMANDS: dict[tuple[str, ...], Callable[[], None]] = {
     ("data", "build"): _data_build,
     ("data", "inspect"): _data_inspect,
     ("pretrain",): _pretrain,
+    ("finetune",): _finetune,
+    ("evaluate",): _evaluate,
     ("convert",): _convert,
 }
 
 
 def _usage() -> str:
-    names = "\n".join("  albert-jax " + " ".join(words) + " --config=..." for words in COMMANDS)
-    return f"usage:\n{names}\n(see README.md; `albert-jax <command> --helpfull` lists every flag)"
+    commands = __doc__.split("\n\n", 1)[1].rstrip()  # the module docstring's command lines
+    return f"usage:\n{commands}\n(see README.md; `albert-jax <command> --helpfull` lists every flag)"
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -116,6 +137,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         if word.startswith("-"):
             break
         words.append(word)
+    if words[:1] == ["squad-eval"]:  # positional file arguments, as the official script takes
+        sys.exit(squad_eval.main(argv[2:]))
     command = COMMANDS.get(tuple(words))
     if command is None:
         sys.exit(f"albert-jax: unknown command {' '.join(words)!r}\n{_usage()}")
@@ -125,14 +148,12 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 def _run(command: Callable[[], None], name: str) -> None:
     """Runs a command; errors it raises on purpose print as one clear line, not a traceback."""
-    from albert_jax.errors import ConfigError
-    from albert_jax.train.loop import TrainingDiverged
     if not flags.FLAGS["verbosity"].present:
         # Library INFO logs (Orbax, TFDS) drown the progress lines; --verbosity=0 shows them.
         absl_logging.set_verbosity(absl_logging.WARNING)
     try:
         command()
-    except (ConfigError, TrainingDiverged, FileNotFoundError, ValueError) as error:
+    except (ConfigError, loop.TrainingDiverged, FileNotFoundError, ValueError) as error:
         if os.environ.get("ALBERT_JAX_TRACEBACK"):
             raise
         sys.exit(f"albert-jax {name}: error: {error}\n"

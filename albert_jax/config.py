@@ -65,3 +65,55 @@ def model_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict
 def to_json(config: ml_collections.ConfigDict) -> str:
     """The resolved config as JSON (saved into the workdir)."""
     return json.dumps(config.to_dict(), indent=2, sort_keys=True)
+
+
+def finetune_config(args: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """The keys every fine-tuning config has (configs/glue.py, configs/race.py), SPEC 8.1
+    defaults: AdamW (SPEC 6.4) with the reference's warmup + linear decay (SPEC 6.1)."""
+    config = ml_collections.ConfigDict()
+    config.task = ""
+    config.model = args.model or f"albert-{args.size}-v2"  # only for a from-scratch run
+    config.model_overrides = model_overrides_placeholder()
+    config.init_from = ""  # workdir, Orbax, HuggingFace or TF checkpoint: architecture + weights
+    config.tokenizer = ""  # SentencePiece model; empty: the one that comes with init_from
+    config.compute_dtype = "float32"
+
+    config.data = ml_collections.ConfigDict()
+    config.data.path = ""  # the task's folder in the original format
+    config.data.tfds_name = ""  # or a TFDS name, e.g. glue/mnli, race/high
+    config.data.tfds_data_dir = ""
+    config.data.num_workers = 0
+    config.data.prefetch = 2
+
+    config.seed = 12345
+    config.seeds = 1  # >1: seeds seed .. seed+seeds-1, each in <workdir>/seed_<s>, and medians
+    config.seq_len = 512  # SPEC 8.2 max_seq_length
+    config.batch_size = 32
+    config.eval_batch_size = 64
+    config.num_microbatches = 1
+    config.total_steps = 1000
+    config.dropout = 0.0  # SPEC 8.2 "ALBERT DR": hidden and attention dropout of the backbone
+    config.classifier_dropout = 0.1  # SPEC 8.2: on the pooled output
+
+    config.optim = ml_collections.ConfigDict()
+    config.optim.name = "adamw"  # SPEC 6.4
+    config.optim.lr = 2e-5
+    config.optim.warmup_steps = 100
+    config.optim.schedule = "reference"  # SPEC 6.1: linear warmup, linear decay to 0
+    config.optim.power = 1.0
+    config.optim.weight_decay = 0.01
+    config.optim.beta_1 = 0.9
+    config.optim.beta_2 = 0.999
+    config.optim.epsilon = 1e-6
+    config.optim.clip_norm = 1.0
+
+    config.mesh = ml_collections.ConfigDict()
+    config.mesh.data = -1
+    config.mesh.fsdp = 1
+    config.mesh.tensor = 1
+
+    config.log_every_steps = 50
+    config.eval_every_steps = 100  # SPEC 8.1: every saved checkpoint is evaluated on dev
+    config.checkpoint_every_steps = 100
+    config.keep_checkpoints = 2
+    return config

@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
+from etils import epath
 
 from albert_jax.data import pipeline
 from albert_jax.model import AlbertForPreTraining
@@ -24,6 +25,7 @@ from albert_jax.train.task import Batch, HostBatch, Task
 
 MLM_DENOMINATOR_EPSILON = 1e-5  # SPEC 5.3
 EVAL_SPLIT = "eval"
+TOKENIZER_FILE = "spiece.model"  # the workdir's copy of the tokenizer (HuggingFace's name)
 
 
 def loss_sums(mlm_logits: jax.Array, sop_logits: jax.Array, batch: Batch) -> dict[str, jax.Array]:
@@ -90,11 +92,13 @@ class PretrainingTask(Task):
     def init_inputs(self) -> tuple[jax.Array, ...]:
         return init_inputs(self.config.seq_len, self.config.data.max_predictions)
 
-    def initial_params(self, abstract_params: Any) -> Any | None:
+    def initial_params(self, params: Any) -> Any:
         # init_from: every parameter, heads included (continued pretraining); fresh optimizer.
         if not self.config.init_from:
-            return None
-        params = checkpoint.load_params_for_init(self.config.init_from, abstract_params)
+            return params
+        target = jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype,
+                                                                sharding=leaf.sharding), params)
+        params = checkpoint.load_params_for_init(self.config.init_from, target)
         print(f"Initialised weights from {self.config.init_from}.", flush=True)
         return params
 
@@ -142,6 +146,11 @@ class PretrainingTask(Task):
                 f"mlm_acc {metrics['masked_lm_accuracy']:.3f}",
                 f"sop_loss {metrics['sentence_order_loss']:.4f}",
                 f"sop_acc {metrics['sentence_order_accuracy']:.3f}"]
+
+    def workdir_files(self) -> dict[str, bytes]:
+        # The tokenizer travels with the weights: fine-tuning from this workdir finds it.
+        tokenizer = epath.Path(self.config.data.tokenizer)
+        return {TOKENIZER_FILE: tokenizer.read_bytes()} if tokenizer.exists() else {}
 
     def flops_per_example(self) -> float:
         return flops.forward_flops_per_sequence(self.model_config, self.config.seq_len,

@@ -144,16 +144,21 @@ def make_iterator(config: ml_collections.ConfigDict, split: str = "train", *,
         shuffle_seed=shuffle_seed(config) if training else None,
         dynamic_masking=(DynamicMasking.from_metadata(config, source.metadata)
                          if training and config.data.masking == "dynamic" else None))
-    read_ahead = max(0, int(config.data.prefetch))
+    return iterate(dataset, prefetch=config.data.prefetch, num_workers=config.data.num_workers)
+
+
+def iterate(dataset: grain.MapDataset, *, prefetch: int, num_workers: int) -> grain.DatasetIterator:
+    """A checkpointable iterator over `dataset` (`get_state`/`set_state`), reading `prefetch`
+    elements ahead in threads and, with `num_workers` > 0, in that many worker processes."""
+    read_ahead = max(0, int(prefetch))
     iterable = dataset.to_iter_dataset(
         grain.ReadOptions(num_threads=read_ahead, prefetch_buffer_size=max(1, read_ahead)))
-    if config.data.num_workers > 0:
+    if num_workers > 0:
         if not flags.FLAGS.is_parsed():
             # grain reads its absl flags when it starts workers; outside `albert-jax` (a script,
             # a notebook, a test) nobody parsed them: take their defaults (DESIGN 3 trap).
             flags.FLAGS.mark_as_parsed()
-        iterable = iterable.mp_prefetch(
-            grain.MultiprocessingOptions(num_workers=int(config.data.num_workers)))
+        iterable = iterable.mp_prefetch(grain.MultiprocessingOptions(num_workers=int(num_workers)))
     return iter(iterable)
 
 

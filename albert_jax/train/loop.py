@@ -97,9 +97,10 @@ def _check_finite(step: int, values: dict[str, float]) -> None:
             "token id also gives NaN).")
 
 
-def evaluate(task: Task, eval_step: Any, params: Any, batch_sharding: jax.sharding.Sharding,
-             split: str) -> dict[str, float]:
-    """The task's metrics over one pass of eval split `split` (empty if it has no batch)."""
+def predict(task: Task, eval_step: Any, params: Any, batch_sharding: jax.sharding.Sharding,
+            split: str) -> tuple[dict[str, np.ndarray] | None, dict[str, np.ndarray]]:
+    """One pass over eval split `split`: (the summed loss sums, or None if the split has no
+    batch; the task's per-example predictions concatenated, padding rows included)."""
     sums = None
     predictions: dict[str, list[np.ndarray]] = collections.defaultdict(list)
     for host_batch in task.eval_batches(split):
@@ -108,11 +109,18 @@ def evaluate(task: Task, eval_step: Any, params: Any, batch_sharding: jax.shardi
         sums = batch_sums if sums is None else jax.tree_util.tree_map(jnp.add, sums, batch_sums)
         for key, value in jax.device_get(batch_predictions).items():  # replicated: every host
             predictions[key].append(np.asarray(value))
+    return (None if sums is None else jax.device_get(sums),
+            {key: np.concatenate(values) for key, values in predictions.items()})
+
+
+def evaluate(task: Task, eval_step: Any, params: Any, batch_sharding: jax.sharding.Sharding,
+             split: str) -> dict[str, float]:
+    """The task's metrics over one pass of eval split `split` (empty if it has no batch)."""
+    sums, predictions = predict(task, eval_step, params, batch_sharding, split)
     if sums is None:
         logging.warning("eval split %r is empty: no eval metrics", split)
         return {}
-    return task.eval_metrics(split, jax.device_get(sums),
-                             {key: np.concatenate(values) for key, values in predictions.items()})
+    return task.eval_metrics(split, sums, predictions)
 
 
 def _checkpoint_record(config: ml_collections.ConfigDict, task: Task,
@@ -186,13 +194,14 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
     else:
         state = state_lib.init_train_state(task.model, optimizer, mesh,
                                            jax.random.PRNGKey(config.seed), init_inputs)
-        params = task.initial_params(abstract_state.params)
-        if params is not None:
-            state = state.replace(params=params)
+        state = state.replace(params=task.initial_params(state.params))
     start_step = int(state.step)
     if latest is not None and is_main:
         _truncate_metrics(workdir / "metrics.jsonl", after_step=start_step)
     writer = metrics_lib.MetricsWriter(workdir)  # after the truncation: it appends
+    if is_main:
+        for name, content in task.workdir_files().items():
+            (workdir / name).write_bytes(content)
     if start_step >= config.total_steps:
         print(f"Training is done: the checkpoint in {workdir} is at step {start_step} of "
               f"{config.total_steps}. Raise --config.total_steps to train further.", flush=True)
@@ -253,7 +262,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
                     if metrics:
                         writer.write(step, metrics, split=split)
                     if is_main and metrics:
-                        print(f"eval {split} at step {step}: " + ", ".join(
+                        print(f"{split} at step {step}: " + ", ".join(
                             f"{key} {value:.4f}" for key, value in metrics.items()), flush=True)
                 new_best = best_checkpointer and _new_best(task, eval_metrics, best, step)
                 if new_best:

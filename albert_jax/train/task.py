@@ -62,11 +62,10 @@ class Task(abc.ABC):
         """The model's outputs on `batch`: the one place where batch keys meet model arguments.
         `rng` is the dropout key when `train`."""
 
-    def initial_params(self, abstract_params: Any) -> Any | None:
-        """Weights to start a new run from (`config.init_from`), placed like `abstract_params`
-        (ShapeDtypeStruct leaves with shardings); None keeps the random initialisation."""
-        del abstract_params
-        return None
+    def initial_params(self, params: Any) -> Any:
+        """The params a new run starts from, given the freshly initialised ones (sharded
+        jax.Arrays): e.g. weights from `config.init_from` in place of some of them."""
+        return params
 
     # --- Loss ----------------------------------------------------------------------------
     @abc.abstractmethod
@@ -112,6 +111,11 @@ class Task(abc.ABC):
     @abc.abstractmethod
     def console_line(self, metrics: dict[str, float]) -> list[str]:
         """The task's part of a console progress line, e.g. ["loss 2.31", "acc 0.51"]."""
+
+    def workdir_files(self) -> dict[str, bytes]:
+        """Files the run keeps in its workdir beside the checkpoints, e.g. its tokenizer, so the
+        workdir alone is enough to fine-tune from, evaluate or export."""
+        return {}
 
     def flops_per_example(self) -> float:
         """Forward matmul FLOPs of one example, for MFU (0: not reported)."""

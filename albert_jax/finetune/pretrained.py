@@ -1,0 +1,114 @@
+"""The checkpoint a fine-tuning run starts from (`config.init_from`) and the tokenizer it carries.
+
+`init_from` may be any of:
+  - one of our workdirs: a pretraining run, or a fine-tuning run (its best dev checkpoint, so
+    the paper's "RTE, STS-B and MRPC start from the MNLI checkpoint" (SPEC 8.2) is
+    `init_from=<the MNLI workdir>`);
+  - an Orbax checkpoint: a `checkpoints/` directory, one `<step>/` folder, or what
+    `checkpoint.save_weights` / `albert-jax convert --to=orbax` wrote;
+  - a HuggingFace directory (`config.json` of model_type albert + `model.safetensors` or
+    `pytorch_model.bin`, with its `spiece.model`);
+  - an official TF checkpoint directory (`albert_config.json`, `model.ckpt-*.index` or a TF-Hub
+    `variables/`, and `30k-clean.model`), or the checkpoint prefix itself.
+The architecture always comes from it (the user never retypes it); only the backbone (`albert`)
+is taken, the task head starts fresh (big_vision's `dont_load`, T5X's initial checkpoint).
+"""
+from __future__ import annotations
+
+import dataclasses
+import glob
+import json
+import os
+from typing import Any
+
+import ml_collections
+from etils import epath
+
+from albert_jax.convert import load_huggingface, load_tf_checkpoint
+from albert_jax.errors import ConfigError
+from albert_jax.pretraining import TOKENIZER_FILE
+from albert_jax.train import checkpoint, loop
+
+_TF_TOKENIZER_FILE = "30k-clean.model"  # the official TF releases (SPEC 2.1)
+
+
+@dataclasses.dataclass(frozen=True)
+class Pretrained:
+    """model_config: the checkpoint's architecture; backbone: the `albert` params (numpy or
+    jax arrays); tokenizer: a SentencePiece model path that came with it, or None."""
+
+    model_config: ml_collections.ConfigDict
+    backbone: dict[str, Any]
+    tokenizer: str | None
+    kind: str  # "workdir", "orbax", "huggingface", "tf"
+
+
+def _first_existing(*paths: epath.Path) -> str | None:
+    return next((os.fspath(path) for path in paths if path.exists()), None)
+
+
+def _workdir_tokenizer(path: epath.Path) -> str | None:
+    """The tokenizer of one of our workdirs: its copy, else the file its config names."""
+    for directory in (path, path.parent, path.parent.parent):  # workdir, checkpoints/, <step>/
+        if (directory / TOKENIZER_FILE).exists():
+            return os.fspath(directory / TOKENIZER_FILE)
+        if (directory / "config.json").exists():
+            saved = json.loads((directory / "config.json").read_text())
+            named = saved.get("tokenizer") or saved.get("data", {}).get("tokenizer")
+            if named and epath.Path(named).exists():
+                return named
+    return None
+
+
+def _tf_prefix(path: epath.Path) -> str | None:
+    """The checkpoint prefix in a TF checkpoint directory (model.ckpt-best first)."""
+    if path.name.endswith(".index") or epath.Path(f"{path}.index").exists():
+        return os.fspath(path).removesuffix(".index")
+    for pattern in ("model.ckpt-best.index", "model.ckpt*.index", "variables/variables.index",
+                    "*.index"):
+        found = sorted(glob.glob(os.path.join(os.fspath(path), pattern)))
+        if found:
+            return found[-1].removesuffix(".index")
+    return None
+
+
+def load(path: str) -> Pretrained:
+    """The model config, backbone params and tokenizer of `init_from=path` (module docstring)."""
+    root = epath.Path(path)
+    if not root.exists() and not epath.Path(f"{path}.index").exists():
+        raise FileNotFoundError(f"config init_from={path}: no such file or directory")
+    directory = root if root.is_dir() else root.parent
+
+    if (directory / "albert_config.json").exists():
+        prefix = _tf_prefix(root)
+        if prefix is None:
+            raise FileNotFoundError(f"init_from={path} has albert_config.json but no TF checkpoint "
+                                    "(model.ckpt-*.index or variables/variables.index)")
+        model_config, params = load_tf_checkpoint(prefix, os.fspath(directory / "albert_config.json"))
+        tokenizer = _first_existing(directory / _TF_TOKENIZER_FILE, directory / TOKENIZER_FILE)
+        if tokenizer is None:
+            tokenizer = next(iter(sorted(glob.glob(os.path.join(os.fspath(directory), "*.model")))),
+                             None)
+        return Pretrained(model_config, params["albert"], tokenizer, "tf")
+
+    hf_config = directory / "config.json"
+    if hf_config.exists() and json.loads(hf_config.read_text()).get("model_type") == "albert":
+        model_config, params = load_huggingface(os.fspath(directory))
+        return Pretrained(model_config, params["albert"],
+                          _first_existing(directory / TOKENIZER_FILE), "huggingface")
+
+    kind = "workdir" if (root / "config.json").exists() else "orbax"
+    source = root
+    if (root / loop.BEST_FILE).exists():
+        source = root / loop.BEST_SUBDIR  # a fine-tuned workdir: its best dev checkpoint
+    try:
+        model_config, params = checkpoint.load(os.fspath(source))
+    except FileNotFoundError as error:
+        raise FileNotFoundError(
+            f"config init_from={path} is not a checkpoint we can read ({error}); give a workdir, "
+            "an Orbax checkpoint, a HuggingFace directory or an official TF checkpoint "
+            "directory") from None
+    if "albert" not in params:
+        raise ConfigError(f"config init_from={path}: the checkpoint has no `albert` backbone "
+                          f"(top-level params: {sorted(params)})")
+    return Pretrained(model_config, params["albert"], _workdir_tokenizer(root), kind)

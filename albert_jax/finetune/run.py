@@ -1,0 +1,161 @@
+"""`albert-jax finetune` and `albert-jax evaluate`: GLUE and RACE from a checkpoint to the dev
+score and the leaderboard files.
+
+  finetune: config -> the checkpoint of `init_from` (architecture, backbone, tokenizer) -> the
+            task -> the training loop (best dev checkpoint kept in <workdir>/best/, best.json).
+            `config.seeds=N` runs seeds seed .. seed+N-1 in <workdir>/seed_<s>/ and writes
+            <workdir>/seeds.json with each seed's best dev metrics and their medians (the
+            paper's protocol: medians over 5 runs, SPEC 8.1).
+  evaluate: the best dev checkpoint of a workdir (of the best seed) -> predictions of every
+            dev or test set -> <workdir>/predictions/<split>/ (GLUE server / RACE files) and,
+            for dev, metrics.json.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+from typing import Any
+
+import jax
+import ml_collections
+from etils import epath
+
+from albert_jax.data.tokenizer import Tokenizer
+from albert_jax.errors import ConfigError
+from albert_jax.finetune import glue, pretrained as pretrained_lib
+from albert_jax.finetune.task import FinetuneTask, GlueTask, RaceTask, finetune_model_config
+from albert_jax.model import presets
+from albert_jax.pretraining import TOKENIZER_FILE
+from albert_jax.train import checkpoint, loop, sharding
+from albert_jax.train import step as step_lib
+
+TASKS = (*glue.TASKS, "race")
+SEEDS_FILE = "seeds.json"
+
+
+def validate(config: ml_collections.ConfigDict) -> None:
+    """Raises ConfigError, naming the key, for a fine-tuning config that cannot work."""
+    if config.task not in TASKS:
+        raise ConfigError(f"config task={config.task!r} is not a task; choose one of {TASKS}")
+    if not config.data.path and not config.data.tfds_name:
+        raise ConfigError(f"config data.path is empty: give the {config.task} data folder "
+                          "(--config.data.path=DIR) or a TFDS name (--config.data.tfds_name=...)")
+    if config.data.path and not epath.Path(config.data.path).is_dir():
+        raise FileNotFoundError(f"config data.path={config.data.path} is not a directory")
+    for key in ("batch_size", "eval_batch_size", "total_steps", "seq_len", "seeds",
+                "eval_every_steps", "checkpoint_every_steps", "log_every_steps"):
+        if config[key] < 1:
+            raise ConfigError(f"config {key}={config[key]} must be a positive integer")
+    if not 0 <= config.dropout < 1 or not 0 <= config.classifier_dropout < 1:
+        raise ConfigError(f"config dropout={config.dropout} and classifier_dropout="
+                          f"{config.classifier_dropout} must be in [0, 1)")
+
+
+def build_task(config: ml_collections.ConfigDict) -> FinetuneTask:
+    """The task of `config`: its tokenizer and architecture from `init_from` (or the preset
+    `config.model` for a from-scratch run), its data, its head."""
+    validate(config)
+    pretrained = pretrained_lib.load(config.init_from) if config.init_from else None
+    tokenizer_path = config.tokenizer or (pretrained.tokenizer if pretrained else None)
+    if not tokenizer_path:
+        where = (f"init_from={config.init_from} carries no tokenizer (no spiece.model, "
+                 "30k-clean.model or config naming one)" if pretrained
+                 else "a from-scratch run (empty init_from) has no tokenizer")
+        raise ConfigError(f"config {where}; give one with --config.tokenizer=PATH/TO/spiece.model")
+    tokenizer = Tokenizer.load(tokenizer_path)
+    base = (pretrained.model_config if pretrained
+            else presets.get_config(config.model, vocab_size=tokenizer.vocab_size))
+    model_config = finetune_model_config(config, base)
+    if tokenizer.vocab_size != model_config.vocab_size:
+        raise ConfigError(
+            f"tokenizer {tokenizer_path} has {tokenizer.vocab_size} pieces but the model "
+            f"embedding has vocab_size={model_config.vocab_size}; use the tokenizer the "
+            "checkpoint was trained with (--config.tokenizer)")
+    task_class = RaceTask if config.task == "race" else GlueTask
+    return task_class(config, model_config, tokenizer, pretrained)
+
+
+def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
+    """Fine-tunes (every seed); returns the best dev record, or for several seeds the
+    seeds.json record."""
+    if config.seeds == 1:
+        loop.train_and_evaluate(config, workdir, build_task(config))
+        best = loop.read_best(workdir)
+        print(f"Best dev {best['metric']} {best['value']:.4f} at step {best['step']} "
+              f"(kept in {epath.Path(workdir) / loop.BEST_SUBDIR}).", flush=True)
+        return best
+    runs = []
+    for seed in range(config.seed, config.seed + config.seeds):
+        seed_config = config.copy_and_resolve_references()
+        seed_config.seed = seed
+        seed_workdir = os.path.join(workdir, f"seed_{seed}")
+        print(f"--- seed {seed} ({seed - config.seed + 1} of {config.seeds}) in {seed_workdir}",
+              flush=True)
+        loop.train_and_evaluate(seed_config, seed_workdir, build_task(seed_config))
+        runs.append(dict(seed=seed, workdir=seed_workdir, **loop.read_best(seed_workdir)))
+    dev_metrics = {key for run in runs for key in run["metrics"]["dev"]}
+    record = {"runs": runs, "selection": runs[0]["metric"],
+              "median": {key: statistics.median(run["metrics"]["dev"][key] for run in runs)
+                         for key in sorted(dev_metrics)}}
+    if jax.process_index() == 0:
+        path = epath.Path(workdir) / SEEDS_FILE
+        path.write_text(json.dumps(record, indent=2))
+        for run in runs:
+            print(f"seed {run['seed']}: " + ", ".join(
+                f"{key} {value:.4f}" for key, value in run["metrics"]["dev"].items()), flush=True)
+        print(f"median over {len(runs)} seeds: " + ", ".join(
+            f"{key} {value:.4f}" for key, value in record["median"].items()), flush=True)
+    return record
+
+
+def _run_workdir(workdir: epath.Path) -> epath.Path:
+    """The run to evaluate: the workdir, or with several seeds the seed with the best dev score."""
+    seeds = workdir / SEEDS_FILE
+    if not seeds.exists():
+        return workdir
+    runs = json.loads(seeds.read_text())["runs"]
+    return epath.Path(max(runs, key=lambda run: run["value"])["workdir"])
+
+
+def evaluate(workdir: str, split: str) -> list[str]:
+    """`albert-jax evaluate`: predictions of the best dev checkpoint on every `split` set
+    ("dev" or "test") into <workdir>/predictions/<split>/; returns the files written."""
+    if split not in ("dev", "test"):
+        raise ConfigError(f"--split={split!r}: use dev or test")
+    root = epath.Path(workdir)
+    if not (root / "config.json").exists():
+        raise FileNotFoundError(f"{root / 'config.json'} does not exist: --workdir must be a "
+                                "fine-tuning workdir (`albert-jax finetune --workdir=...`)")
+    run = _run_workdir(root)
+    config = ml_collections.ConfigDict(json.loads((run / "config.json").read_text()))
+    best = loop.read_best(run)
+    mesh = sharding.make_mesh(config.mesh)
+    model_config, params = checkpoint.load(os.fspath(run / loop.BEST_SUBDIR), best["step"],
+                                           mesh=mesh)
+    tokenizer = Tokenizer.load(os.fspath(run / TOKENIZER_FILE))
+    task_class = RaceTask if config.task == "race" else GlueTask
+    task = task_class(config, model_config, tokenizer, None)
+    eval_step = jax.jit(step_lib.make_eval_step(task), out_shardings=sharding.replicated(mesh))
+    batch_sharding = sharding.batch_sharding(mesh)
+    directory = root / "predictions" / split
+    if jax.process_index() == 0:
+        directory.mkdir(parents=True, exist_ok=True)
+    written, split_metrics = [], {}
+    for eval_split in task.prediction_splits(split):
+        sums, predictions = loop.predict(task, eval_step, params, batch_sharding, eval_split)
+        if split == "dev" and sums is not None:
+            split_metrics[eval_split] = task.eval_metrics(eval_split, sums, predictions)
+        if jax.process_index() == 0:
+            written.append(task.write_predictions(eval_split, predictions, os.fspath(directory)))
+    if split == "dev" and jax.process_index() == 0:
+        # The selection split's metrics at the top level; other dev sets (MNLI mismatched) nested.
+        report = dict(split_metrics.get("dev", {}))
+        report.update({name: values for name, values in split_metrics.items() if name != "dev"})
+        report["step"] = best["step"]
+        path = directory / "metrics.json"
+        path.write_text(json.dumps(report, indent=2, sort_keys=True))
+        written.append(os.fspath(path))
+    for path in written:
+        print(f"wrote {path}", flush=True)
+    return written
