@@ -161,7 +161,11 @@ class AlbertForSequenceClassification(nn.Module):
 
 
 class AlbertForQuestionAnswering(nn.Module):
-    """SQuAD v1 (SPEC 8.3): per-token start/end logits [batch, seq] each."""
+    """SQuAD v1.1 (SPEC 8.3): per-token start/end logits [batch, seq] each, float32.
+
+    Params: {albert: <AlbertModel tree>, squad: {output_weights [2, H], output_bias [2]}}, the
+    reference's cls/squad/* (SPEC 4.3).
+    """
 
     config: ml_collections.ConfigDict
 
@@ -171,7 +175,34 @@ class AlbertForQuestionAnswering(nn.Module):
                  ) -> tuple[jax.Array, jax.Array]:
         sequence_output, _ = AlbertModel(self.config, name="albert")(
             input_ids, token_type_ids, attention_mask, deterministic)
-        return heads.SpanHead(self.config, name="qa_outputs")(sequence_output)
+        return heads.SquadV1Head(self.config, name="squad")(sequence_output)
+
+
+class AlbertForQuestionAnsweringV2(nn.Module):
+    """SQuAD v2.0 (SPEC 8.3): the XLNet-style head of `heads.SquadV2Head` on the backbone.
+
+    Params: {albert: <AlbertModel tree>, squad: {start_logits: {dense}, end_logits: {dense_0,
+    LayerNorm, dense_1}, answer_class: {dense_0, dense_1 (no bias)}}} (SPEC 4.3 names).
+    """
+
+    config: ml_collections.ConfigDict
+    start_n_top: int = 5
+    end_n_top: int = 5
+    answer_class_dropout: float = 0.1
+
+    @nn.compact
+    def __call__(self, input_ids: jax.Array, token_type_ids: jax.Array,
+                 attention_mask: jax.Array, p_mask: jax.Array,
+                 start_positions: jax.Array | None = None,
+                 deterministic: bool = True) -> dict[str, jax.Array]:
+        """[batch, seq] inputs, p_mask [batch, seq] (1 = cannot be in the answer), gold
+        start_positions [batch] for the training outputs (else the top-k beam); see
+        `heads.SquadV2Head` for the returned dict."""
+        sequence_output, _ = AlbertModel(self.config, name="albert")(
+            input_ids, token_type_ids, attention_mask, deterministic)
+        return heads.SquadV2Head(self.config, self.start_n_top, self.end_n_top,
+                                 self.answer_class_dropout, name="squad")(
+            sequence_output, p_mask, start_positions, deterministic)
 
 
 class AlbertForMultipleChoice(nn.Module):
