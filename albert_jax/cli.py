@@ -143,7 +143,33 @@ def main(argv: Sequence[str] | None = None) -> None:
     if command is None:
         sys.exit(f"albert-jax: unknown command {' '.join(words)!r}\n{_usage()}")
     rest = [argv[0]] + argv[1 + len(words):]
-    app.run(lambda _: _run(command, " ".join(words)), argv=rest)
+    try:
+        remaining = flags.FLAGS(rest)  # parsed here, so a bad config is one line, not a trace
+    except flags.Error as error:
+        sys.exit(f"albert-jax {' '.join(words)}: error: {_flag_error(error)}")
+    except (AttributeError, KeyError) as error:  # an override of a key the config lacks
+        sys.exit(f"albert-jax {' '.join(words)}: error: {_unknown_key(error, rest)}")
+    app.run(lambda _: _run(command, " ".join(words)), argv=rest,
+            flags_parser=lambda _: remaining)
+
+
+def _unknown_key(error: Exception, argv: list[str]) -> str:
+    """One line for `--config.a.b=v` naming a key the config does not have, with
+    ml_collections' nearest valid name."""
+    detail = str(error).strip("'\"").replace("\\n", "\n").replace("\\'", "'")
+    name, _, hint = detail.partition("\n")
+    overrides = [arg.split("=", 1)[0][2:] for arg in argv
+                 if arg.startswith("--config.") and arg.split("=", 1)[0].endswith("." + name.strip("'"))]
+    key = overrides[0] if overrides else name
+    return f"unknown config key {key!r}. {hint}".strip() + " (see the config file for its keys)"
+
+
+def _flag_error(error: flags.Error) -> str:
+    """The message of a flag error; for a config file that raised, that exception's message
+    (ml_collections wraps it with its whole traceback)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    raised = [line for line in lines if line.startswith("albert_jax.errors.")]
+    return raised[-1].split(": ", 1)[1] if raised else lines[0]
 
 
 def _run(command: Callable[[], None], name: str) -> None:

@@ -1,0 +1,225 @@
+"""Fine-tuning end to end: every GLUE task, AX and RACE from a pretraining workdir and from a
+converted HuggingFace checkpoint, the best dev checkpoint, leaderboard files that parse back,
+resume after SIGKILL, and one-line errors for bad input."""
+import csv
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from albert_jax.data import corpus
+from albert_jax.finetune import glue, race, run as finetune_run
+from configs import glue as glue_config, race as race_config
+from finetune_fixtures import write_glue_task, write_race
+
+REPO = Path(__file__).resolve().parents[1]
+CLI = [sys.executable, "-m", "albert_jax.cli"]
+
+
+def cli(*arguments: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(CLI + list(arguments), cwd=REPO, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory) -> Path:
+    """A pretraining workdir of the tiny model (6 steps) with its own tokenizer."""
+    root = tmp_path_factory.mktemp("pretrained")
+    text = "\n\n".join("\n".join(document) for _, document in
+                       zip(range(300), corpus.demo_documents()))
+    (root / "corpus.txt").write_text(text + "\n")
+    flags = ["--config=configs/pretrain.py:runlocal", f"--config.data.corpus={root / 'corpus.txt'}",
+             f"--config.data.tokenizer={root / 'spm.model'}", f"--config.data.dir={root / 'data'}",
+             "--config.data.vocab_size=400", "--config.data.dupe_factor=1"]
+    for command, extra in ((["tokenizer", "train"], []), (["data", "build"], []),
+                           (["pretrain"], ["--config.model=tiny", "--config.total_steps=6",
+                                           "--config.model_overrides.vocab_size=400",
+                                           "--config.batch_size=8", "--config.eval_batch_size=8",
+                                           f"--workdir={root / 'workdir'}"])):
+        result = cli(*command, *flags, *extra)
+        assert result.returncode == 0, result.stderr[-3000:]
+    assert (root / "workdir" / "spiece.model").exists()  # the tokenizer travels with the run
+    return root / "workdir"
+
+
+def small_config(module, arg: str, data_path: Path, init_from: Path, **overrides):
+    config = module.get_config(arg + ",runlocal")
+    config.data.path, config.init_from = str(data_path), str(init_from)
+    # 8 fake devices in this process (conftest.py): batches are multiples of 8.
+    config.seq_len, config.batch_size, config.eval_batch_size = 32, 8, 8
+    config.total_steps, config.eval_every_steps, config.checkpoint_every_steps = 4, 2, 2
+    config.log_every_steps = 2
+    for key, value in overrides.items():
+        config[key] = value
+    return config
+
+
+def read_tsv(path: Path) -> list[list[str]]:
+    with path.open(encoding="utf-8", newline="") as file:
+        return list(csv.reader(file, delimiter="\t", quoting=csv.QUOTE_NONE))
+
+
+def eval_records(workdir: Path, split: str = "dev") -> dict[int, dict]:
+    records = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
+    return {record["step"]: record for record in records if record.get("split") == split}
+
+
+@pytest.mark.parametrize("task", glue.TASKS)
+def test_glue_task_from_a_pretraining_workdir(task, pretrained, tmp_path):
+    data_path = Path(write_glue_task(str(tmp_path / "glue_data"), task, num_train=12, num_dev=6,
+                                     num_test=5, seed=1))
+    workdir = tmp_path / "run"
+    finetune_run.finetune(small_config(glue_config, f"task={task}", data_path, pretrained),
+                          str(workdir))
+    # The best dev checkpoint is the step with the best selection metric, and best.json says so.
+    best = json.loads((workdir / "best.json").read_text())
+    records = eval_records(workdir)
+    assert sorted(records) == [2, 4]
+    metric = {"cola": "mcc", "stsb": "pearson"}.get(task, "accuracy")
+    assert best["metric"] == metric
+    values = {step: record[metric] for step, record in records.items()}
+    assert best["value"] == max(values.values()) and values[best["step"]] == best["value"]
+    assert (workdir / "best" / str(best["step"])).is_dir()
+
+    finetune_run.evaluate(str(workdir), "dev")
+    metrics = json.loads((workdir / "predictions" / "dev" / "metrics.json").read_text())
+    assert metrics[metric] == pytest.approx(best["value"])  # the best checkpoint's dev score
+
+    finetune_run.evaluate(str(workdir), "test")
+    sets = glue.read_eval_sets(task, str(data_path), "test")
+    assert sets
+    for eval_set in sets:
+        rows = read_tsv(workdir / "predictions" / "test" / eval_set.submission_file)
+        assert rows[0] == ["index", "prediction"]
+        assert [row[0] for row in rows[1:]] == [example.index for example in eval_set.examples]
+        labels = glue.labels("mnli" if eval_set.name == "ax" else task)
+        for _, prediction in rows[1:]:
+            if labels is None:
+                float(prediction)
+            else:
+                assert prediction in labels
+    if task == "mnli":
+        assert {eval_set.submission_file for eval_set in sets} == {"MNLI-m.tsv", "MNLI-mm.tsv",
+                                                                   "AX.tsv"}
+        assert "dev_mismatched" in metrics and eval_records(workdir, "dev_mismatched")
+
+
+def test_race_from_a_converted_huggingface_checkpoint(pretrained, tmp_path):
+    hf = tmp_path / "hf"
+    converted = cli("convert", "--from=orbax", f"--path={pretrained}", "--to=huggingface",
+                    f"--output={hf}")
+    assert converted.returncode == 0, converted.stderr[-3000:]
+    shutil.copy(pretrained / "spiece.model", hf / "spiece.model")
+    data_path = Path(write_race(str(tmp_path), articles_per_level=2, questions_per_article=2,
+                                seed=3))
+    workdir = tmp_path / "race"
+    finetune_run.finetune(small_config(race_config, "", data_path, hf, max_qa_length=8),
+                          str(workdir))
+    best = json.loads((workdir / "best.json").read_text())
+    assert best["metric"] == "accuracy"
+    assert {"accuracy", "accuracy_middle", "accuracy_high"} <= set(eval_records(workdir)[4])
+    finetune_run.evaluate(str(workdir), "dev")
+    rows = read_tsv(workdir / "predictions" / "dev" / "RACE.tsv")
+    questions = race.read_split(str(data_path), "dev")
+    assert rows[0] == ["id", "prediction"]
+    assert [row[0] for row in rows[1:]] == [question.id for question in questions]
+    assert rows[1][0].startswith("dev/middle/") and all(row[1] in "ABCD" for row in rows[1:])
+    metrics = json.loads((workdir / "predictions" / "dev" / "metrics.json").read_text())
+    assert metrics["accuracy"] == pytest.approx(best["value"])
+
+
+def test_seeds_report_each_and_the_median(pretrained, tmp_path):
+    data_path = Path(write_glue_task(str(tmp_path / "glue_data"), "rte", num_train=8, num_dev=5,
+                                     num_test=2, seed=2))
+    record = finetune_run.finetune(small_config(glue_config, "task=rte", data_path, pretrained,
+                                                seeds=3, total_steps=2), str(tmp_path / "rte"))
+    accuracies = sorted(run["metrics"]["dev"]["accuracy"] for run in record["runs"])
+    assert [run["seed"] for run in record["runs"]] == [12345, 12346, 12347]
+    assert record["median"]["accuracy"] == accuracies[1]
+    assert json.loads((tmp_path / "rte" / "seeds.json").read_text())["median"] == record["median"]
+
+
+def test_sigkill_then_resume_gives_the_uninterrupted_result(pretrained, tmp_path):
+    data_path = Path(write_glue_task(str(tmp_path / "glue_data"), "sst2", num_train=40,
+                                     num_dev=8, num_test=2, seed=4))
+
+    def flags(workdir: Path, total_steps: int) -> list[str]:
+        return ["finetune", "--config=configs/glue.py:task=sst2,runlocal",
+                f"--config.data.path={data_path}", f"--config.init_from={pretrained}",
+                f"--workdir={workdir}", "--config.seq_len=32", "--config.batch_size=8",
+                f"--config.total_steps={total_steps}", "--config.eval_every_steps=5",
+                "--config.checkpoint_every_steps=5", "--config.log_every_steps=1",
+                "--config.optim.schedule=constant"]
+
+    straight = cli(*flags(tmp_path / "straight", 20))
+    assert straight.returncode == 0, straight.stderr[-3000:]
+    workdir = tmp_path / "killed"
+    process = subprocess.Popen(CLI + flags(workdir, 1000), cwd=REPO, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while not (workdir / "checkpoints" / "10").is_dir():
+        assert process.poll() is None and time.time() < deadline
+        time.sleep(0.2)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    resumed = cli(*flags(workdir, 20))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "Resuming from the checkpoint at step" in resumed.stdout
+
+    def lines(path: Path) -> list[dict]:
+        return [{key: value for key, value in json.loads(line).items()
+                 if key not in ("steps_per_second", "examples_per_second", "tokens_per_second",
+                                "mfu", "eta_seconds")}
+                for line in (path / "metrics.jsonl").read_text().splitlines()]
+
+    assert lines(workdir) == lines(tmp_path / "straight")  # every train and dev record, bit-exact
+    assert (json.loads((workdir / "best.json").read_text())
+            == json.loads((tmp_path / "straight" / "best.json").read_text()))
+    again = cli(*flags(workdir, 20))
+    assert again.returncode == 0 and "Training is done" in again.stdout
+
+
+def test_bad_input_gets_one_line_errors(pretrained, tmp_path):
+    data_path = Path(write_glue_task(str(tmp_path / "glue_data"), "rte", num_train=4, num_dev=2,
+                                     num_test=2, seed=5))
+    def error_of(config_flag: str, *flags: str) -> str:
+        result = cli("finetune", config_flag, f"--workdir={tmp_path / 'run'}",
+                     "--config.seq_len=32", f"--config.data.path={data_path}", *flags)
+        assert result.returncode != 0
+        assert "Traceback" not in result.stderr, result.stderr[-2000:]
+        errors = [line for line in result.stderr.splitlines() if line.startswith("albert-jax")]
+        assert len(errors) == 1, result.stderr[-2000:]
+        return errors[0]
+
+    assert "needs task=<name>" in error_of("--config=configs/glue.py:task=nope,runlocal")
+    message = error_of("--config=configs/glue.py:task=rte,runlocal")
+    assert "has no tokenizer" in message and "--config.tokenizer" in message
+    no_tokenizer = tmp_path / "no_tokenizer"
+    shutil.copytree(pretrained, no_tokenizer)
+    (no_tokenizer / "spiece.model").unlink()
+    config = json.loads((no_tokenizer / "config.json").read_text())
+    config["data"]["tokenizer"] = str(tmp_path / "gone.model")
+    (no_tokenizer / "config.json").write_text(json.dumps(config))
+    message = error_of("--config=configs/glue.py:task=rte,runlocal",
+                       f"--config.init_from={no_tokenizer}")
+    assert "carries no tokenizer" in message
+    other = tmp_path / "other.model"
+    from albert_jax.data import tokenizer
+    tokenizer.train((" ".join(document) for _, document in
+                     zip(range(200), corpus.demo_documents())), str(other), 300)
+    message = error_of("--config=configs/glue.py:task=rte,runlocal",
+                       f"--config.init_from={pretrained}", f"--config.tokenizer={other}")
+    assert "300 pieces" in message and "vocab_size=400" in message
+    (data_path / "train.tsv").write_text("index\tsentence1\tsentence2\tlabel\n0\ta\tb\tmaybe\n")
+    message = error_of("--config=configs/glue.py:task=rte,runlocal",
+                       f"--config.init_from={pretrained}")
+    assert "train.tsv" in message and "maybe" in message
+    (data_path / "train.tsv").write_text("index\tsentence1\tsentence2\tlabel\n0\ta\tb\n")
+    message = error_of("--config=configs/glue.py:task=rte,runlocal",
+                       f"--config.init_from={pretrained}")
+    assert "train.tsv" in message and ":2" in message or "line 2" in message
