@@ -117,3 +117,15 @@ def finetune_config(args: ml_collections.ConfigDict) -> ml_collections.ConfigDic
     config.checkpoint_every_steps = 100
     config.keep_checkpoints = 2
     return config
+
+
+def shrink_finetune_config(config: ml_collections.ConfigDict) -> None:
+    """`runlocal`: a fine-tuning config sized for a laptop CPU (the tiny model, short runs)."""
+    config.seq_len = 64
+    config.batch_size = 16
+    config.eval_batch_size = 32
+    config.total_steps = 200
+    config.optim.lr = 1e-4
+    config.optim.warmup_steps = 20
+    config.eval_every_steps = config.checkpoint_every_steps = 50
+    config.log_every_steps = 10

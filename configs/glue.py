@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from albert_jax.config import finetune_config, parse_arg
+from albert_jax.config import finetune_config, parse_arg, shrink_finetune_config
 from albert_jax.errors import ConfigError
 
 # SPEC 8.2 (run_glue.sh = paper Table 14): lr, batch, steps, warmup, ALBERT dropout, eval every.
@@ -43,13 +43,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.checkpoint_every_steps = config.eval_every_steps
     if args.runlocal:
         config.model = args.model or "tiny"
-        config.seq_len = 64
-        config.batch_size = 16
-        config.eval_batch_size = 32
-        config.total_steps = 200
-        config.optim.lr = 1e-4
-        config.optim.warmup_steps = 20
-        config.eval_every_steps = config.checkpoint_every_steps = 50
-        config.log_every_steps = 10
+        shrink_finetune_config(config)
     config.lock()
     return config

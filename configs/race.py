@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from albert_jax.config import finetune_config, parse_arg
+from albert_jax.config import finetune_config, parse_arg, shrink_finetune_config
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -31,14 +31,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.eval_every_steps = config.checkpoint_every_steps = 1000
     if args.runlocal:
         config.model = args.model or "tiny"
-        config.seq_len = 64
+        shrink_finetune_config(config)
         config.max_qa_length = 24
-        config.batch_size = 8
-        config.eval_batch_size = 16
-        config.total_steps = 200
-        config.optim.lr = 1e-4
-        config.optim.warmup_steps = 20
-        config.eval_every_steps = config.checkpoint_every_steps = 50
-        config.log_every_steps = 10
     config.lock()
     return config
