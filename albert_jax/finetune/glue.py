@@ -21,6 +21,8 @@ from typing import Any, Sequence
 import numpy as np
 from etils import epath
 
+from albert_jax import files
+
 TASKS: tuple[str, ...] = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli")
 
 # SPEC 8.2: the reference label lists, in the order of the classifier's outputs. STS-B is a
@@ -406,8 +408,5 @@ def write_predictions(directory: str, eval_set: EvalSet,
                              f"({example.source}): {_label_error(str(prediction), task)}")
         lines.append(f"{example.index}\t{text}\n")
     path = epath.Path(directory) / eval_set.submission_file
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.parent / (path.name + ".tmp")
-    temporary.write_text("".join(lines), encoding="utf-8")
-    temporary.replace(path)
+    files.write_atomically(path, "".join(lines))
     return os.fspath(path)

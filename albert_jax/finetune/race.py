@@ -19,6 +19,8 @@ from typing import Any, Sequence
 
 from etils import epath
 
+from albert_jax import files
+
 LEVELS: tuple[str, ...] = ("middle", "high")
 ANSWER_LETTERS = "ABCD"  # SPEC 8.4: 4 choices.
 SUBMISSION_FILE = "RACE.tsv"
@@ -172,8 +174,5 @@ def write_predictions(directory: str, questions: Sequence[Question],
                              f"an option number 0..3")
         lines.append(f"{question.id}\t{ANSWER_LETTERS[option]}\n")
     path = epath.Path(directory) / SUBMISSION_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.parent / (path.name + ".tmp")
-    temporary.write_text("".join(lines), encoding="utf-8")
-    temporary.replace(path)
+    files.write_atomically(path, "".join(lines))
     return os.fspath(path)

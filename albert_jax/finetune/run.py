@@ -72,8 +72,11 @@ def build_task(config: ml_collections.ConfigDict) -> FinetuneTask:
             f"tokenizer {tokenizer_path} has {tokenizer.vocab_size} pieces but the model "
             f"embedding has vocab_size={model_config.vocab_size}; use the tokenizer the "
             "checkpoint was trained with (--config.tokenizer)")
-    task_class = RaceTask if config.task == "race" else GlueTask
-    return task_class(config, model_config, tokenizer, pretrained)
+    return _task_class(config)(config, model_config, tokenizer, pretrained)
+
+
+def _task_class(config: ml_collections.ConfigDict) -> type[FinetuneTask]:
+    return RaceTask if config.task == "race" else GlueTask
 
 
 def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
@@ -134,8 +137,7 @@ def evaluate(workdir: str, split: str) -> list[str]:
     model_config, params = checkpoint.load(os.fspath(run / loop.BEST_SUBDIR), best["step"],
                                            mesh=mesh)
     tokenizer = Tokenizer.load(os.fspath(run / TOKENIZER_FILE))
-    task_class = RaceTask if config.task == "race" else GlueTask
-    task = task_class(config, model_config, tokenizer, None)
+    task = _task_class(config)(config, model_config, tokenizer, None)
     eval_step = jax.jit(step_lib.make_eval_step(task), out_shardings=sharding.replicated(mesh))
     batch_sharding = sharding.batch_sharding(mesh)
     directory = root / "predictions" / split

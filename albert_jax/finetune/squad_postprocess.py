@@ -23,6 +23,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from absl import logging
 
+from albert_jax import files
 from albert_jax.finetune.squad import FeatureInfo, SquadExample
 
 N_BEST_SIZE = 20  # SPEC 8.3
@@ -208,12 +209,7 @@ def apply_null_threshold(null_odds: Mapping[str, float], predictions: Mapping[st
 
 def write_json(path: str | os.PathLike, obj: Any) -> None:
     """Writes `obj` as indented UTF-8 JSON, atomically (a temporary file, then a rename)."""
-    from etils import epath
-    target = epath.Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    temporary = target.parent / f"{target.name}.tmp{os.getpid()}"
-    temporary.write_text(json.dumps(obj, indent=4, ensure_ascii=False) + "\n", encoding="utf-8")
-    temporary.replace(target)
+    files.write_atomically(path, json.dumps(obj, indent=4, ensure_ascii=False) + "\n")
 
 
 def write_prediction_files(directory: str | os.PathLike, predictions: Mapping[str, str],

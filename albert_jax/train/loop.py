@@ -21,7 +21,7 @@ import numpy as np
 from absl import logging
 from etils import epath
 
-from albert_jax import config as config_lib
+from albert_jax import config as config_lib, files
 from albert_jax.train import checkpoint, flops, metrics as metrics_lib, optim, sharding
 from albert_jax.train import state as state_lib
 from albert_jax.train import step as step_lib
@@ -67,10 +67,7 @@ def prepare_workdir(config: ml_collections.ConfigDict, workdir: epath.Path) -> N
             raise ValueError(f"workdir {workdir} holds a run with an incompatible config ({details}). "
                              "Use a new --workdir, or the saved config.")
     if jax.process_index() == 0:
-        workdir.mkdir(parents=True, exist_ok=True)
-        temporary = workdir / "config.json.tmp"
-        temporary.write_text(config_lib.to_json(config))
-        temporary.replace(path)
+        files.write_atomically(path, config_lib.to_json(config))
 
 
 class _Preemption:
@@ -127,7 +124,7 @@ def _checkpoint_record(config: ml_collections.ConfigDict, task: Task,
                        best: dict[str, Any] | None) -> str:
     """The JSON saved with every checkpoint: the run config, the model config it resolved to
     (`checkpoint.load` reads it) and the best evaluation so far (restored on resume)."""
-    record = json.loads(config_lib.to_json(config))
+    record = config.to_dict()
     record["model_config"] = task.model_config.to_dict()
     record["best"] = best
     return json.dumps(record)
@@ -144,12 +141,6 @@ def _new_best(task: Task, eval_metrics: dict[str, dict[str, float]],
         return None  # ties keep the earlier checkpoint
     return {"step": step, "split": selection.split, "metric": selection.metric, "value": value,
             "metrics": eval_metrics}
-
-
-def _write_json(path: epath.Path, value: Any) -> None:
-    temporary = path.parent / (path.name + ".tmp")
-    temporary.write_text(json.dumps(value, indent=2, sort_keys=True))
-    temporary.replace(path)
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
@@ -264,15 +255,17 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
                     if is_main and metrics:
                         print(f"{split} at step {step}: " + ", ".join(
                             f"{key} {value:.4f}" for key, value in metrics.items()), flush=True)
-                new_best = best_checkpointer and _new_best(task, eval_metrics, best, step)
-                if new_best:
+                new_best = (_new_best(task, eval_metrics, best, step)
+                            if task.selection is not None else None)
+                if new_best is not None:
                     best = new_best
                     # Saved before the train checkpoint of this step, so a resume never skips it.
                     best_checkpointer.save(step, {"step": state.step, "params": state.params},
                                            None, _checkpoint_record(config, task, best),
                                            force=True)
                     if is_main:
-                        _write_json(workdir / BEST_FILE, best)
+                        files.write_atomically(workdir / BEST_FILE,
+                                               json.dumps(best, indent=2, sort_keys=True))
                         print(f"new best {best['split']} {best['metric']} {best['value']:.4f} "
                               f"at step {step}", flush=True)
                 progress.start(step)  # eval time is not training throughput
@@ -312,6 +305,4 @@ def _truncate_metrics(path: epath.Path, *, after_step: int) -> None:
         return
     kept = [line for line in path.read_text().splitlines()
             if line.strip() and json.loads(line)["step"] <= after_step]
-    temporary = path.parent / (path.name + ".tmp")
-    temporary.write_text("".join(line + "\n" for line in kept))
-    temporary.replace(path)
+    files.write_atomically(path, "".join(line + "\n" for line in kept))
