@@ -68,6 +68,18 @@ class ClassifierHead(nn.Module):
         return logits.astype(jnp.float32)
 
 
+# ----------------------------------------------------------------------------------------------
+# SQuAD (SPEC 8.3). The head of either model lives under "squad"; its names map to the reference's
+# TF variables (SPEC 4.3) as: v1.1 squad/output_weights, output_bias <- cls/squad/output_weights
+# [2, H], cls/squad/output_bias [2] (same layout); v2.0 squad/<X>/.../{kernel,bias}
+# <- <X>/.../{kernel,bias} for X in start_logits, end_logits, answer_class, and the LayerNorm's
+# scale, bias <- gamma, beta.
+# ----------------------------------------------------------------------------------------------
+
+_SQUAD_LAYER_NORM_EPS = 1e-12  # tf.contrib.layers.layer_norm, fixed whatever the model config
+_MASKED_LOGIT = 1e30  # SPEC 8.3: logit * (1 - p_mask) - 1e30 * p_mask
+
+
 class SquadV1Head(nn.Module):
     """SQuAD v1.1: [batch, seq, hidden] -> (start_logits, end_logits) [batch, seq], float32.
 
