@@ -30,7 +30,7 @@ def data_dir(tmp_path_factory):
 
 
 def _covered(example: SquadExample, answer: Answer, tokenizer) -> tuple[str, tuple[int, int]]:
-    _, char_starts, char_ends = squad.context_token_offsets(example.context, tokenizer)
+    _, char_starts, char_ends = tokenizer.encode_with_offsets(example.context)
     first, last = squad.answer_token_span(char_starts, char_ends, answer)
     return example.context[char_starts[first]:char_ends[last]], (first, last)
 
@@ -186,7 +186,7 @@ def test_token_offsets_partition_the_context(tokenizer, text):
     (the pieces of "½" -> "1⁄2"); each token's text preprocesses to its piece when it shares
     nothing, and each group of sharing tokens to their pieces; what lies between the tokens
     preprocesses to nothing but spaces."""
-    ids, char_starts, char_ends = squad.context_token_offsets(text, tokenizer)
+    ids, char_starts, char_ends = tokenizer.encode_with_offsets(text)
     np.testing.assert_array_equal(ids, tokenizer.encode(text))
     pieces = tokenizer.pieces(text)
     tokens = [(start, end, _fold(piece.replace("▁", ""))) for start, end, piece in
@@ -219,7 +219,7 @@ def test_fixture_answers_round_trip(tokenizer, data_dir):
     inside_pieces = []
     for version in squad.VERSIONS:
         for example in squad.read_squad(data_dir / f"dev-{version}.json", version):
-            _, char_starts, char_ends = squad.context_token_offsets(example.context, tokenizer)
+            _, char_starts, char_ends = tokenizer.encode_with_offsets(example.context)
             for answer in example.answers:
                 covered, (first, last) = _covered(example, answer, tokenizer)
                 answer_end = answer.char_start + len(answer.text)
@@ -350,7 +350,7 @@ def test_training_labels_over_windows(tokenizer, data_dir):
         info = v2_infos[index]
         example = examples[info.example_index]
         length = len(info.char_starts)
-        context_ids = squad.context_token_offsets(example.context, tokenizer)[0]
+        context_ids = tokenizer.encode_with_offsets(example.context)[0]
         np.testing.assert_array_equal(
             v2_arrays["input_ids"][index, info.context_offset:info.context_offset + length],
             context_ids[info.token_start:info.token_start + length])

@@ -177,7 +177,7 @@ def _gold_features(examples, infos, tokenizer):
         example = examples[info.example_index]
         if example.is_impossible:
             continue
-        _, char_starts, char_ends = squad.context_token_offsets(example.context, tokenizer)
+        _, char_starts, char_ends = tokenizer.encode_with_offsets(example.context)
         first, last = squad.answer_token_span(char_starts, char_ends, example.answers[0])
         start, end = first - info.token_start, last - info.token_start
         if 0 <= start and end < len(info.char_starts) and info.is_max_context[start]:

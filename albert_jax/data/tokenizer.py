@@ -3,6 +3,7 @@
   tokenizer = Tokenizer.load("30k-clean.model")       # the released model works unchanged
   ids = tokenizer.encode("Hello World, 1,000,")         # int32 [num_pieces]
   tokenizer.word_start                                  # bool [vocab_size], for n-gram masking
+  ids, char_starts, char_ends = tokenizer.encode_with_offsets(text)  # exact character spans
 
 `albert-jax tokenizer train --config=configs/pretrain.py:runlocal` trains a model on the corpus of
 a config (`train_from_config`).
@@ -19,6 +20,7 @@ from typing import Iterable, Iterator
 import ml_collections
 import numpy as np
 import sentencepiece as spm
+from sentencepiece import sentencepiece_pb2
 
 SPIECE_UNDERLINE = "\u2581"  # "▁", SentencePiece's word-start marker.
 
@@ -58,6 +60,45 @@ def is_start_piece(piece: str) -> bool:
 def _needs_comma_split(piece: str) -> bool:
     # SPEC 2.3: a piece such as "▁1,000," or "000," (digit then a final comma).
     return len(piece) > 1 and piece[-1] == "," and piece[-2].isdigit()
+
+
+def _preprocess_with_origins(text: str, lower: bool) -> tuple[str, np.ndarray]:
+    """`preprocess_text(text, lower)` (SPEC 2.2) and, for each of its characters, the index of
+    the original character it comes from: int32 [len(preprocessed)].
+
+    Applied character by character: the whitespace fold keeps one space per run (mapped to the
+    run's first character), NFKD and the dropping of combining marks act on one character at a
+    time (NFKD's canonical reordering only moves combining marks, which are dropped), and
+    lower-casing keeps lengths after NFKD. The result is checked against `preprocess_text`.
+    """
+    parts, origins = [], []
+    space_at = None  # index of the first whitespace character after a word
+    seen_word = False
+    for index, char in enumerate(text):
+        if char.isspace():
+            if seen_word and space_at is None:
+                space_at = index
+            continue
+        if space_at is not None:
+            parts.append(" ")
+            origins.append(space_at)
+            space_at = None
+        seen_word = True
+        if char < "\x80":
+            part = char.lower() if lower else char
+        else:
+            part = "".join(c for c in unicodedata.normalize("NFKD", char)
+                           if not unicodedata.combining(c))
+            part = part.lower() if lower else part
+        parts.append(part)
+        origins.extend([index] * len(part))
+    preprocessed = preprocess_text(text, lower)
+    # The whole-string lower() differs from the per-character one only in context-dependent
+    # mappings of the same length (the Greek final sigma), so lengths must agree.
+    if len(preprocessed) != len(origins):
+        raise RuntimeError(f"character alignment of {text[:50]!r}... disagrees with "
+                           "preprocess_text (SPEC 2.2); please report this text")
+    return preprocessed, np.asarray(origins, dtype=np.int32)
 
 
 class Tokenizer:
@@ -146,6 +187,81 @@ class Tokenizer:
             ids = np.asarray([self._sp.piece_to_id(piece) for piece in self.pieces(text)],
                              dtype=np.int32)
         return ids
+
+    def encode_with_offsets(self, text: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Token ids of `text` and the characters of the ORIGINAL `text` each token covers.
+
+        Returns (ids, char_starts, char_ends), int32 [num_pieces]: ids equal `encode(text)`;
+        token t covers text[char_starts[t]:char_ends[t]], from its first to its last non-space
+        character (a lone "▁" covers nothing: char_starts == char_ends, where the next word
+        starts).
+
+        Exact, with no detokenising: two maps are composed, original -> preprocessed (SPEC 2.2
+        applied character by character, recording where every preprocessed character comes
+        from) and preprocessed -> pieces (SentencePiece's own offsets of every piece in its
+        input, after its NFKC normalisation), with the SPEC 2.3 digit-comma rule as in `pieces`.
+        """
+        preprocessed, origins = _preprocess_with_origins(text, self.lower)
+        spans = self._pieces_with_spans(preprocessed)
+        ids = np.asarray([self._sp.piece_to_id(piece) for piece, _, _ in spans], dtype=np.int32)
+        if not np.array_equal(ids, self.encode(text)):
+            raise RuntimeError(f"the pieces with offsets of {text[:50]!r}... differ from "
+                               "Tokenizer.encode; please report this text")
+        is_space = np.frombuffer(preprocessed.encode("utf-32-le"), dtype=np.uint32) == ord(" ")
+        # Index of the next / previous non-space character at or after / before each position.
+        positions = np.arange(len(preprocessed))
+        next_word = np.minimum.accumulate(
+            np.where(is_space, len(preprocessed), positions)[::-1])[::-1]
+        prev_word = np.maximum.accumulate(np.where(is_space, -1, positions))
+        origins_end = np.append(origins, len(text))  # origin of "one past the end"
+        next_word = np.append(next_word, len(preprocessed))
+        char_starts = np.empty(len(spans), dtype=np.int32)
+        char_ends = np.empty(len(spans), dtype=np.int32)
+        for token, (_, begin, end) in enumerate(spans):
+            first = next_word[begin]
+            if first < end:
+                char_starts[token] = origins[first]
+                char_ends[token] = origins[prev_word[end - 1]] + 1
+            else:  # No character but spaces: zero width, where the next word starts.
+                char_starts[token] = char_ends[token] = origins_end[first]
+        return ids, char_starts, char_ends
+
+    def _encode_spans(self, text: str) -> list[tuple[str, int, int]]:
+        """SentencePiece pieces of `text` (already preprocessed) as (piece, begin, end) with
+        character offsets into `text`. SentencePiece reports byte offsets into its input."""
+        proto = sentencepiece_pb2.SentencePieceText.FromString(
+            self._sp.encode(text, out_type="serialized_proto"))
+        byte_starts = np.cumsum([0] + [len(char.encode("utf-8")) for char in text])
+        spans = []
+        for piece in proto.pieces:
+            begin, end = np.searchsorted(byte_starts, [piece.begin, piece.end])
+            spans.append((piece.piece, int(begin), int(end)))
+        return spans
+
+    def _pieces_with_spans(self, text: str) -> list[tuple[str, int, int]]:
+        """(piece, begin, end) of the pieces of `pieces` for preprocessed `text`, with the
+        SPEC 2.3 digit-comma rule applied as there ("▁1,000," -> "▁1" "," "000" ",")."""
+        result = []
+        for piece, begin, end in self._encode_spans(text):
+            if not _needs_comma_split(piece):
+                result.append((piece, begin, end))
+                continue
+            sub_text = piece[:-1].replace(SPIECE_UNDERLINE, "")
+            sub_pieces = self._encode_spans(sub_text)
+            first, first_begin, first_end = sub_pieces[0] if sub_pieces else ("", 0, 0)
+            if piece[0] != SPIECE_UNDERLINE and first[:1] == SPIECE_UNDERLINE:
+                sub_pieces = sub_pieces[1:] if len(first) == 1 else (
+                    [(first[1:], first_begin, first_end)] + sub_pieces[1:])
+            # The sub-pieces lie in the piece's text before its final comma.
+            sub_base = end - 1 - len(sub_text)
+            exact = text[sub_base:end - 1] == sub_text
+            for sub_piece, sub_begin, sub_end in sub_pieces:
+                if exact:
+                    result.append((sub_piece, sub_base + sub_begin, sub_base + sub_end))
+                else:  # SentencePiece changed these characters: cover the whole piece text.
+                    result.append((sub_piece, begin, end - 1))
+            result.append((piece[-1], end - 1, end))
+        return result
 
     def id_to_piece(self, ids: Iterable[int]) -> list[str]:
         return [self._sp.id_to_piece(int(i)) for i in ids]

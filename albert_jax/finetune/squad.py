@@ -16,21 +16,14 @@ Public API:
   FeatureInfo(example_index, window_index, context_offset, token_start, char_starts, char_ends,
               is_max_context); .text(context, start, end)
   FeatureStats: counters of what building saw; .report() is one line.
-  context_token_offsets(context, tokenizer) -> (ids, char_starts, char_ends)
+  answer_token_span(char_starts, char_ends, answer) -> (first, last) tokens or None
 
 Character alignment. Answers are character offsets into the ORIGINAL context, the model sees
-SentencePiece pieces of the PREPROCESSED context (SPEC 2.2: whitespace folded, NFKD with the
-combining marks dropped, lower-cased), and SentencePiece normalises once more (NFKC, which for
-instance recomposes the Hangul jamo that NFKD split). Instead of the reference's fuzzy alignment
-(an LCS between the original text and the detokenised pieces, which shifts or silently drops
-answers when it fails), two exact maps are composed:
-  * original -> preprocessed: `preprocess_text` applied character by character, which records
-    which original character every preprocessed character comes from (exact: NFKD only reorders
-    combining marks, and those are dropped);
-  * preprocessed -> pieces: SentencePiece's own byte offsets of every piece in its input.
-So every piece knows the original characters it covers, [char_start, char_end), without any
-detokenising. An answer maps to the first and last piece that overlap it; a predicted span maps
-back to context[char_starts[first]:char_ends[last]].
+SentencePiece pieces of the PREPROCESSED context (SPEC 2.2). Instead of the reference's fuzzy
+alignment (an LCS between the original text and the detokenised pieces, which shifts or silently
+drops answers when it fails), `Tokenizer.encode_with_offsets` gives every token the original
+characters it covers, [char_start, char_end), exactly. An answer maps to the first and last
+piece that overlap it; a predicted span maps back to context[char_starts[first]:char_ends[last]].
 
 Training labels (what happens to answers that do not fit; each case is counted in FeatureStats):
   * an answer whose characters produce no piece (only whitespace or accents) drops the example;
@@ -45,12 +38,10 @@ import collections
 import dataclasses
 import json
 import os
-import unicodedata
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 from absl import logging
-from sentencepiece import sentencepiece_pb2
 
 from albert_jax.data import tokenizer as tokenizer_lib
 from albert_jax.errors import ConfigError
@@ -273,128 +264,8 @@ def read_tfds(tfds_name: str, split: str, version: str, data_dir: str | None = N
 
 
 # ----------------------------------------------------------------------------------------------
-# Character alignment
+# Answers -> tokens
 # ----------------------------------------------------------------------------------------------
-
-def _preprocess_with_origins(text: str, lower: bool) -> tuple[str, np.ndarray]:
-    """`preprocess_text(text, lower)` (SPEC 2.2) and, for each of its characters, the index of
-    the original character it comes from: int32 [len(preprocessed)].
-
-    Applied character by character: the whitespace fold keeps one space per run (mapped to the
-    run's first character), NFKD and the dropping of combining marks act on one character at a
-    time (NFKD's canonical reordering only moves combining marks, which are dropped), and
-    lower-casing keeps lengths after NFKD. The result is checked against `preprocess_text`.
-    """
-    parts, origins = [], []
-    space_at = None  # index of the first whitespace character after a word
-    seen_word = False
-    for index, char in enumerate(text):
-        if char.isspace():
-            if seen_word and space_at is None:
-                space_at = index
-            continue
-        if space_at is not None:
-            parts.append(" ")
-            origins.append(space_at)
-            space_at = None
-        seen_word = True
-        if char < "\x80":
-            part = char.lower() if lower else char
-        else:
-            part = "".join(c for c in unicodedata.normalize("NFKD", char)
-                           if not unicodedata.combining(c))
-            part = part.lower() if lower else part
-        parts.append(part)
-        origins.extend([index] * len(part))
-    preprocessed = tokenizer_lib.preprocess_text(text, lower)
-    # The whole-string lower() differs from the per-character one only in context-dependent
-    # mappings of the same length (the Greek final sigma), so lengths must agree.
-    if len(preprocessed) != len(origins):
-        raise RuntimeError(f"character alignment of {text[:50]!r}... disagrees with "
-                           "preprocess_text (SPEC 2.2); please report this text")
-    return preprocessed, np.asarray(origins, dtype=np.int32)
-
-
-def _sentencepiece(tokenizer: tokenizer_lib.Tokenizer) -> Any:
-    # The tokenizer's SentencePieceProcessor. Tokenizer has no public method that returns piece
-    # offsets; `_pieces_with_spans` would sit best in data/tokenizer.py as such a method.
-    return tokenizer._sp
-
-
-def _encode_spans(tokenizer: tokenizer_lib.Tokenizer, text: str) -> list[tuple[str, int, int]]:
-    """SentencePiece pieces of `text` (already preprocessed) as (piece, begin, end) with
-    character offsets into `text`. SentencePiece reports byte offsets into its input."""
-    proto = sentencepiece_pb2.SentencePieceText.FromString(
-        _sentencepiece(tokenizer).encode(text, out_type="serialized_proto"))
-    byte_starts = np.cumsum([0] + [len(char.encode("utf-8")) for char in text])
-    spans = []
-    for piece in proto.pieces:
-        begin, end = np.searchsorted(byte_starts, [piece.begin, piece.end])
-        spans.append((piece.piece, int(begin), int(end)))
-    return spans
-
-
-def _pieces_with_spans(tokenizer: tokenizer_lib.Tokenizer, text: str
-                       ) -> list[tuple[str, int, int]]:
-    """(piece, begin, end) of the pieces of `Tokenizer.pieces` for preprocessed `text`, with the
-    SPEC 2.3 digit-comma rule applied as there ("▁1,000," -> "▁1" "," "000" ",")."""
-    underline = tokenizer_lib.SPIECE_UNDERLINE
-    result = []
-    for piece, begin, end in _encode_spans(tokenizer, text):
-        if not tokenizer_lib._needs_comma_split(piece):
-            result.append((piece, begin, end))
-            continue
-        sub_text = piece[:-1].replace(underline, "")
-        sub_pieces = _encode_spans(tokenizer, sub_text)
-        if piece[0] != underline and sub_pieces and sub_pieces[0][0][0] == underline:
-            first, first_begin, first_end = sub_pieces[0]
-            sub_pieces = sub_pieces[1:] if len(first) == 1 else (
-                [(first[1:], first_begin, first_end)] + sub_pieces[1:])
-        # The sub-pieces lie in the piece's text before its final comma.
-        sub_base = end - 1 - len(sub_text)
-        exact = text[sub_base:end - 1] == sub_text
-        for sub_piece, sub_begin, sub_end in sub_pieces:
-            if exact:
-                result.append((sub_piece, sub_base + sub_begin, sub_base + sub_end))
-            else:  # SentencePiece changed these characters: cover the whole piece text instead.
-                result.append((sub_piece, begin, end - 1))
-        result.append((piece[-1], end - 1, end))
-    return result
-
-
-def context_token_offsets(context: str, tokenizer: tokenizer_lib.Tokenizer
-                          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Token ids of `context` and the original characters each token covers.
-
-    Returns (ids, char_starts, char_ends), int32 [num_tokens]: ids equal `tokenizer.encode
-    (context)`; token t covers context[char_starts[t]:char_ends[t]], from its first to its last
-    non-space character (a lone "▁" covers nothing: char_starts == char_ends there).
-    """
-    preprocessed, origins = _preprocess_with_origins(context, tokenizer.lower)
-    spans = _pieces_with_spans(tokenizer, preprocessed)
-    processor = _sentencepiece(tokenizer)
-    ids = np.asarray([processor.piece_to_id(piece) for piece, _, _ in spans], dtype=np.int32)
-    if not np.array_equal(ids, tokenizer.encode(context)):
-        raise RuntimeError(f"the pieces with offsets of {context[:50]!r}... differ from "
-                           "Tokenizer.encode; please report this text")
-    is_space = np.frombuffer(preprocessed.encode("utf-32-le"), dtype=np.uint32) == ord(" ")
-    # Index of the next / previous non-space character at or after / before each position.
-    positions = np.arange(len(preprocessed))
-    next_word = np.minimum.accumulate(np.where(is_space, len(preprocessed), positions)[::-1])[::-1]
-    prev_word = np.maximum.accumulate(np.where(is_space, -1, positions))
-    origins_end = np.append(origins, len(context))  # origin of "one past the end"
-    next_word = np.append(next_word, len(preprocessed))
-    char_starts = np.empty(len(spans), dtype=np.int32)
-    char_ends = np.empty(len(spans), dtype=np.int32)
-    for token, (_, begin, end) in enumerate(spans):
-        first = next_word[begin]
-        if first < end:
-            char_starts[token] = origins[first]
-            char_ends[token] = origins[prev_word[end - 1]] + 1
-        else:  # No character but spaces: zero width, where the next word starts.
-            char_starts[token] = char_ends[token] = origins_end[first]
-    return ids, char_starts, char_ends
-
 
 def answer_token_span(char_starts: np.ndarray, char_ends: np.ndarray, answer: Answer
                       ) -> tuple[int, int] | None:
@@ -468,7 +339,7 @@ def build_features(examples: Sequence[SquadExample], tokenizer: tokenizer_lib.To
     infos: list[FeatureInfo] = []
     for example_index, example in enumerate(examples):
         if example.context not in context_cache:
-            context_cache[example.context] = context_token_offsets(example.context, tokenizer)
+            context_cache[example.context] = tokenizer.encode_with_offsets(example.context)
         context_ids, char_starts, char_ends = context_cache[example.context]
         if not context_ids.size:
             raise ValueError(f"question {example.qid!r}: its context has no tokens "
