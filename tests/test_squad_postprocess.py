@@ -109,8 +109,10 @@ def test_v2_beam_spans_and_null_odds():
     assert predictions == {"two_windows": "1686", "nothing_valid": ""}
     assert nbest["nothing_valid"] == [{"text": "", "probability": 1.0, "start_log_prob": -1e6,
                                        "end_log_prob": -1e6}]
-    # The null score of a question: the smallest cls_logits over its windows (reference).
-    assert null_odds == {"two_windows": -1.5, "nothing_valid": 3.0}
+    # null_odds: the null score (the smallest cls_logits over the windows, as the reference)
+    # minus the best non-null score; with no valid span that score is -2e6.
+    assert null_odds == pytest.approx({"two_windows": -1.5 - (-0.1 - 0.3),
+                                       "nothing_valid": 3.0 + 2e6})
 
 
 def test_apply_null_threshold():
@@ -217,9 +219,15 @@ def test_gold_logits_give_gold_texts(tmp_path, tokenizer, version):
             outputs["start_top_log_probs"][feature_index, 0] = -0.1
             outputs["end_top_index"][feature_index, 0] = end
             outputs["end_top_log_probs"][feature_index, 0] = -0.1
-        predictions, _, null_odds = squad_postprocess.postprocess_v2(examples, infos, outputs)
-        assert null_odds == {example.qid: 4.0 if example.is_impossible else -4.0
-                             for example in examples}
+        predictions, nbest, null_odds = squad_postprocess.postprocess_v2(examples, infos,
+                                                                         outputs)
+        for example in examples:
+            best = nbest[example.qid][0]
+            null_score = 4.0 if example.is_impossible else -4.0
+            assert null_odds[example.qid] == pytest.approx(
+                null_score - best["start_log_prob"] - best["end_log_prob"])
+            if not example.is_impossible:  # the gold span, -0.1 - 0.1
+                assert null_odds[example.qid] == pytest.approx(-3.8)
     for example in examples:
         if example.is_impossible:
             continue

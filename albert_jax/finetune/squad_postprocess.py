@@ -31,7 +31,8 @@ MAX_ANSWER_LENGTH = 30  # tokens, SPEC 8.3
 
 PREDICTIONS_FILE = "predictions.json"  # question id -> best non-null answer text
 NBEST_FILE = "nbest_predictions.json"  # question id -> [{text, probability, scores}, ...]
-NULL_ODDS_FILE = "null_odds.json"  # v2.0: question id -> null score (the evaluator's na_prob)
+# v2.0: question id -> null score minus best non-null score (the evaluator's na_prob)
+NULL_ODDS_FILE = "null_odds.json"
 PREDICTIONS_WITH_NULL_FILE = "predictions_with_null.json"  # v2.0: "" where no answer wins
 
 V2_OUTPUT_KEYS = ("start_top_log_probs", "start_top_index", "end_top_log_probs",
@@ -152,10 +153,13 @@ def postprocess_v2(examples: Sequence[SquadExample], infos: Sequence[FeatureInfo
 
     Returns (predictions: question id -> best non-null text, nbest: question id ->
     [{"text", "probability", "start_log_prob", "end_log_prob"}, ...], null_odds: question id ->
-    null score). The null score is the reference's (`write_predictions_v2`): the smallest
-    cls_logits over the question's windows. The XLNet-style head trains cls_logits as the
-    log-odds of "no answer" (SPEC 8.3), so it is compared with a threshold as it is, with no
-    span score subtracted (that is BERT's null score, for a head without an answerability class).
+    null score MINUS the best non-null score). The null score is the reference's
+    (`write_predictions_v2`): the smallest cls_logits over the question's windows, the log-odds
+    of "no answer" the XLNet-style head is trained for (SPEC 8.3). The best non-null score is
+    start_log_prob + end_log_prob of nbest[0] (-2e6 when no span is valid, so that question
+    says "no answer" at any threshold). The reference writes the null score alone; subtracting
+    the best span's score, as BERT's null_odds.json does, also weighs how sure the model is of
+    its best span, and keeps one meaning for the file: larger = "no answer" more likely.
     """
     missing = [key for key in V2_OUTPUT_KEYS if key not in outputs]
     if missing:
@@ -185,8 +189,9 @@ def postprocess_v2(examples: Sequence[SquadExample], infos: Sequence[FeatureInfo
                                            start_score, end_score))
         nbest[example.qid] = _nbest(example, infos, candidates, n_best_size,
                                     ("start_log_prob", "end_log_prob"), (-1e6, -1e6))
-        predictions[example.qid] = nbest[example.qid][0]["text"]
-        null_odds[example.qid] = null_score
+        best = nbest[example.qid][0]
+        predictions[example.qid] = best["text"]
+        null_odds[example.qid] = null_score - (best["start_log_prob"] + best["end_log_prob"])
     _warn_unanswered(predictions)
     return predictions, nbest, null_odds
 
