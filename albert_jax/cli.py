@@ -7,6 +7,7 @@
   albert-jax finetune        --config=configs/glue.py:task=mnli --config.data.path=DIR
                              --config.init_from=PATH --workdir=DIR
   albert-jax evaluate        --workdir=DIR --split=dev|test
+  albert-jax checkpoint verify --workdir=DIR    (one line per checkpoint; exit 0 if all intact)
   albert-jax squad-eval      DATA.json PREDICTIONS.json [--na-prob-file=F]
   albert-jax convert         --from=tf --path=model.ckpt-best --config_path=albert_config.json
                              --to=huggingface --output=DIR
@@ -21,10 +22,12 @@ from absl import app, flags
 from absl import logging as absl_logging
 from ml_collections import config_flags
 
+from etils import epath
+
 from albert_jax import config as config_lib, distributed, pretraining
 from albert_jax.errors import ConfigError
 from albert_jax.finetune import run as finetune_run, squad_eval
-from albert_jax.train import loop
+from albert_jax.train import checkpoint, integrity, loop, workdir_lock
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file, e.g. configs/pretrain.py:size=base.",
                                           lock_config=True)
@@ -107,6 +110,35 @@ def _evaluate() -> None:
     finetune_run.evaluate(workdir, _SPLIT.value)
 
 
+def _checkpoint_verify() -> None:
+    """`<step> intact` or `<step> damaged: <reason>` for every checkpoint of the workdir, then
+    `best/<step> ...` for the best one; exits 1 if any is damaged. Reads only."""
+    workdir = epath.Path(_need(_WORKDIR, "checkpoint verify"))
+    verdicts = []
+    for directory, label in ((workdir / checkpoint.CHECKPOINTS_SUBDIR, ""),
+                             (workdir / loop.BEST_SUBDIR, f"{loop.BEST_SUBDIR}/")):
+        if not directory.is_dir():
+            continue
+        checkpointer = checkpoint.Checkpointer(directory, read_only=True)
+        for step in checkpointer.all_steps():
+            problem = checkpointer.check(step)
+            if problem is not None:
+                verdicts.append(f"{label}{step} damaged: {problem}")
+            elif integrity.has_checksums(directory / str(step)):
+                verdicts.append(f"{label}{step} intact")
+            else:
+                verdicts.append(f"{label}{step} intact (saved before checksums were recorded: "
+                                "its files were not checked)")
+        checkpointer.close()
+    if not verdicts:
+        raise FileNotFoundError(f"no checkpoint in {workdir}: expected "
+                                f"{checkpoint.CHECKPOINTS_SUBDIR}/<step>/ or "
+                                f"{loop.BEST_SUBDIR}/<step>/ there")
+    print("\n".join(verdicts), flush=True)
+    if any(" damaged: " in verdict for verdict in verdicts):
+        sys.exit(1)
+
+
 def _convert() -> None:
     from albert_jax.convert import cli as convert_cli
     convert_cli.convert(source=_need(_FROM, "convert"), target=_need(_TO, "convert"),
@@ -121,6 +153,7 @@ COMMANDS: dict[tuple[str, ...], Callable[[], None]] = {
     ("pretrain",): _pretrain,
     ("finetune",): _finetune,
     ("evaluate",): _evaluate,
+    ("checkpoint", "verify"): _checkpoint_verify,
     ("convert",): _convert,
 }
 
@@ -179,7 +212,8 @@ def _run(command: Callable[[], None], name: str) -> None:
         absl_logging.set_verbosity(absl_logging.WARNING)
     try:
         command()
-    except (ConfigError, loop.TrainingDiverged, FileNotFoundError, ValueError) as error:
+    except (ConfigError, loop.TrainingDiverged, ValueError, OSError,  # OSError: disk, paths
+            workdir_lock.WorkdirLocked) as error:
         if os.environ.get("ALBERT_JAX_TRACEBACK"):
             raise
         sys.exit(f"albert-jax {name}: error: {error}\n"

@@ -13,26 +13,74 @@ conversion (`load`: params only, one device or a given mesh).
 A checkpoint is written into `<step>.orbax-checkpoint-tmp` and renamed to `<step>` only once
 complete (Orbax's atomic finalize; on object stores a `commit_success.txt` marks it complete), so
 a write killed half way is never listed as a step; a new manager removes such leftovers.
+
+Integrity (train/integrity.py): every step holds `checksums.json`, written inside Orbax's commit.
+`newest_intact_step` checks steps newest first; a damaged one is reported in one line and moved
+aside to `<directory>/damaged/<step>-<time>` (never deleted; Orbax no longer lists it), and the
+newest intact one is used. A save that fails (full disk, permission denied) raises
+CheckpointWriteFailed at the next save or wait; the checkpoints already there are untouched
+(Orbax removes old steps beyond max_to_keep only after a new one is committed).
 """
 from __future__ import annotations
 
 import json
 import logging
 import os
-from typing import Any
+import time
+from typing import Any, Callable
 
 import grain
 import jax
 import ml_collections
+import numpy as np
 import orbax.checkpoint as ocp
 from etils import epath
+from jax.experimental import multihost_utils
 
 from albert_jax import config as config_lib
 from albert_jax.model import AlbertModel, presets
-from albert_jax.train import optim, sharding, state as state_lib
+from albert_jax.train import integrity, optim, sharding, state as state_lib
 
 STATE, DATA, CONFIG = "state", "data", "config"
 CHECKPOINTS_SUBDIR = "checkpoints"
+DAMAGED_SUBDIR = "damaged"
+_ORBAX_TMP_SUFFIX = ".orbax-checkpoint-tmp"  # Orbax's name of a step being written
+
+
+class CheckpointDamaged(ValueError):
+    """No intact checkpoint where one is needed; the message names the damaged files."""
+
+
+class CheckpointWriteFailed(OSError):
+    """A checkpoint could not be written (full disk, permission denied); the run must stop."""
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def _agreed_on_process_0(compute: Callable[[], int], failure: str) -> int:
+    """compute() run on process 0 only, its result on every process.
+
+    Checking checksums reads every byte of a checkpoint: on a multi-host job process 0 does it
+    once (and moves damaged steps aside) instead of every host. A CheckpointDamaged raised on
+    process 0 is raised on every process (`failure` is the others' message).
+    """
+    if jax.process_count() == 1:
+        return compute()
+    value, error = -2, None
+    if jax.process_index() == 0:
+        try:
+            value = compute()
+        except CheckpointDamaged as raised:
+            error = raised
+    value = int(multihost_utils.broadcast_one_to_all(np.int32(value)))
+    if error is not None:
+        raise error
+    if value == -2:
+        raise CheckpointDamaged(failure)
+    return value
 
 
 def _item_handlers() -> dict[str, Any]:
@@ -83,10 +131,16 @@ class Checkpointer:
         thread after the arrays are copied to host (the step can go on); read_only: never
         create, write or delete anything."""
         self.directory = _absolute(directory)
+        self.read_only = read_only
+        self._async_save = async_save
+        self._saving_step: int | None = None
+        # Always Orbax's async path, whose post-finalization callback writes the checksums
+        # inside the commit; a synchronous save waits for it (`save`).
         options = ocp.CheckpointManagerOptions(
             max_to_keep=max_to_keep, save_interval_steps=save_interval_steps,
-            enable_async_checkpointing=async_save, create=not read_only, read_only=read_only,
-            cleanup_tmp_directories=not read_only)
+            enable_async_checkpointing=True, create=not read_only, read_only=read_only,
+            cleanup_tmp_directories=not read_only,
+            async_options=ocp.AsyncOptions(post_finalization_callback=self._write_checksums))
         self._manager = ocp.CheckpointManager(self.directory, options=options,
                                               item_names=(STATE, DATA, CONFIG),
                                               item_handlers=_item_handlers())
@@ -107,7 +161,10 @@ class Checkpointer:
         written, and never a step at or before the latest checkpoint. The iterator's state is
         taken now, synchronously; `data_iterator` may be None (nothing saved for it). A step
         that already has a checkpoint is left as it is (returns False).
+
+        Raises CheckpointWriteFailed if this save, or the previous async one, failed.
         """
+        self.wait_until_finished()  # the previous save is committed: `_saving_step` is free
         if step in self._manager.all_steps():
             logging.warning("a checkpoint for step %d already exists in %s; not overwriting it",
                             step, self.directory)
@@ -116,7 +173,98 @@ class Checkpointer:
                  CONFIG: ocp.args.JsonSave(json.loads(config_json))}
         if data_iterator is not None:
             items[DATA] = grain.checkpoint.CheckpointSave(data_iterator)
-        return self._manager.save(step, args=ocp.args.Composite(**items), force=force)
+        self._saving_step = step
+        try:
+            saved = self._manager.save(step, args=ocp.args.Composite(**items), force=force,
+                                       custom_metadata=integrity.CUSTOM_METADATA)
+        except Exception as error:  # the synchronous part: directories, copies to host
+            raise self._write_failed(error) from error
+        if saved and not self._async_save:
+            self.wait_until_finished()
+        return saved
+
+    def _write_checksums(self) -> None:
+        """Orbax's post-finalization callback (process 0, Orbax's background thread): every
+        process's files of the step are written and finalised, and not yet committed."""
+        step = self._saving_step
+        pending = sorted(self.directory.glob(f"{step}{_ORBAX_TMP_SUFFIX}*"))
+        # Object stores commit in place: the step directory is already <step>.
+        integrity.write(pending[0] if pending else self.directory / str(step))
+
+    def _write_failed(self, error: BaseException) -> CheckpointWriteFailed:
+        self._manager.reload()  # what is on disk now
+        steps = self._manager.all_steps()
+        kept = (f"the checkpoints already there are untouched (newest: step {max(steps)})"
+                if steps else "there is no earlier checkpoint")
+        return CheckpointWriteFailed(
+            f"could not write the checkpoint of step {self._saving_step} in {self.directory}: "
+            f"{_first_line(error)}. Training stopped; {kept}. Free disk space or fix the "
+            "permissions, then rerun the same command to resume.")
+
+    def check(self, step: int) -> str | None:
+        """Why checkpoint `step` is damaged, naming the file; None if intact."""
+        return integrity.problem(self.directory / str(step))
+
+    def move_aside(self, step: int) -> epath.Path:
+        """Moves checkpoint `step` to `<directory>/damaged/<step>-<UTC time>` (never deletes
+        it); Orbax no longer lists it. Returns where it went."""
+        source = self.directory / str(step)
+        target = (self.directory / DAMAGED_SUBDIR /
+                  f"{step}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if "://" not in os.fspath(source):
+            source.rename(target)  # atomic
+        else:
+            # Object stores have no directory rename: copy, then remove Orbax's commit marker
+            # first (no longer a step even if the removal stops half way), then the rest.
+            for path in integrity.all_files(source):
+                destination = target / path.relative_to(source)
+                destination.parent.mkdir(parents=True, exist_ok=True)
+                path.copy(destination)
+            (source / "commit_success.txt").unlink(missing_ok=True)
+            source.rmtree()
+        self._manager.reload()
+        return target
+
+    def newest_intact_step(self, *, stop_if_all_damaged: bool = True) -> int | None:
+        """The newest checkpoint whose files match their checksums; None if there is none.
+
+        Each newer damaged checkpoint is reported in one line and moved aside (a read-only
+        Checkpointer only skips it). When every checkpoint is damaged: with
+        `stop_if_all_damaged`, CheckpointDamaged and nothing is moved (a run must not start
+        afresh and write over them); without, all are moved aside and None is returned.
+        """
+        def compute() -> int:
+            damaged, intact = [], None
+            for step in reversed(self.all_steps()):
+                reason = self.check(step)
+                if reason is None:
+                    intact = step
+                    break
+                damaged.append((step, reason))
+            if intact is None and damaged and stop_if_all_damaged:
+                details = "; ".join(f"step {step}: {reason}" for step, reason in damaged)
+                raise CheckpointDamaged(
+                    f"no intact checkpoint in {self.directory} ({details}). Nothing was moved. "
+                    "Restore the checkpoints from a copy, or move the directory away to start "
+                    "afresh (`albert-jax checkpoint verify --workdir=...` lists them)")
+            for step, reason in damaged:
+                if self.read_only:
+                    logging.warning("checkpoint %s/%d is damaged (%s); skipping it",
+                                    self.directory, step, reason)
+                else:
+                    logging.warning("checkpoint %s/%d is damaged (%s); moved it to %s",
+                                    self.directory, step, reason, self.move_aside(step))
+            if damaged and intact is not None:
+                logging.warning("using step %d, the newest intact checkpoint in %s", intact,
+                                self.directory)
+            return -1 if intact is None else intact
+
+        step = _agreed_on_process_0(
+            compute, f"no intact checkpoint in {self.directory}; process 0's log names them")
+        if jax.process_count() > 1:
+            self._manager.reload()  # process 0 may have moved steps aside
+        return None if step == -1 else step
 
     def resolve_step(self, step: int | None) -> int:
         """`step` if it has a checkpoint, the latest if None; else a clear error."""
@@ -180,13 +328,25 @@ class Checkpointer:
                                           partial_restore=True)}))
         return restored[STATE]["params"]
 
+    def raise_if_save_failed(self) -> None:
+        """CheckpointWriteFailed if an async save has finished and failed; never blocks."""
+        if self._saving_step is not None and not self._manager.is_saving_in_progress():
+            self.wait_until_finished()
+
     def wait_until_finished(self) -> None:
-        """Blocks until every async save is complete on disk."""
-        self._manager.wait_until_finished()
+        """Blocks until every async save is committed; CheckpointWriteFailed if one failed."""
+        try:
+            self._manager.wait_until_finished()
+        except Exception as error:
+            raise self._write_failed(error) from error
 
     def close(self) -> None:
-        """Waits for pending saves and releases the manager's threads."""
-        self._manager.close()
+        """Waits for pending saves (CheckpointWriteFailed if one failed) and releases the
+        manager's threads."""
+        try:
+            self.wait_until_finished()
+        finally:
+            self._manager.close()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -212,7 +372,20 @@ def _open(path: str | epath.Path, step: int | None) -> tuple[Checkpointer, int]:
         raise FileNotFoundError(
             f"no checkpoint found at {path}: expected a workdir with {CHECKPOINTS_SUBDIR}/<step>/, "
             f"a directory of <step>/ checkpoints, or one <step>/ checkpoint folder")
-    return checkpointer, checkpointer.resolve_step(step)
+    if step is None:
+        return checkpointer, checkpointer.newest_intact_step()
+    step = checkpointer.resolve_step(step)
+
+    def check() -> int:
+        reason = checkpointer.check(step)
+        if reason is not None:
+            raise CheckpointDamaged(f"the checkpoint of step {step} in {directory} is damaged: "
+                                    f"{reason}. Restore it from a copy, or train it again")
+        return step
+
+    return checkpointer, _agreed_on_process_0(
+        check, f"the checkpoint of step {step} in {directory} is damaged; process 0's log "
+        "says which file")
 
 
 def _model_config(saved_config: dict[str, Any]) -> ml_collections.ConfigDict:

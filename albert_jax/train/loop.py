@@ -1,8 +1,9 @@
 """The one training loop of every job: one straight path from config and task to trained checkpoint.
 
-Config -> workdir (config.json) -> mesh -> task data -> abstract state -> shardings -> restore
-(resume) or sharded init (+ the task's initial weights) -> jitted steps -> loop (metrics on host
-0, evaluation, best checkpoint, NaN guard, async Orbax saves, SIGTERM) -> the task's report.
+Config -> workdir lock -> newest intact checkpoint -> workdir (config.json) -> mesh -> task data
+-> abstract state -> shardings -> restore (resume) or sharded init (+ the task's initial
+weights) -> jitted steps -> loop (metrics on host 0, evaluation, best checkpoint, NaN guard, async
+Orbax saves, SIGTERM) -> the task's report.
 
 What differs between pretraining, GLUE, RACE and SQuAD is the `Task` (train/task.py); nothing
 here knows a batch key or a model argument.
@@ -25,6 +26,7 @@ from albert_jax import config as config_lib, files
 from albert_jax.train import checkpoint, flops, metrics as metrics_lib, optim, sharding
 from albert_jax.train import state as state_lib
 from albert_jax.train import step as step_lib
+from albert_jax.train import workdir_lock
 from albert_jax.train.task import Task
 
 # Keys that may change when a run resumes: how it is run, not what it computes.
@@ -139,17 +141,31 @@ def _new_best(task: Task, eval_metrics: dict[str, dict[str, float]],
         return None
     if best is not None and value <= best["value"]:
         return None  # ties keep the earlier checkpoint
-    return {"step": step, "split": selection.split, "metric": selection.metric, "value": value,
-            "metrics": eval_metrics}
+    # The selection split's metrics also at the top level: `best.json` reads as "step and the
+    # metrics of the best checkpoint"; `metrics` keeps every split (MNLI mismatched, ...).
+    return {**eval_metrics[selection.split], "step": step, "split": selection.split,
+            "metric": selection.metric, "value": value, "metrics": eval_metrics}
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
                        task: Task) -> dict[str, dict[str, float]]:
     """Trains `task` until config.total_steps; returns the last evaluation (split -> metrics).
 
-    Multi-host jobs call `distributed.initialize` before (the CLI does).
+    One run per workdir: its lock (train/workdir_lock.py) is taken before anything is written
+    there and released when the run ends. Multi-host jobs call `distributed.initialize` before
+    (the CLI does).
     """
-    workdir = epath.Path(workdir)
+    with workdir_lock.hold(workdir):
+        return _train(config, epath.Path(workdir), task)
+
+
+def _train(config: ml_collections.ConfigDict, workdir: epath.Path,
+           task: Task) -> dict[str, dict[str, float]]:
+    # --- The newest intact checkpoint, before anything is written (none intact: stop) ---
+    checkpointer = checkpoint.Checkpointer(workdir / checkpoint.CHECKPOINTS_SUBDIR,
+                                           max_to_keep=config.keep_checkpoints,
+                                           save_interval_steps=config.checkpoint_every_steps)
+    latest = checkpointer.newest_intact_step()
     prepare_workdir(config, workdir)
     is_main = jax.process_index() == 0
 
@@ -160,6 +176,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
     if config.batch_size % (mesh.shape["data"] * mesh.shape["fsdp"]):
         raise ValueError(f"config batch_size={config.batch_size} must be divisible by the data x "
                          f"fsdp mesh axes ({mesh.shape['data']} x {mesh.shape['fsdp']})")
+
+    # --- A finished run stops here, before the data is read ---
+    if latest is not None and latest >= config.total_steps:
+        print(f"Training is done: the checkpoint in {workdir} is at step {latest} of "
+              f"{config.total_steps}. Raise --config.total_steps to train further.", flush=True)
+        checkpointer.close()
+        return {}
 
     # --- Data ---
     train_iterator = task.train_iterator()
@@ -173,10 +196,6 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
         print(state_lib.param_table(task.model, mesh, init_inputs), flush=True)
 
     # --- Restore (resume) or initialise ---
-    checkpointer = checkpoint.Checkpointer(workdir / checkpoint.CHECKPOINTS_SUBDIR,
-                                           max_to_keep=config.keep_checkpoints,
-                                           save_interval_steps=config.checkpoint_every_steps)
-    latest = checkpointer.latest_step()
     best: dict[str, Any] | None = None
     if latest is not None:
         state, record = checkpointer.restore(latest, abstract_state, train_iterator)
@@ -187,22 +206,22 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
                                            jax.random.PRNGKey(config.seed), init_inputs)
         state = state.replace(params=task.initial_params(state.params))
     start_step = int(state.step)
-    if latest is not None and is_main:
+    if is_main:  # a fresh start too: a run killed before its first checkpoint logged steps
         _truncate_metrics(workdir / "metrics.jsonl", after_step=start_step)
     writer = metrics_lib.MetricsWriter(workdir)  # after the truncation: it appends
     if is_main:
         for name, content in task.workdir_files().items():
             (workdir / name).write_bytes(content)
-    if start_step >= config.total_steps:
-        print(f"Training is done: the checkpoint in {workdir} is at step {start_step} of "
-              f"{config.total_steps}. Raise --config.total_steps to train further.", flush=True)
-        checkpointer.close()
-        writer.close()
-        return {}
     best_checkpointer = None
     if task.selection is not None:
         best_checkpointer = checkpoint.Checkpointer(workdir / BEST_SUBDIR, max_to_keep=1,
                                                     async_save=False)
+        # A damaged best checkpoint is moved aside; training goes on (the train checkpoints
+        # are intact) and the next evaluation is the new best.
+        if best_checkpointer.newest_intact_step(stop_if_all_damaged=False) is None and best:
+            logging.warning("the best checkpoint (step %d) is not in %s; the next evaluation "
+                            "becomes the best", best["step"], best_checkpointer.directory)
+            best = None
 
     # --- Steps ---
     train_step = jax.jit(
@@ -231,6 +250,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
             batch = sharding.to_global_batch(next(train_iterator), batch_sharding)
             state, step_metrics = train_step(state, batch, rng)
             step += 1
+            checkpointer.raise_if_save_failed()  # stop now, not one save interval later
             # Averages over the log interval, summed on device: no host sync between logs.
             running_sums = step_metrics if running_sums is None else jax.tree_util.tree_map(
                 jnp.add, running_sums, step_metrics)
@@ -279,12 +299,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
                       "resume.", flush=True)
                 break
     finally:
-        checkpointer.wait_until_finished()
-        checkpointer.close()
-        if best_checkpointer is not None:
-            best_checkpointer.close()
-        writer.close()
-        preemption.restore()
+        try:
+            checkpointer.close()  # waits for the last save; raises if it failed
+        finally:
+            if best_checkpointer is not None:
+                best_checkpointer.close()
+            writer.close()
+            preemption.restore()
     if is_main and step >= config.total_steps:
         task.final_report(eval_metrics)
     return eval_metrics
@@ -300,9 +321,16 @@ def read_best(workdir: str | epath.Path) -> dict[str, Any]:
 
 
 def _truncate_metrics(path: epath.Path, *, after_step: int) -> None:
-    """Drops records past the resumed step: they belong to the run that was lost."""
+    """Drops records past the resumed step (they belong to the run that was lost) and a line a
+    kill cut short, so every step has one record, in order."""
     if not path.exists():
         return
-    kept = [line for line in path.read_text().splitlines()
-            if line.strip() and json.loads(line)["step"] <= after_step]
+    kept = []
+    for line in path.read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue  # the last line of a killed run, written half
+        if record["step"] <= after_step:
+            kept.append(line)
     files.write_atomically(path, "".join(line + "\n" for line in kept))

@@ -1,0 +1,253 @@
+"""One run per workdir: `<workdir>/run.lock`, held for the life of the run.
+
+The lock file records who holds it: {"pid", "host", "boot_id", "process_start", "started",
+"command", "token"}. It is taken before anything else is written to the workdir and removed when
+the run ends (also on an exception); a SIGKILL or a crash leaves it, and the next run takes it
+over when it can tell the holder is gone:
+
+  - same host (same hostname and boot id): its pid is not running, or now names a process that
+    started at another time (the pid was reused);
+  - same hostname, other boot id: the machine restarted since;
+  - another host: the holder refreshes the file's modification time every HEARTBEAT_SECONDS, so
+    a lock untouched for STALE_AFTER_SECONDS belongs to a run that is gone (a preempted pod
+    restarted on new machines resumes after that wait).
+
+Otherwise a second run is refused with a message naming the holder's pid and host.
+
+Atomicity: locally the file is created with O_CREAT | O_EXCL, so of two runs started together
+exactly one gets it, and a stale lock is renamed aside (atomic) before it is replaced, so two
+runs taking over the same stale lock cannot both win. On gs:// and other object stores epath
+offers no write-if-absent: the lock is checked, written, and read back (a run that finds another
+run's record there gives way), which leaves a window of one object write and read in which two
+starts at the same moment can both proceed. On a multi-host job only process 0 takes the lock.
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import os
+import socket
+import sys
+import threading
+import time
+import uuid
+from typing import Any, Iterator
+
+import jax
+import numpy as np
+from absl import logging
+from etils import epath
+from jax.experimental import multihost_utils
+
+LOCK_FILE = "run.lock"
+HEARTBEAT_SECONDS = 60
+STALE_AFTER_SECONDS = 600
+_BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
+
+
+class WorkdirLocked(RuntimeError):
+    """Another run holds the workdir's lock."""
+
+
+class WorkdirNotWritable(OSError):
+    """The workdir cannot be created or written."""
+
+
+def _is_local(path: epath.Path) -> bool:
+    return "://" not in os.fspath(path)
+
+
+def _boot_id() -> str:
+    try:
+        return epath.Path(_BOOT_ID_FILE).read_text().strip()
+    except OSError:
+        return ""
+
+
+def _process_start(pid: int) -> str | None:
+    """When process `pid` started (clock ticks since boot, Linux), to tell a reused pid."""
+    try:
+        stat = epath.Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]  # field 22, counted after "pid (comm)"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def _record() -> dict[str, Any]:
+    pid = os.getpid()
+    return {"pid": pid, "host": socket.gethostname(), "boot_id": _boot_id(),
+            "process_start": _process_start(pid),
+            "started": datetime.datetime.now(datetime.timezone.utc).strftime(
+                "%Y-%m-%d %H:%M:%S UTC"),
+            "command": " ".join(sys.argv), "token": uuid.uuid4().hex}
+
+
+def _read(path: epath.Path) -> tuple[str, dict[str, Any], float] | None:
+    """(text, record, seconds since the last refresh) of the lock file; None if absent. A record
+    that does not parse (a hand-made file) is {}: only its age can free it."""
+    try:
+        text = path.read_text()
+        modified = os.stat(path).st_mtime if _is_local(path) else path.stat().mtime
+    except FileNotFoundError:
+        return None
+    try:
+        record = json.loads(text)
+    except ValueError:
+        record = None
+    return text, record if isinstance(record, dict) else {}, time.time() - modified
+
+
+def _stale(record: dict[str, Any], age_seconds: float) -> str | None:
+    """Why the holder of a lock is gone, or None if it may be running."""
+    if record.get("host") == socket.gethostname():
+        if record.get("boot_id") != _boot_id():
+            return "its host restarted since"
+        pid = record.get("pid")
+        if not isinstance(pid, int) or pid == os.getpid() or not _alive(pid):
+            return f"its process {pid} is not running"
+        if record.get("process_start") != _process_start(pid):
+            return f"pid {pid} is another process now"
+        return None
+    if age_seconds > STALE_AFTER_SECONDS:
+        return (f"it was last refreshed {age_seconds:.0f} s ago (a running run refreshes it "
+                f"every {HEARTBEAT_SECONDS} s)")
+    return None
+
+
+def _refused(path: epath.Path, record: dict[str, Any]) -> WorkdirLocked:
+    return WorkdirLocked(
+        f"workdir {path.parent} is in use: its lock {path} is held by pid "
+        f"{record.get('pid', '?')} on host {record.get('host', '?')} (started "
+        f"{record.get('started', '?')}: {record.get('command', '?')}). Wait for that run to end "
+        f"or stop it, or use another --workdir; if no run uses this workdir, delete {path}")
+
+
+class WorkdirLock:
+    """A held lock: refreshes its file every HEARTBEAT_SECONDS until `release`."""
+
+    def __init__(self, path: epath.Path, record: dict[str, Any]) -> None:
+        self.path = path
+        self.record = record
+        self._stop = threading.Event()
+        self._heartbeat = threading.Thread(target=self._refresh, name="workdir_lock",
+                                           daemon=True)
+        self._heartbeat.start()
+
+    def _is_ours(self) -> bool:
+        held = _read(self.path)
+        return held is not None and held[1].get("token") == self.record["token"]
+
+    def _refresh(self) -> None:
+        while not self._stop.wait(HEARTBEAT_SECONDS):
+            try:
+                if _is_local(self.path):
+                    os.utime(self.path)
+                elif self._is_ours():
+                    self.path.write_text(json.dumps(self.record))
+            except OSError as error:  # a full disk must not stop training; the next try may work
+                logging.warning("could not refresh the workdir lock %s: %s", self.path, error)
+
+    def release(self) -> None:
+        """Stops the refresh and removes the lock file, if it is still ours."""
+        self._stop.set()
+        self._heartbeat.join()
+        if self._is_ours():
+            self.path.unlink(missing_ok=True)
+
+
+def _create(path: epath.Path, record: dict[str, Any]) -> bool:
+    """Writes the lock if there is none; False if there is one."""
+    text = json.dumps(record)
+    if _is_local(path):
+        try:
+            descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            return False
+        with os.fdopen(descriptor, "w") as stream:
+            stream.write(text)
+        return True
+    if path.exists():
+        return False
+    path.write_text(text)
+    held = _read(path)
+    return held is not None and held[1].get("token") == record["token"]
+
+
+def _remove_stale(path: epath.Path, stale_text: str) -> None:
+    """Removes the stale lock whose contents are `stale_text`, and nothing else."""
+    if not _is_local(path):
+        path.unlink(missing_ok=True)
+        return
+    aside = path.with_name(f"{path.name}.stale-{os.getpid()}")
+    try:
+        os.rename(path, aside)  # of two runs taking over, one renames it, the other finds none
+    except FileNotFoundError:
+        return
+    if aside.read_text() != stale_text:  # a new run's lock, created since it was read: put back
+        with contextlib.suppress(FileExistsError):
+            os.link(aside, path)
+    aside.unlink()
+
+
+def acquire(workdir: str | os.PathLike) -> WorkdirLock:
+    """Takes `<workdir>/run.lock` (creating the workdir); WorkdirLocked if a live run holds it,
+    WorkdirNotWritable if the workdir cannot be written."""
+    workdir = epath.Path(workdir)
+    path = workdir / LOCK_FILE
+    record = _record()
+    try:
+        workdir.mkdir(parents=True, exist_ok=True)
+        for _ in range(3):
+            if _create(path, record):
+                return WorkdirLock(path, record)
+            held = _read(path)
+            if held is None:
+                continue  # released in between
+            text, holder, age = held
+            reason = _stale(holder, age)
+            if reason is None:
+                raise _refused(path, holder)
+            logging.warning("taking over the lock %s of pid %s on host %s: %s", path,
+                            holder.get("pid", "?"), holder.get("host", "?"), reason)
+            _remove_stale(path, text)
+    except OSError as error:
+        raise WorkdirNotWritable(
+            f"cannot write in workdir {workdir} ({error.strerror or error}): a run keeps its "
+            "config, metrics and checkpoints there; give a writable --workdir") from error
+    raise WorkdirLocked(f"could not take the lock {path}: other runs are starting on this "
+                        "workdir at the same moment")
+
+
+@contextlib.contextmanager
+def hold(workdir: str | os.PathLike) -> Iterator[None]:
+    """The workdir locked for the `with` block (process 0 takes it; on a multi-host job every
+    process raises when process 0 could not)."""
+    lock, refusal = None, None
+    if jax.process_index() == 0:
+        try:
+            lock = acquire(workdir)
+        except (WorkdirLocked, WorkdirNotWritable) as error:
+            refusal = error
+    if jax.process_count() > 1:
+        taken = int(multihost_utils.broadcast_one_to_all(np.int32(refusal is None)))
+        if not taken and refusal is None:
+            refusal = WorkdirLocked(f"process 0 could not take the lock of workdir {workdir}; "
+                                    "its log says why")
+    if refusal is not None:
+        raise refusal
+    try:
+        yield
+    finally:
+        if lock is not None:
+            lock.release()
