@@ -1,5 +1,5 @@
-"""`albert-jax finetune` and `albert-jax evaluate`: GLUE and RACE from a checkpoint to the dev
-score and the leaderboard files.
+"""`albert-jax finetune` and `albert-jax evaluate`: GLUE, RACE and SQuAD from a checkpoint to the
+dev score and the leaderboard files.
 
   finetune: config -> the checkpoint of `init_from` (architecture, backbone, tokenizer) -> the
             task -> the training loop (best dev checkpoint kept in <workdir>/best/, best.json).
@@ -7,8 +7,8 @@ score and the leaderboard files.
             <workdir>/seeds.json with each seed's best dev metrics and their medians (the
             paper's protocol: medians over 5 runs, SPEC 8.1).
   evaluate: the best dev checkpoint of a workdir (of the best seed) -> predictions of every
-            dev or test set -> <workdir>/predictions/<split>/ (GLUE server / RACE files) and,
-            for dev, metrics.json.
+            dev or test set -> <workdir>/predictions/<split>/ (GLUE server / RACE files; SQuAD's
+            predictions.json & co., dev only) and, for dev, metrics.json.
 """
 from __future__ import annotations
 
@@ -23,14 +23,15 @@ from etils import epath
 
 from albert_jax.data.tokenizer import Tokenizer
 from albert_jax.errors import ConfigError
-from albert_jax.finetune import glue, pretrained as pretrained_lib
+from albert_jax.finetune import glue, pretrained as pretrained_lib, squad
+from albert_jax.finetune.squad_task import SquadTask
 from albert_jax.finetune.task import FinetuneTask, GlueTask, RaceTask, finetune_model_config
 from albert_jax.model import presets
 from albert_jax.pretraining import TOKENIZER_FILE
 from albert_jax.train import checkpoint, loop, sharding
 from albert_jax.train import step as step_lib
 
-TASKS = (*glue.TASKS, "race")
+TASKS = (*glue.TASKS, "race", "squad")
 SEEDS_FILE = "seeds.json"
 
 
@@ -38,11 +39,15 @@ def validate(config: ml_collections.ConfigDict) -> None:
     """Raises ConfigError, naming the key, for a fine-tuning config that cannot work."""
     if config.task not in TASKS:
         raise ConfigError(f"config task={config.task!r} is not a task; choose one of {TASKS}")
-    if not config.data.path and not config.data.tfds_name:
-        raise ConfigError(f"config data.path is empty: give the {config.task} data folder "
-                          "(--config.data.path=DIR) or a TFDS name (--config.data.tfds_name=...)")
-    if config.data.path and not epath.Path(config.data.path).is_dir():
-        raise FileNotFoundError(f"config data.path={config.data.path} is not a directory")
+    if config.task == "squad":
+        _validate_squad(config)
+    else:
+        if not config.data.path and not config.data.tfds_name:
+            raise ConfigError(f"config data.path is empty: give the {config.task} data folder "
+                              "(--config.data.path=DIR) or a TFDS name "
+                              "(--config.data.tfds_name=...)")
+        if config.data.path and not epath.Path(config.data.path).is_dir():
+            raise FileNotFoundError(f"config data.path={config.data.path} is not a directory")
     for key in ("batch_size", "eval_batch_size", "total_steps", "seq_len", "seeds",
                 "eval_every_steps", "checkpoint_every_steps", "log_every_steps"):
         if config[key] < 1:
@@ -50,6 +55,34 @@ def validate(config: ml_collections.ConfigDict) -> None:
     if not 0 <= config.dropout < 1 or not 0 <= config.classifier_dropout < 1:
         raise ConfigError(f"config dropout={config.dropout} and classifier_dropout="
                           f"{config.classifier_dropout} must be in [0, 1)")
+
+
+def _validate_squad(config: ml_collections.ConfigDict) -> None:
+    """SQuAD reads data.train_file and data.dev_file (official JSON) or data.tfds_name."""
+    if config.version not in squad.VERSIONS:
+        raise ConfigError(f"config version={config.version!r} must be one of {squad.VERSIONS} "
+                          "(configs/squad.py:version=1.1 or version=2.0)")
+    data = config.data
+    if data.tfds_name and (data.train_file or data.dev_file):
+        raise ConfigError(f"config data.tfds_name={data.tfds_name!r} and data.train_file/"
+                          "data.dev_file are both set; give the files or the TFDS name")
+    if not data.tfds_name:
+        for key in ("train_file", "dev_file"):
+            split = key.split("_")[0]
+            if not data[key]:
+                raise ConfigError(
+                    f"config data.{key} is empty: give the SQuAD {split} file "
+                    f"(--config.data.{key}={split}-{config.version}.json) or a TFDS name "
+                    f"(--config.data.tfds_name=squad/{config.version})")
+            if not epath.Path(data[key]).is_file():
+                raise FileNotFoundError(f"config data.{key}={data[key]} does not exist")
+    for key in ("doc_stride", "max_query_length", "max_answer_length", "n_best_size"):
+        if config[key] < 1:
+            raise ConfigError(f"config {key}={config[key]} must be a positive integer")
+    if config.seq_len < config.max_query_length + 4:
+        raise ConfigError(f"config seq_len={config.seq_len} leaves no room for the context after "
+                          f"max_query_length={config.max_query_length} question tokens and "
+                          "[CLS] [SEP] [SEP]; raise seq_len or lower max_query_length")
 
 
 def build_task(config: ml_collections.ConfigDict) -> FinetuneTask:
@@ -76,7 +109,7 @@ def build_task(config: ml_collections.ConfigDict) -> FinetuneTask:
 
 
 def _task_class(config: ml_collections.ConfigDict) -> type[FinetuneTask]:
-    return RaceTask if config.task == "race" else GlueTask
+    return {"race": RaceTask, "squad": SquadTask}.get(config.task, GlueTask)
 
 
 def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
@@ -140,24 +173,19 @@ def evaluate(workdir: str, split: str) -> list[str]:
     task = _task_class(config)(config, model_config, tokenizer, None)
     eval_step = jax.jit(step_lib.make_eval_step(task), out_shardings=sharding.replicated(mesh))
     batch_sharding = sharding.batch_sharding(mesh)
+    eval_splits = task.prediction_splits(split)
     directory = root / "predictions" / split
     if jax.process_index() == 0:
         directory.mkdir(parents=True, exist_ok=True)
     written, split_metrics = [], {}
-    for eval_split in task.prediction_splits(split):
+    for eval_split in eval_splits:
         sums, predictions = loop.predict(task, eval_step, params, batch_sharding, eval_split)
         if split == "dev" and sums is not None:
             split_metrics[eval_split] = task.eval_metrics(eval_split, sums, predictions)
         if jax.process_index() == 0:
-            written.append(task.write_predictions(eval_split, predictions, os.fspath(directory)))
+            written += task.write_predictions(eval_split, predictions, os.fspath(directory))
     if split == "dev" and jax.process_index() == 0:
-        # The selection split's metrics at the top level; other dev sets (MNLI mismatched) nested.
-        report = dict(split_metrics.get("dev", {}))
-        report.update({name: values for name, values in split_metrics.items() if name != "dev"})
-        report["step"] = best["step"]
-        path = directory / "metrics.json"
-        path.write_text(json.dumps(report, indent=2, sort_keys=True))
-        written.append(os.fspath(path))
+        written += task.write_dev_metrics(split_metrics, best["step"], os.fspath(directory))
     for path in written:
         print(f"wrote {path}", flush=True)
     return written

@@ -13,6 +13,8 @@ the dev score covers the whole set.
 """
 from __future__ import annotations
 
+import json
+import os
 from typing import Any, Iterator, Sequence
 
 import jax
@@ -21,6 +23,7 @@ import ml_collections
 import numpy as np
 from etils import epath
 
+from albert_jax import files
 from albert_jax.data import pipeline
 from albert_jax.data.tokenizer import Tokenizer
 from albert_jax.errors import ConfigError
@@ -94,7 +97,8 @@ class FinetuneTask(Task):
 
     # --- What each task supplies ------------------------------------------------------------
     def train_features(self) -> dict[str, np.ndarray]:
-        """Arrays [examples, ...] of the training set: the model inputs and `labels`."""
+        """Arrays [examples, ...] of the training set: `input_ids`, the other model inputs and
+        the labels."""
         raise NotImplementedError
 
     def eval_features(self, split: str) -> dict[str, np.ndarray]:
@@ -102,9 +106,20 @@ class FinetuneTask(Task):
         raise NotImplementedError
 
     def write_predictions(self, split: str, predictions: dict[str, np.ndarray],
-                          directory: str) -> str:
-        """Writes the leaderboard file of `split` into `directory`; returns its path."""
+                          directory: str) -> list[str]:
+        """Writes the prediction files of `split` into `directory`; returns their paths."""
         raise NotImplementedError
+
+    def write_dev_metrics(self, split_metrics: dict[str, dict[str, float]], step: int,
+                          directory: str) -> list[str]:
+        """Writes `directory`/metrics.json: the dev metrics of the checkpoint at `step`, the
+        selection split's at the top level, other dev sets (MNLI mismatched) nested."""
+        report = dict(split_metrics.get("dev", {}))
+        report.update({name: values for name, values in split_metrics.items() if name != "dev"})
+        report["step"] = step
+        path = os.path.join(directory, "metrics.json")
+        files.write_atomically(path, json.dumps(report, indent=2, sort_keys=True))
+        return [path]
 
     def prediction_splits(self, kind: str) -> tuple[str, ...]:
         """The eval sets `albert-jax evaluate --split=<kind>` predicts ("dev" or "test")."""
@@ -123,7 +138,7 @@ class FinetuneTask(Task):
 
     def train_iterator(self) -> Any:
         arrays = self.train_features()
-        count = len(arrays["labels"])
+        count = len(arrays["input_ids"])
         print(f"{self.name}: {count} training examples", flush=True)
         source = ArraySource(dict(arrays, example_weight=np.ones(count, np.float32)))
         return pipeline.iterate(self._dataset(source, self.config.batch_size, train=True),
@@ -291,13 +306,13 @@ class GlueTask(FinetuneTask):
         return metrics.glue_metrics(task, real["prediction"], real["labels"])
 
     def write_predictions(self, split: str, predictions: dict[str, np.ndarray],
-                          directory: str) -> str:
+                          directory: str) -> list[str]:
         values = _real(predictions)["prediction"]
         if self.labels is None:
             strings = [f"{float(value):.3f}" for value in values]
         else:
             strings = [self.labels[int(value)] for value in values]
-        return glue.write_predictions(directory, self.eval_set(split), strings)
+        return [glue.write_predictions(directory, self.eval_set(split), strings)]
 
 
 class RaceTask(FinetuneTask):
@@ -354,6 +369,6 @@ class RaceTask(FinetuneTask):
         return metrics.race_metrics(real["prediction"], real["labels"], levels)
 
     def write_predictions(self, split: str, predictions: dict[str, np.ndarray],
-                          directory: str) -> str:
-        return race.write_predictions(directory, self.questions(split),
-                                      [int(value) for value in _real(predictions)["prediction"]])
+                          directory: str) -> list[str]:
+        return [race.write_predictions(directory, self.questions(split),
+                                       [int(value) for value in _real(predictions)["prediction"]])]
