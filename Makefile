@@ -1,5 +1,6 @@
 # The two commands of the README:
-#   make demo   install, then pretrain a tiny ALBERT on the embedded demo corpus (offline, CPU)
+#   make demo   install, then pretrain a tiny ALBERT on the embedded demo corpus and fine-tune it
+#               on a paraphrase task made from the same text (offline, CPU)
 #   make test   install with the test extra, then run the test suite
 PYTHON ?= python3
 VENV ?= .venv
@@ -26,6 +27,8 @@ demo: $(VENV)/.installed-core
 	$(VENV)/bin/albert-jax tokenizer train --config=$(DEMO_CONFIG)
 	$(VENV)/bin/albert-jax data build --config=$(DEMO_CONFIG)
 	$(VENV)/bin/albert-jax pretrain --config=$(DEMO_CONFIG) --workdir=$(DEMO_WORKDIR)
+	$(VENV)/bin/python -m albert_jax.finetune.demo --pretrained=$(DEMO_WORKDIR) \
+		--workdir=$(DEMO_WORKDIR)-paraphrase
 
 test: $(VENV)/.installed-test
 	$(VENV)/bin/python -m pytest -q tests

@@ -85,6 +85,10 @@ def test_glue_task_from_a_pretraining_workdir(task, pretrained, tmp_path):
     values = {step: record[metric] for step, record in records.items()}
     assert best["value"] == max(values.values()) and values[best["step"]] == best["value"]
     assert (workdir / "best" / str(best["step"])).is_dir()
+    # The contract's "step and the metrics of the best checkpoint", at the top level of best.json.
+    dev_record = {key: value for key, value in records[best["step"]].items()
+                  if key not in ("step", "split")}
+    assert {key: best[key] for key in dev_record} == dev_record
 
     finetune_run.evaluate(str(workdir), "dev")
     metrics = json.loads((workdir / "predictions" / "dev" / "metrics.json").read_text())
