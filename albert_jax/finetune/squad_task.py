@@ -57,8 +57,7 @@ def evaluator_dataset(examples: list[SquadExample]) -> dict[str, Any]:
     """The official JSON structure the evaluator reads, rebuilt from `examples` (so a TFDS split
     is scored like its JSON file): one paragraph per question, only ids and answer texts."""
     return {"data": [{"paragraphs": [
-        {"context": example.context,
-         "qas": [{"id": example.qid, "answers": [{"text": answer.text}
+        {"qas": [{"id": example.qid, "answers": [{"text": answer.text}
                                                  for answer in example.answers]}]}
         for example in examples]}]}
 
