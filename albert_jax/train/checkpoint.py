@@ -55,6 +55,20 @@ class CheckpointWriteFailed(OSError):
     """A checkpoint could not be written (full disk, permission denied); the run must stop."""
 
 
+class _NoOrbaxTracebacks(logging.Filter):
+    """Orbax logs a failed background write with its traceback, twice; CheckpointWriteFailed
+    reports it in one line (its cause keeps the traceback: ALBERT_JAX_TRACEBACK=1 shows it).
+    Orbax's message lines stay."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and f"{os.sep}orbax{os.sep}" in record.pathname:
+            record.exc_info = record.exc_text = None
+        return True
+
+
+logging.getLogger("absl").addFilter(_NoOrbaxTracebacks())  # Orbax logs through absl
+
+
 def _first_line(error: BaseException) -> str:
     text = str(error).strip()
     return text.splitlines()[0] if text else type(error).__name__

@@ -174,8 +174,12 @@ def _create(path: epath.Path, record: dict[str, Any]) -> bool:
             descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
             return False
-        with os.fdopen(descriptor, "w") as stream:
-            stream.write(text)
+        try:
+            with os.fdopen(descriptor, "w") as stream:
+                stream.write(text)
+        except OSError:
+            os.unlink(path)  # an empty lock (full disk) would hold the workdir for nobody
+            raise
         return True
     if path.exists():
         return False
