@@ -17,6 +17,7 @@ Where HF and the reference differ (SPEC 11) the conversion is exact or refuses:
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from typing import Any
@@ -46,6 +47,49 @@ _MAPPING = "albert.encoder.embedding_hidden_mapping_in"
 # Which HF class holds exactly the heads present (SPEC 11.6).
 _ARCHITECTURES = {frozenset(): "AlbertModel", frozenset({"predictions"}): "AlbertForMaskedLM",
                   frozenset({"predictions", "seq_relationship"}): "AlbertForPreTraining"}
+# Fine-tuned heads: HF class -> (our top-level part, HF name -> (our path, transpose?)). Ours keep
+# the reference's layouts (SPEC 4.3): the classifier kernel is [H, labels] (HF Linear: [labels,
+# H], transposed); cls/squad/output_weights is already [2, H] like HF's qa_outputs.weight.
+_FINETUNED_HEADS: dict[str, tuple[str, dict[str, tuple[tuple[str, ...], bool]]]] = {
+    "AlbertForSequenceClassification": ("classifier", {
+        "classifier.weight": (("classifier", "dense", "kernel"), True),
+        "classifier.bias": (("classifier", "dense", "bias"), False)}),
+    "AlbertForMultipleChoice": ("classifier", {
+        "classifier.weight": (("classifier", "dense", "kernel"), True),
+        "classifier.bias": (("classifier", "dense", "bias"), False)}),
+    "AlbertForQuestionAnswering": ("squad", {
+        "qa_outputs.weight": (("squad", "output_weights"), False),
+        "qa_outputs.bias": (("squad", "output_bias"), False)}),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class FinetunedHead:
+    """A fine-tuned head as transformers sees it.
+
+    Attributes:
+      architecture: AlbertForSequenceClassification (GLUE), AlbertForMultipleChoice (RACE) or
+        AlbertForQuestionAnswering (SQuAD v1.1).
+      labels: class names in our class order (config.json `id2label`); empty for a regression
+        head (STS-B: num_labels 1, problem_type "regression") and for the other classes.
+    """
+
+    architecture: str
+    labels: tuple[str, ...] = ()
+
+    def config_fields(self, num_outputs: int) -> dict[str, Any]:
+        """The config.json fields of this head; `num_outputs` is the classifier's width."""
+        if self.architecture != "AlbertForSequenceClassification":
+            return {}
+        if not self.labels:
+            return dict(num_labels=1, problem_type="regression", id2label={"0": "LABEL_0"},
+                        label2id={"LABEL_0": 0})
+        if len(self.labels) != num_outputs:
+            raise ValueError(f"{len(self.labels)} label names {self.labels} for a classifier "
+                             f"with {num_outputs} outputs")
+        return dict(num_labels=num_outputs, problem_type="single_label_classification",
+                    id2label={str(index): label for index, label in enumerate(self.labels)},
+                    label2id={label: index for index, label in enumerate(self.labels)})
 
 
 def _check_grouping(config: ml_collections.ConfigDict, source: str) -> None:
@@ -191,14 +235,16 @@ def load_huggingface(path: str) -> tuple[ml_collections.ConfigDict, dict[str, An
         tensors = {f"albert.{name}": tensor for name, tensor in tensors.items()}
     for buffer in _BUFFERS:
         tensors.pop(buffer, None)
+    head_params = _pop_finetuned_head(tensors, hf_config.get("architectures") or [], config_path)
     problems = _pop_tied_decoder(tensors, config)
     name_map = _hf_name_map(config)
     wanted, match_problems = match_variables(
         {name: tensor.shape for name, tensor in tensors.items()}, name_map, param_shapes(config))
     problems += match_problems
     if "albert.pooler.weight" not in tensors:
-        problems.append("the file has no pooler (transformers' AlbertForMaskedLM and "
-                        "AlbertModel(add_pooling_layer=False) leave it out); the ALBERT backbone "
+        problems.append("the file has no pooler (transformers' AlbertForMaskedLM, "
+                        "AlbertForQuestionAnswering and AlbertModel(add_pooling_layer=False) "
+                        "leave it out); the ALBERT backbone "
                         "needs one (SPEC 3.2.7): convert an AlbertForPreTraining or AlbertModel "
                         "file")
     if problems:
@@ -209,7 +255,26 @@ def load_huggingface(path: str) -> tuple[ml_collections.ConfigDict, dict[str, An
         target, transpose = name_map[name]
         array = np.asarray(tensors[name], np.float32)
         flat[target] = np.ascontiguousarray(array.T) if transpose else array
+    flat.update(head_params)
     return config, traverse_util.unflatten_dict(flat)
+
+
+def _pop_finetuned_head(tensors: dict[str, np.ndarray], architectures: list[str],
+                        source: str) -> dict[tuple[str, ...], np.ndarray]:
+    """Removes the tensors of a fine-tuned HF head (AlbertForSequenceClassification, ...) from
+    `tensors` and returns them under our param paths (`classifier/dense/...`, `squad/...`)."""
+    for architecture in architectures:
+        if architecture in _FINETUNED_HEADS:
+            _, names = _FINETUNED_HEADS[architecture]
+            missing = sorted(set(names) - set(tensors))
+            if missing:
+                raise ValueError(f"{source} says {architecture} but the weights lack {missing}")
+            head = {}
+            for name, (target, transpose) in names.items():
+                array = np.asarray(tensors.pop(name), np.float32)
+                head[target] = np.ascontiguousarray(array.T) if transpose else array
+            return head
+    return {}
 
 
 def hf_config_dict(config: ml_collections.ConfigDict, architecture: str) -> dict[str, Any]:
@@ -221,12 +286,15 @@ def hf_config_dict(config: ml_collections.ConfigDict, architecture: str) -> dict
                 pad_token_id=0, bos_token_id=2, eos_token_id=3, torch_dtype="float32")
 
 
-def save_huggingface(config: ml_collections.ConfigDict, params: dict[str, Any], path: str) -> None:
+def save_huggingface(config: ml_collections.ConfigDict, params: dict[str, Any], path: str,
+                     head: FinetunedHead | None = None) -> None:
     """Writes config.json + model.safetensors that `transformers` loads with nothing missing.
 
     params: the `params` collection of AlbertForPreTraining (or its `albert` backbone alone, or
     backbone + `predictions`); the HF class follows the heads present (AlbertForPreTraining,
-    AlbertForMaskedLM, AlbertModel). The file holds what HF's own save_pretrained writes: the
+    AlbertForMaskedLM, AlbertModel). With `head`, params are a fine-tuned model's (`albert` +
+    `classifier` or `squad`) and the file opens as `head.architecture`, its config.json
+    carrying the labels. The file holds what HF's own save_pretrained writes: the
     tied decoder (`predictions.decoder.weight/bias`) is left out, and from_pretrained ties it.
     An AlbertForMaskedLM file keeps our pooler too (that HF class has none and skips it with a
     notice; AlbertForPreTraining or AlbertForSequenceClassification use it).
@@ -239,15 +307,38 @@ def save_huggingface(config: ml_collections.ConfigDict, params: dict[str, Any], 
     if os.path.exists(path) and os.listdir(path):
         raise FileExistsError(f"output directory {path} is not empty; choose a new directory")
     heads = frozenset(params) - {"albert"}
-    if "albert" not in params or heads not in _ARCHITECTURES:
-        raise ValueError(f"params have top-level parts {sorted(params)}; expected 'albert' plus "
-                         "optionally 'predictions' and 'seq_relationship' (an AlbertForPreTraining "
-                         "params tree, e.g. variables['params'])")
     flat = traverse_util.flatten_dict(params)
     name_map = {name: entry for name, entry in _hf_name_map(config).items()
                 if entry[0][0] in heads | {"albert"}}
-    ours = {target: name for name, (target, _) in name_map.items()}
     shapes = param_shapes(config)
+    extra_config: dict[str, Any] = {}
+    if head is not None:
+        part, head_names = _FINETUNED_HEADS[head.architecture]
+        if "albert" not in params or heads != {part}:
+            raise ValueError(f"params have top-level parts {sorted(params)}; a "
+                             f"{head.architecture} needs exactly 'albert' and '{part}'")
+        name_map.update(head_names)
+        if head.architecture == "AlbertForQuestionAnswering":
+            shapes[("squad", "output_weights")] = (2, config.hidden_size)
+            shapes[("squad", "output_bias")] = (2,)
+        else:
+            # The classifier's width is the task's (labels, 1 for regression or an option score).
+            width = np.shape(flat.get(("classifier", "dense", "bias"), ()))
+            shapes[("classifier", "dense", "bias")] = width
+            shapes[("classifier", "dense", "kernel")] = (config.hidden_size, *width)
+            if head.architecture == "AlbertForMultipleChoice" and width != (1,):
+                raise ValueError(f"a multiple-choice classifier scores one option: width 1, "
+                                 f"not {width}")
+            extra_config = head.config_fields(width[0] if width else 0)
+        architecture = head.architecture
+    elif "albert" not in params or heads not in _ARCHITECTURES:
+        raise ValueError(f"params have top-level parts {sorted(params)}; expected 'albert' plus "
+                         "optionally 'predictions' and 'seq_relationship' (an AlbertForPreTraining "
+                         "params tree, e.g. variables['params']), or a fine-tuned head named with "
+                         "`head=`")
+    else:
+        architecture = _ARCHITECTURES[heads]
+    ours = {target: name for name, (target, _) in name_map.items()}
     problems = [f"unknown parameters {sorted('/'.join(p) for p in set(flat) - set(ours))}"] \
         if set(flat) - set(ours) else []
     problems += [f"missing parameters {sorted('/'.join(p) for p in set(ours) - set(flat))}"] \
@@ -264,12 +355,17 @@ def save_huggingface(config: ml_collections.ConfigDict, params: dict[str, Any], 
         # HF applies the mapping always (SPEC 11.2); ours has none, so it is the identity.
         tensors[f"{_MAPPING}.weight"] = np.eye(config.hidden_size, dtype=np.float32)
         tensors[f"{_MAPPING}.bias"] = np.zeros(config.hidden_size, np.float32)
+    if architecture == "AlbertForQuestionAnswering":
+        # transformers builds it without a pooler (add_pooling_layer=False); ours computes one
+        # that the span head never reads, so leaving it out changes no output.
+        for name in ("albert.pooler.weight", "albert.pooler.bias"):
+            del tensors[name]
     if not heads:  # AlbertModel.save_pretrained writes names without the `albert.` prefix
         tensors = {name[len("albert."):]: tensor for name, tensor in tensors.items()}
     os.makedirs(path, exist_ok=True)
     save_file(tensors, os.path.join(path, "model.safetensors.tmp"), metadata={"format": "pt"})
     with open(os.path.join(path, "config.json.tmp"), "w") as config_file:
-        json.dump(hf_config_dict(config, _ARCHITECTURES[heads]), config_file, indent=2,
-                  sort_keys=True)
+        json.dump(dict(hf_config_dict(config, architecture), **extra_config), config_file,
+                  indent=2, sort_keys=True)
     os.replace(os.path.join(path, "model.safetensors.tmp"), os.path.join(path, "model.safetensors"))
     os.replace(os.path.join(path, "config.json.tmp"), os.path.join(path, "config.json"))

@@ -9,6 +9,8 @@ dev score and the leaderboard files.
   evaluate: the best dev checkpoint of a workdir (of the best seed) -> predictions of every
             dev or test set -> <workdir>/predictions/<split>/ (GLUE server / RACE files; SQuAD's
             predictions.json & co., dev only) and, for dev, metrics.json.
+  export_huggingface (`albert-jax convert --from=orbax --path=<workdir> --to=huggingface`): the
+            same best checkpoint as the transformers class of its task, labels included.
 """
 from __future__ import annotations
 
@@ -19,8 +21,10 @@ from typing import Any
 
 import jax
 import ml_collections
+import numpy as np
 from etils import epath
 
+from albert_jax.convert.huggingface import FinetunedHead, save_huggingface
 from albert_jax.data.tokenizer import Tokenizer
 from albert_jax.errors import ConfigError
 from albert_jax.finetune import glue, pretrained as pretrained_lib, squad
@@ -189,3 +193,43 @@ def evaluate(workdir: str, split: str) -> list[str]:
     for path in written:
         print(f"wrote {path}", flush=True)
     return written
+
+
+def is_finetuning_workdir(path: str) -> bool:
+    """Whether `path` is a workdir of `albert-jax finetune` (its config.json names a task)."""
+    config_path = epath.Path(path) / "config.json"
+    return config_path.exists() and json.loads(config_path.read_text()).get("task") in TASKS
+
+
+def huggingface_head(config: ml_collections.ConfigDict) -> FinetunedHead:
+    """The transformers class of a fine-tuning run's model (SPEC 11.6): GLUE ->
+    AlbertForSequenceClassification with the task's labels (STS-B: regression), RACE ->
+    AlbertForMultipleChoice, SQuAD v1.1 -> AlbertForQuestionAnswering."""
+    if config.task == "race":
+        return FinetunedHead("AlbertForMultipleChoice")
+    if config.task == "squad":
+        if config.version != "v1.1":
+            raise ConfigError(
+                f"SQuAD {config.version}'s head (SPEC 8.3: the XLNet-style start/end beam and the "
+                "answerability class) has no transformers class; export the backbone alone with "
+                "`albert-jax convert --from=orbax --path=<workdir>/best --to=huggingface`")
+        return FinetunedHead("AlbertForQuestionAnswering")
+    return FinetunedHead("AlbertForSequenceClassification", glue.labels(config.task) or ())
+
+
+def export_huggingface(workdir: str, output: str) -> None:
+    """Writes the best dev checkpoint of fine-tuning `workdir` (of its best seed) to `output` as
+    a transformers model of its task's class (config.json with the labels, model.safetensors)
+    with the run's `spiece.model` beside it, so `from_pretrained(output)` gives model and
+    tokenizer."""
+    run = _run_workdir(epath.Path(workdir))
+    config = ml_collections.ConfigDict(json.loads((run / "config.json").read_text()))
+    head = huggingface_head(config)
+    best = loop.read_best(run)
+    model_config, params = checkpoint.load(os.fspath(run / loop.BEST_SUBDIR), best["step"])
+    save_huggingface(model_config, jax.tree.map(np.asarray, params), output, head=head)
+    tokenizer = epath.Path(run) / TOKENIZER_FILE
+    if tokenizer.exists():
+        (epath.Path(output) / TOKENIZER_FILE).write_bytes(tokenizer.read_bytes())
+    print(f"wrote the best dev checkpoint of {run} (step {best['step']}, {best['metric']} "
+          f"{best['value']:.4f}) as transformers.{head.architecture} to {output}", flush=True)
