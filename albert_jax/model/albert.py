@@ -67,10 +67,11 @@ class Embeddings(nn.Module):
         embedded = (_lookup(self.word_embeddings, input_ids)
                     + _lookup(self.token_type_embeddings, token_type_ids)
                     + self.position_embeddings.embedding[None, :seq].astype(compute_dtype(self.config)))
+        embedded = nn.with_logical_constraint(embedded, layers.SEQUENCE_EMBEDDING)
         embedded = self.LayerNorm(embedded)
         if self.config.hidden_dropout_prob > 0:
             embedded = self.dropout(embedded, deterministic=deterministic)
-        return embedded
+        return nn.with_logical_constraint(embedded, layers.SEQUENCE_EMBEDDING)
 
 
 class AlbertModel(nn.Module):

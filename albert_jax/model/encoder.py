@@ -48,11 +48,13 @@ class AttentionBlock(nn.Module):
         heads = config.num_attention_heads
         head_dim = width // heads
         init = layers.truncated_normal(config.initializer_range)
+        hidden = nn.with_logical_constraint(hidden, layers.SEQUENCE_HIDDEN)
 
         def project(name: str) -> jax.Array:
             # Kernel stored 2-D [H, N*D] as in the checkpoint (SPEC 3.2.12); split heads after.
             out = layers.Dense(width, ("hidden", "heads"), init, dtype=dtype, name=name)(hidden)
-            return out.reshape(batch, seq, heads, head_dim)
+            return nn.with_logical_constraint(out.reshape(batch, seq, heads, head_dim),
+                                              layers.SEQUENCE_HEADS)
 
         query, key, value = project("query"), project("key"), project("value")
         scores = jnp.einsum("bqnd,bknd->bnqk", query, key, preferred_element_type=jnp.float32)
@@ -63,12 +65,14 @@ class AttentionBlock(nn.Module):
                 probs, deterministic=self.deterministic)
         context = jnp.einsum("bnqk,bknd->bqnd", probs.astype(dtype), value,
                              preferred_element_type=jnp.float32).astype(dtype)
+        context = nn.with_logical_constraint(context, layers.SEQUENCE_HEADS)
         context = context.reshape(batch, seq, width)
         output = layers.Dense(width, ("heads", "hidden"), init, dtype=dtype, name="output")(context)
         if config.hidden_dropout_prob > 0:
             output = nn.Dropout(config.hidden_dropout_prob)(output, deterministic=self.deterministic)
-        return layers.LayerNorm(config.layer_norm_eps, "hidden", dtype=dtype,
-                                name="LayerNorm")(output + hidden)
+        output = layers.LayerNorm(config.layer_norm_eps, "hidden", dtype=dtype,
+                                  name="LayerNorm")(output + hidden)
+        return nn.with_logical_constraint(output, layers.SEQUENCE_HIDDEN)
 
 
 class FeedForwardBlock(nn.Module):
@@ -83,15 +87,18 @@ class FeedForwardBlock(nn.Module):
         config = self.config
         dtype = compute_dtype(config)
         init = layers.truncated_normal(config.initializer_range)
+        hidden = nn.with_logical_constraint(hidden, layers.SEQUENCE_HIDDEN)
         inner = layers.Dense(config.intermediate_size, ("hidden", "mlp"), init, dtype=dtype,
                              name="intermediate")(hidden)
-        inner = layers.activation(config.hidden_act)(inner)
+        inner = nn.with_logical_constraint(layers.activation(config.hidden_act)(inner),
+                                           layers.SEQUENCE_MLP)
         output = layers.Dense(config.hidden_size, ("mlp", "hidden"), init, dtype=dtype,
                               name="output")(inner)
         if config.hidden_dropout_prob > 0:
             output = nn.Dropout(config.hidden_dropout_prob)(output, deterministic=self.deterministic)
-        return layers.LayerNorm(config.layer_norm_eps, "hidden", dtype=dtype,
-                                name="LayerNorm")(output + hidden)
+        output = layers.LayerNorm(config.layer_norm_eps, "hidden", dtype=dtype,
+                                  name="LayerNorm")(output + hidden)
+        return nn.with_logical_constraint(output, layers.SEQUENCE_HIDDEN)
 
 
 def _shares(config: ml_collections.ConfigDict) -> tuple[bool, bool]:
@@ -192,6 +199,7 @@ class Encoder(nn.Module):
             hidden = layers.Dense(config.hidden_size, ("embedding", "hidden"),
                                   layers.truncated_normal(config.initializer_range), dtype=dtype,
                                   name="embedding_hidden_mapping_in")(hidden)
+        hidden = nn.with_logical_constraint(hidden, layers.SEQUENCE_HIDDEN)
         # SPEC 3.2.6: adder (1 - mask) * -10000 on the keys; every query position attends.
         attention_bias = ((1.0 - attention_mask.astype(jnp.float32)) * -10000.0)[:, None, None, :]
 

@@ -34,7 +34,8 @@ class MaskedLMHead(nn.Module):
         projection [..., embedding] -> [..., vocab]."""
         config = self.config
         dtype = compute_dtype(config)
-        hidden = gather_positions(sequence_output, masked_lm_positions)
+        hidden = nn.with_logical_constraint(gather_positions(sequence_output, masked_lm_positions),
+                                            layers.SEQUENCE_HIDDEN)
         hidden = layers.Dense(config.embedding_size, ("hidden", "embedding"),
                               layers.truncated_normal(config.initializer_range), dtype=dtype,
                               name="dense")(hidden)
@@ -44,7 +45,10 @@ class MaskedLMHead(nn.Module):
         output_bias = self.param("output_bias",
                                  nn.with_logical_partitioning(nn.initializers.zeros, ("vocab",)),
                                  (config.vocab_size,), jnp.float32)
-        return attend(hidden) + output_bias
+        # Logits [batch, predictions, vocab] split by batch like everything before them, not by
+        # vocab like the table they come from (which would all-reduce the softmax over fsdp).
+        return nn.with_logical_constraint(attend(hidden) + output_bias,
+                                          ("batch", "length", None))
 
 
 class ClassifierHead(nn.Module):

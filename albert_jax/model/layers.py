@@ -15,6 +15,14 @@ import jax.numpy as jnp
 
 Initializer = Callable[..., jax.Array]
 
+# Logical axes of activations, for `nn.with_logical_constraint`: train/sharding.py binds them to
+# the mesh while a train or eval step is traced (the batch over data x fsdp, heads and the FFN
+# inner dimension over tensor) and they are no-ops elsewhere. They change layouts, never values.
+SEQUENCE_EMBEDDING = ("batch", "length", "activation_embedding")  # [batch, seq, embedding]
+SEQUENCE_HIDDEN = ("batch", "length", "activation_hidden")  # [batch, seq, hidden]
+SEQUENCE_HEADS = ("batch", "length", "activation_heads", None)  # [batch, seq, heads, head_dim]
+SEQUENCE_MLP = ("batch", "length", "activation_mlp")  # [batch, seq, intermediate]
+
 
 def truncated_normal(stddev: float) -> Initializer:
     """The reference initializer: normal(0, stddev) truncated at two stddevs (SPEC 3.2.10)."""

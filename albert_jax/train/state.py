@@ -2,8 +2,9 @@
 
 Boxed vs unboxed, one rule: a TrainState always holds PLAIN (unboxed) arrays; the logical axis
 names live only in the boxed tree that `jax.eval_shape(model.init, ...)` returns, and are turned
-into NamedShardings there (train/sharding.py). The optimizer state is built from the boxed
-params, so Adam's moments inherit the parameters' logical names and are sharded like them; step
+into NamedShardings there by `sharding.STATE_RULES` (train/sharding.py: the parameter rules, and
+the embedding tables split over fsdp too). The optimizer state is built from the boxed params,
+so Adam's moments inherit the parameters' logical names and are sharded like them; step
 counters are plain and replicated.
 
   abstract_train_state: the shape/dtype/sharding of every leaf, nothing allocated; the target
@@ -58,7 +59,7 @@ def abstract_train_state(model: nn.Module, optimizer: optax.GradientTransformati
     and the same tree of NamedSharding (for jit in/out_shardings). `inputs`: `model.init`'s."""
     init = _boxed_init(model, optimizer, inputs)
     boxed = jax.eval_shape(init, jax.random.key(0))
-    shardings = sharding.param_shardings(boxed, mesh)
+    shardings = sharding.param_shardings(boxed, mesh, sharding.STATE_RULES)
     abstract = jax.tree.map(
         lambda leaf, leaf_sharding: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype,
                                                          sharding=leaf_sharding),
@@ -71,9 +72,9 @@ def init_train_state(model: nn.Module, optimizer: optax.GradientTransformation,
                      ) -> TrainState:
     """A fresh TrainState (step 0), every array born with its sharding on `mesh`."""
     init = _boxed_init(model, optimizer, inputs)
-    return sharding.init_sharded(init, mesh, rng)
+    return sharding.init_sharded(init, mesh, rng, rules=sharding.STATE_RULES)
 
 
 def param_table(model: nn.Module, mesh: jax.sharding.Mesh, inputs: tuple[jax.Array, ...]) -> str:
-    """sharding.debug_table of the model's params on `mesh`."""
-    return sharding.debug_table(boxed_abstract_params(model, inputs), mesh)
+    """sharding.debug_table of the model's params on `mesh`, laid out as in the train state."""
+    return sharding.debug_table(boxed_abstract_params(model, inputs), mesh, sharding.STATE_RULES)

@@ -4,39 +4,86 @@ Gradient accumulation (T5X style): the batch is split into `num_microbatches` al
 axis and a `lax.scan` sums the microbatch gradients. Each microbatch loss is normalised by the
 WHOLE batch's denominators (`task.denominators`), which do not depend on the parameters, so the
 summed loss and gradient equal those of one big batch exactly.
+
+Given the `mesh` the step is jitted for, the step is traced under `sharding.activation_sharding`
+(the model's activations stay split by batch over data x fsdp and by heads/FFN over tensor) and
+every microbatch is split over all the data x fsdp devices, so M microbatches hold 1/M of the
+activations at a time; without the mesh, the compiler alone picks those layouts (see the
+train/sharding.py docstring for what that costs under fsdp).
 """
 from __future__ import annotations
 
+import contextlib
+import math
 from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
 import optax
 
+from albert_jax.errors import ConfigError
+from albert_jax.train import sharding
 from albert_jax.train.task import Batch, Task
 
 Metrics = dict[str, jax.Array]
 
 
-def _split_microbatches(batch: Batch, num_microbatches: int) -> Batch:
-    """[batch, ...] -> [num_microbatches, batch / num_microbatches, ...]."""
+def check_microbatches(batch_size: int, num_microbatches: int, batch_devices: int) -> None:
+    """ConfigError unless `batch_size` splits into `num_microbatches` microbatches that each
+    split evenly over the `batch_devices` (data x fsdp) devices."""
+    if batch_size % num_microbatches:
+        raise ConfigError(f"config batch_size={batch_size} is not divisible by num_microbatches="
+                          f"{num_microbatches}; make num_microbatches a divisor of batch_size")
+    microbatch_size = batch_size // num_microbatches
+    if microbatch_size % batch_devices:
+        raise ConfigError(
+            f"config batch_size={batch_size} / num_microbatches={num_microbatches} = "
+            f"{microbatch_size} examples per microbatch, not a multiple of the data x fsdp = "
+            f"{batch_devices} devices that split it"
+            + (" (under one example per device)" if microbatch_size < batch_devices else "")
+            + "; lower num_microbatches or raise batch_size")
+
+
+def _split_microbatches(batch: Batch, num_microbatches: int,
+                        mesh: jax.sharding.Mesh | None) -> Batch:
+    """[batch, ...] -> [num_microbatches, batch / num_microbatches, ...], each microbatch split
+    over the data x fsdp devices of `mesh` (see `check_microbatches`)."""
+    batch_size = jax.tree_util.tree_leaves(batch)[0].shape[0]
+    batch_devices = 1 if mesh is None else math.prod(
+        mesh.shape[axis] for axis in sharding.BATCH_AXES)
+    check_microbatches(batch_size, num_microbatches, batch_devices)
+    microbatch_size = batch_size // num_microbatches
+
     def split(x: jax.Array) -> jax.Array:
-        if x.shape[0] % num_microbatches:
-            raise ValueError(f"batch size {x.shape[0]} is not divisible by num_microbatches="
-                             f"{num_microbatches}")
-        return x.reshape(num_microbatches, x.shape[0] // num_microbatches, *x.shape[1:])
+        x = x.reshape(num_microbatches, microbatch_size, *x.shape[1:])
+        if mesh is None:
+            return x
+        # Without this the compiler gathers the batch and splits each microbatch only
+        # data x fsdp / M ways: every scan iteration then does the whole per-device work.
+        return jax.lax.with_sharding_constraint(x, sharding.microbatch_sharding(mesh))
     return jax.tree_util.tree_map(split, batch)
+
+
+def _activation_context(mesh: jax.sharding.Mesh | None) -> contextlib.AbstractContextManager:
+    return contextlib.nullcontext() if mesh is None else sharding.activation_sharding(mesh)
 
 
 def make_train_step(task: Task, optimizer: optax.GradientTransformation,
                     learning_rate_fn: Callable[[jax.Array], jax.Array], *,
-                    num_microbatches: int = 1) -> Callable[..., tuple[Any, Metrics]]:
+                    num_microbatches: int = 1,
+                    mesh: jax.sharding.Mesh | None = None) -> Callable[..., tuple[Any, Metrics]]:
     """Returns train_step(state, batch, rng) -> (state, metrics), a pure function to jit.
 
-    `state` has `.step`, `.params`, `.opt_state` and `.replace` (train/state.py TrainState).
+    `state` has `.step`, `.params`, `.opt_state` and `.replace` (train/state.py TrainState);
+    `batch` holds [batch_size, ...] arrays. `mesh`: the mesh the step is jitted for (the module
+    docstring says why it matters); the values computed are the same with or without it.
     """
 
     def train_step(state: Any, batch: Batch, rng: jax.Array) -> tuple[Any, Metrics]:
+        with _activation_context(mesh):
+            return _train_step(state, batch, rng)
+
+    def _train_step(state: Any, batch: Batch, rng: jax.Array) -> tuple[Any, Metrics]:
         dropout_rng = jax.random.fold_in(rng, state.step)
         # Whole-batch denominators, fixed before the microbatch split (module docstring).
         denominators = task.denominators(batch)
@@ -51,7 +98,7 @@ def make_train_step(task: Task, optimizer: optax.GradientTransformation,
         if num_microbatches == 1:
             (_, sums), grads = grad_fn(state.params, batch, jnp.int32(0))
         else:
-            microbatches = _split_microbatches(batch, num_microbatches)
+            microbatches = _split_microbatches(batch, num_microbatches, mesh)
 
             def accumulate(carry, inputs):
                 grads_sum, sums_sum = carry
@@ -80,12 +127,15 @@ def make_train_step(task: Task, optimizer: optax.GradientTransformation,
     return train_step
 
 
-def make_eval_step(task: Task) -> Callable[[Any, Batch], tuple[Metrics, Metrics]]:
+def make_eval_step(task: Task, *, mesh: jax.sharding.Mesh | None = None
+                   ) -> Callable[[Any, Batch], tuple[Metrics, Metrics]]:
     """Returns eval_step(params, batch) -> (loss sums, per-example predictions); add the sums
-    over batches and concatenate the predictions, then `task.eval_metrics` scores the split."""
+    over batches and concatenate the predictions, then `task.eval_metrics` scores the split.
+    `mesh` as for `make_train_step`."""
 
     def eval_step(params: Any, batch: Batch) -> tuple[Metrics, Metrics]:
-        outputs = task.apply(params, batch, train=False, rng=None)
+        with _activation_context(mesh):
+            outputs = task.apply(params, batch, train=False, rng=None)
         predictions = task.predictions(outputs, batch)
         if predictions and "example_weight" in batch:
             predictions["example_weight"] = batch["example_weight"]
