@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-from albert_jax.data import builder, masking, pipeline, tokenizer as tokenizer_lib
-from albert_jax.data.inspect import masked_word_runs, split_statistics
+from albert_jax.data import builder, dataset_settings, masking, pipeline, tokenizer as tokenizer_lib
+from albert_jax.data.inspection import masked_word_runs, split_statistics
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 FEATURE_SHAPES = {"input_ids": 64, "input_mask": 64, "segment_ids": 64, "token_boundary": 64,
@@ -85,13 +85,13 @@ def built(tmp_path_factory):
 @pytest.fixture(scope="module")
 def train_examples(built):
     _, config = built
-    source = pipeline.SplitSource(builder.dataset_dir(config), "train")
+    source = pipeline.SplitSource(dataset_settings.dataset_dir(config), "train")
     return source.metadata, [source[index] for index in range(len(source))]
 
 
 def test_builder_from_directory_without_tensorflow(built):
     _, config = built
-    loaded = tfds.builder_from_directory(builder.dataset_dir(config))
+    loaded = tfds.builder_from_directory(dataset_settings.dataset_dir(config))
     assert set(loaded.info.splits) == {"train", "eval"}
     assert loaded.info.splits["train"].num_examples > 10 * loaded.info.splits["eval"].num_examples > 0
     features = loaded.info.features
@@ -100,7 +100,8 @@ def test_builder_from_directory_without_tensorflow(built):
     assert features["masked_lm_weights"].np_dtype == np.float32
     assert features["input_ids"].np_dtype == np.int32
     # By name (builder module imported), through tfds.data_source, as users load TFDS datasets.
-    name = f"{builder.NAME}/{os.path.basename(os.path.dirname(builder.dataset_dir(config)))}"
+    folder = dataset_settings.dataset_dir(config)
+    name = f"{dataset_settings.NAME}/{os.path.basename(os.path.dirname(folder))}"
     assert tfds.builder(name, data_dir=config.data.dir).info.splits["eval"].num_examples == \
         loaded.info.splits["eval"].num_examples
     example = tfds.data_source(name, data_dir=config.data.dir, split="train")[0]
@@ -245,7 +246,7 @@ def test_two_builds_are_byte_identical_whatever_the_process_count(built, tmp_pat
     tmp, config = built
     again = small_config(tmp_path, config.data.corpus, config.data.tokenizer)
     builder.build_from_config(again, num_processes=1)
-    first, second = builder.dataset_dir(config), builder.dataset_dir(again)
+    first, second = dataset_settings.dataset_dir(config), dataset_settings.dataset_dir(again)
     assert os.path.basename(first) == os.path.basename(second)
     shards = sorted(name for name in os.listdir(first) if ".array_record-" in name)
     assert shards and shards == sorted(name for name in os.listdir(second) if ".array_record-" in name)
@@ -255,23 +256,23 @@ def test_two_builds_are_byte_identical_whatever_the_process_count(built, tmp_pat
 
 def test_data_changing_settings_get_their_own_folder(built):
     _, config = built
-    folders = {builder.dataset_dir(config)}
+    folders = {dataset_settings.dataset_dir(config)}
     for key, value in (("dupe_factor", 3), ("masked_lm_prob", 0.2), ("max_ngram", 2),
                        ("sentence_objective", "nsp"), ("reference_compat", True),
                        ("eval_fraction", 0.2), ("do_lower_case", False)):
         changed = small_config(pathlib.Path(config.data.dir).parent, config.data.corpus,
                                config.data.tokenizer, **{key: value})
-        folders.add(builder.dataset_dir(changed))
+        folders.add(dataset_settings.dataset_dir(changed))
     changed = small_config(pathlib.Path(config.data.dir).parent, config.data.corpus,
                            config.data.tokenizer)
     changed.seed = 1
-    folders.add(builder.dataset_dir(changed))
+    folders.add(dataset_settings.dataset_dir(changed))
     assert len(folders) == 9
 
 
 def test_second_build_reports_existing_dataset(built, capsys):
     _, config = built
-    assert builder.build_from_config(config) == builder.dataset_dir(config)
+    assert builder.build_from_config(config) == dataset_settings.dataset_dir(config)
     assert "dataset exists" in capsys.readouterr().out
 
 
@@ -299,12 +300,13 @@ def test_bad_input_is_counted_not_fatal(tmp_path):
     config = small_config(tmp_path, str(corpus_dir / "*.txt"), tokenizer_path,
                           dupe_factor=1, eval_fraction=0.0)
     builder.build_from_config(config)
-    metadata = pipeline.SplitSource(builder.dataset_dir(config), "train").metadata
+    metadata = pipeline.SplitSource(dataset_settings.dataset_dir(config), "train").metadata
     # 150 generated + 20 one-sentence documents + one each around the long / bad line.
     assert metadata["splits"]["train"]["documents"] == 172
     report = metadata["splits"]["train"]["corpus"]
     assert "1 skipped long lines" in report and "1 invalid utf8 lines" in report, report
-    assert set(tfds.builder_from_directory(builder.dataset_dir(config)).info.splits) == {"train"}
+    loaded = tfds.builder_from_directory(dataset_settings.dataset_dir(config))
+    assert set(loaded.info.splits) == {"train"}
 
 
 def test_missing_tokenizer_fails_before_any_work(tmp_path):
@@ -318,7 +320,7 @@ def test_corrupt_shard_gives_an_error_naming_the_file(built, tmp_path):
     _, config = built
     copy = small_config(tmp_path, config.data.corpus, config.data.tokenizer)
     shutil.copytree(config.data.dir, copy.data.dir)
-    source = pipeline.SplitSource(builder.dataset_dir(copy), "train")
+    source = pipeline.SplitSource(dataset_settings.dataset_dir(copy), "train")
     shard = source.shard_paths[0]
     data = bytearray(pathlib.Path(shard).read_bytes())
     data[len(data) // 3:len(data) // 3 + 4096] = bytes(4096)

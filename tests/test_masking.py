@@ -193,3 +193,33 @@ def test_to_features_rejects_oversized_examples():
         masking.to_features(instance, masked, boundary, seq_len=32, max_predictions=20)
     with pytest.raises(ValueError, match="more than max_predictions=5"):
         masking.to_features(instance, masked, boundary, seq_len=64, max_predictions=5)
+
+
+def test_dynamic_remasking_is_static_masking_of_the_stored_tokens():
+    # One path for both (SPEC 1.4): re-masking stored features with the generator that built
+    # them gives them back; with another generator, new masks over the same example.
+    settings = masking.MaskingSettings(
+        seq_len=128, max_predictions=20, masked_lm_prob=0.15, max_ngram=3,
+        favor_shorter_ngram=True, vocab_size=VOCAB, mask_id=MASK, special_ids=SPECIAL)
+    rng = np.random.default_rng(8)
+    for _ in range(20):
+        instance = _sequence(rng, int(rng.integers(5, 129)))
+        boundary = masking.token_boundary(instance.tokens, WORD_START, SPECIAL)
+        stored = masking.mask_instance(instance, boundary, np.random.default_rng(1), settings)
+        again = masking.remask_features(stored, np.random.default_rng(1), settings)
+        assert {name: value.tolist() for name, value in again.items()} == \
+            {name: value.tolist() for name, value in stored.items()}
+        other = masking.remask_features(stored, np.random.default_rng(2), settings)
+        for name in ("segment_ids", "token_boundary", "input_mask", "next_sentence_labels"):
+            assert other[name].tolist() == stored[name].tolist()
+        assert masking.unmask_features(other).tolist() == instance.tokens.tolist()
+
+
+def test_masking_settings_from_build_metadata():
+    metadata = {"vocab_size": 200, "pad_id": 0, "cls_id": 2, "sep_id": 3, "mask_id": 4,
+                "unk_id": 1, "settings": {"seq_len": 64, "max_predictions": 20,
+                                          "masked_lm_prob": 0.15, "max_ngram": 3,
+                                          "favor_shorter_ngram": False, "dupe_factor": 2}}
+    assert masking.MaskingSettings.from_metadata(metadata) == masking.MaskingSettings(
+        seq_len=64, max_predictions=20, masked_lm_prob=0.15, max_ngram=3,
+        favor_shorter_ngram=False, vocab_size=200, mask_id=4, special_ids=(2, 3, 0))

@@ -8,7 +8,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from albert_jax.data import builder, masking, pipeline
+from albert_jax.data import dataset_settings, masking, pipeline
 from albert_jax.errors import ConfigError
 from albert_jax.train import sharding
 from test_builder import build_small_dataset  # (tests/ is on sys.path under pytest)
@@ -21,7 +21,7 @@ def config(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def train_source(config):
-    return pipeline.SplitSource(builder.dataset_dir(config), "train")
+    return pipeline.SplitSource(dataset_settings.dataset_dir(config), "train")
 
 
 def _row_key(features, index=None):
@@ -152,7 +152,7 @@ def test_eval_is_unshuffled_static_and_finite(config):
                                               repeat=False))
     finally:
         config.data.masking = "static"
-    source = pipeline.SplitSource(builder.dataset_dir(config), "eval")
+    source = pipeline.SplitSource(dataset_settings.dataset_dir(config), "eval")
     assert len(batches) == len(source) // 8
     for batch_index, batch in enumerate(batches):
         for row in range(8):

@@ -2,17 +2,14 @@
 
   albert-jax data build --config=configs/pretrain.py:size=base     # `build_from_config`
 
-writes `<config.data.dir>/albert_pretraining/<config name>/1.0.0/` with ArrayRecord shards (or
-TFRecord, which needs TensorFlow) of the SPEC 1.5 features and two splits, `train` and `eval`.
-Read it with `pipeline.make_iterator`, or with plain TFDS (no TensorFlow needed):
+writes `dataset_settings.dataset_dir(config)` = `<config.data.dir>/albert_pretraining/<name>/1.0.0/`
+with ArrayRecord shards (or TFRecord, which needs TensorFlow) of the SPEC 1.5 features and two
+splits, `train` and `eval`; `<name>` is that of the `dataset_settings.DatasetSettings` of the run
+config (its TFDS builder config), a hash of everything that changes the data. Read it with
+`pipeline.make_iterator`, or with plain TFDS (no TensorFlow needed):
 
-  tfds.data_source("albert_pretraining/<config name>", data_dir=config.data.dir)
-  tfds.builder_from_directory(builder.dataset_dir(config))
-
-The config name ends in a hash of everything that changes the data (the corpus files' names and
-sizes, the tokenizer file's bytes, seq_len, masking and instance settings, dupe_factor, seed,
-format), so two different configs never share a folder, and a finished folder is reused as is
-(also from another machine where the corpus lies under another path).
+  tfds.data_source("albert_pretraining/<name>", data_dir=config.data.dir)
+  tfds.builder_from_directory(dataset_settings.dataset_dir(config))
 
 How the work is cut up (bounded memory, every core, deterministic):
 - The main process streams the corpus source by source (`corpus.read_documents`) and cuts the
@@ -39,7 +36,6 @@ import hashlib
 import itertools
 import multiprocessing
 import os
-import platform
 import time
 from typing import Any, Callable, Iterable, Iterator
 
@@ -49,119 +45,15 @@ import tensorflow_datasets as tfds
 from etils import epath
 
 from albert_jax.data import corpus, instances, masking
+from albert_jax.data.dataset_settings import DATASET_VERSION, DatasetSettings
 from albert_jax.data.tokenizer import Tokenizer
 from albert_jax.errors import ConfigError
 
-NAME = "albert_pretraining"
-DATASET_VERSION = "1.0.0"
 SPLITS = ("eval", "train")  # eval first: an empty eval split fails before the long train split.
-FORMATS = ("array_record", "tfrecord")
-OBJECTIVES = ("sop", "nsp", "none")
 # Text per work unit: ~32k tokens, i.e. ~2,500 examples of 512 tokens at dupe_factor 40 (~20 MB
 # of features) per block in flight; big enough to hold many documents for the random-document
 # draw, small enough that the 1.3 MB demo corpus still spreads over several cores.
 BLOCK_CHARACTERS = 128 * 1024
-_BASE_CONFIG_FIELDS = frozenset(field.name for field in dataclasses.fields(tfds.core.BuilderConfig))
-
-
-@dataclasses.dataclass(eq=False)
-class PretrainingConfig(tfds.core.BuilderConfig):
-    """Everything that changes the written examples; `name` is derived from it by `from_config`."""
-    corpus: str = corpus.DEMO
-    corpus_signature: str = ""  # file names and sizes (a changed file gets a new folder)
-    tokenizer: str = ""
-    tokenizer_sha256: str = ""
-    do_lower_case: bool = True
-    seq_len: int = 512
-    max_predictions: int = 20
-    masked_lm_prob: float = 0.15
-    max_ngram: int = 3
-    favor_shorter_ngram: bool = True
-    short_seq_prob: float = 0.1
-    dupe_factor: int = 40
-    sentence_objective: str = "sop"
-    reference_compat: bool = False
-    eval_fraction: float = 0.01
-    seed: int = 12345
-    file_format: str = "array_record"
-
-    @classmethod
-    def from_config(cls, config: ml_collections.ConfigDict) -> "PretrainingConfig":
-        """The builder config of a run config; checks the values and the tokenizer file first."""
-        data = config.data
-        _check_settings(config)
-        tokenizer_path = epath.Path(data.tokenizer)
-        if not tokenizer_path.exists():
-            raise FileNotFoundError(
-                f"config.data.tokenizer={data.tokenizer!r} does not exist; train one with "
-                f"`albert-jax tokenizer train --config=...` (same config) or point "
-                f"--config.data.tokenizer at a SentencePiece model such as 30k-clean.model")
-        settings = dict(
-            corpus=data.corpus, corpus_signature=_corpus_signature(data.corpus),
-            tokenizer=os.fspath(data.tokenizer),
-            tokenizer_sha256=hashlib.sha256(tokenizer_path.read_bytes()).hexdigest(),
-            do_lower_case=bool(data.do_lower_case), seq_len=int(config.seq_len),
-            max_predictions=int(data.max_predictions), masked_lm_prob=float(data.masked_lm_prob),
-            max_ngram=int(data.max_ngram), favor_shorter_ngram=bool(data.favor_shorter_ngram),
-            short_seq_prob=float(data.short_seq_prob), dupe_factor=int(data.dupe_factor),
-            sentence_objective=str(data.sentence_objective),
-            reference_compat=bool(data.reference_compat), eval_fraction=float(data.eval_fraction),
-            seed=int(config.seed), file_format=str(data.format))
-        # Paths are not part of the identity: a moved corpus or a copied tokenizer file (same
-        # names, sizes and bytes) gives the same data, so it finds the same folder.
-        identity = {key: value for key, value in settings.items()
-                    if key not in ("corpus", "tokenizer")}
-        digest = hashlib.sha256(repr(sorted(identity.items())).encode()).hexdigest()[:12]
-        name = (f"seq{settings['seq_len']}_pred{settings['max_predictions']}_"
-                f"dupe{settings['dupe_factor']}_{settings['sentence_objective']}_{digest}")
-        description = ", ".join(f"{key}={value!r}" for key, value in settings.items())
-        return cls(name=name, description=description, **settings)
-
-
-def _check_settings(config: ml_collections.ConfigDict) -> None:
-    data = config.data
-    problems = []
-    if config.seq_len < 8:
-        problems.append(f"seq_len={config.seq_len} (need >= 8: [CLS] A [SEP] B [SEP])")
-    if data.max_predictions < 1:
-        problems.append(f"data.max_predictions={data.max_predictions} (need >= 1)")
-    if not 0.0 < data.masked_lm_prob <= 1.0:
-        problems.append(f"data.masked_lm_prob={data.masked_lm_prob} (need 0 < p <= 1)")
-    if data.max_ngram < 1:
-        problems.append(f"data.max_ngram={data.max_ngram} (need >= 1)")
-    if not 0.0 <= data.short_seq_prob <= 1.0:
-        problems.append(f"data.short_seq_prob={data.short_seq_prob} (need 0 <= p <= 1)")
-    if data.dupe_factor < 1:
-        problems.append(f"data.dupe_factor={data.dupe_factor} (need >= 1)")
-    if data.sentence_objective not in OBJECTIVES:
-        problems.append(f"data.sentence_objective={data.sentence_objective!r} (one of {OBJECTIVES})")
-    if not 0.0 <= data.eval_fraction < 1.0:
-        problems.append(f"data.eval_fraction={data.eval_fraction} (need 0 <= f < 1)")
-    if data.format not in FORMATS:
-        problems.append(f"data.format={data.format!r} (one of {FORMATS})")
-    if problems:
-        raise ConfigError("cannot build pretraining data: " + "; ".join(problems))
-    if data.format == "tfrecord":
-        try:
-            import tensorflow  # noqa: F401  (TFDS writes TFRecord files through TensorFlow)
-        except ImportError:
-            raise ConfigError(
-                "config.data.format='tfrecord' needs TensorFlow: `pip install albert-jax[tf]`, or "
-                "keep the default 'array_record' (what the grain pipeline reads)") from None
-
-
-def _corpus_signature(corpus_spec: str) -> str:
-    """The corpus sources in order: file names with sizes, TFDS names, or the demo corpus with
-    the Python version it comes from."""
-    parts = []
-    for source in corpus.list_sources(corpus_spec):
-        if source == corpus.DEMO:
-            parts.append(f"{source}@python{platform.python_version()}")
-        elif source.startswith(corpus.TFDS_PREFIX):
-            parts.append(source)
-        else:
-            parts.append(f"{os.path.basename(source)}:{os.path.getsize(source)}")
-    return ";".join(parts)
 
 
 def example_features(seq_len: int, max_predictions: int) -> tfds.features.FeaturesDict:
@@ -184,7 +76,8 @@ def example_features(seq_len: int, max_predictions: int) -> tfds.features.Featur
 class AlbertPretraining(tfds.core.GeneratorBasedBuilder):
     """SOP/NSP instances with n-gram masks (SPEC 1.3-1.5), `train` and `eval` splits.
 
-    Construct with `make_builder(config)`; the builder config comes from the run config.
+    Construct with `make_builder(config)`; its builder config, the `DatasetSettings`, comes
+    from the run config.
     Metadata (metadata.json): the special token ids and vocab size (for dynamic masking and
     `data inspect`), and per-split counts of what the build did.
     """
@@ -199,7 +92,7 @@ class AlbertPretraining(tfds.core.GeneratorBasedBuilder):
         # package (it is not a TFDS dependency); the answer is simply this file.
         return epath.Path(__file__)
 
-    def __init__(self, *, config: PretrainingConfig, num_processes: int | None = None,
+    def __init__(self, *, config: DatasetSettings, num_processes: int | None = None,
                  tokenizer: Tokenizer | None = None, **kwargs: Any):
         self.num_processes = num_processes or os.cpu_count() or 1
         self._tokenizer = tokenizer
@@ -208,17 +101,17 @@ class AlbertPretraining(tfds.core.GeneratorBasedBuilder):
     @property
     def tokenizer(self) -> Tokenizer:
         if self._tokenizer is None:
-            config = self.builder_config
-            self._tokenizer = Tokenizer.load(config.tokenizer, lower=config.do_lower_case)
+            settings = self.builder_config
+            self._tokenizer = Tokenizer.load(settings.tokenizer, lower=settings.do_lower_case)
         return self._tokenizer
 
     def _info(self) -> tfds.core.DatasetInfo:
-        config = self.builder_config
+        settings = self.builder_config
         return tfds.core.DatasetInfo(
             builder=self,
             description="ALBERT pretraining examples (arXiv 1909.11942): sentence pairs with "
                         "n-gram masked-LM targets and sentence-order labels.",
-            features=example_features(config.seq_len, config.max_predictions),
+            features=example_features(settings.seq_len, settings.max_predictions),
             metadata=tfds.core.MetadataDict(),
             homepage="https://github.com/google-research/albert",
         )
@@ -229,19 +122,19 @@ class AlbertPretraining(tfds.core.GeneratorBasedBuilder):
         self.info.metadata.update(
             vocab_size=tokenizer.vocab_size, pad_id=tokenizer.pad_id, cls_id=tokenizer.cls_id,
             sep_id=tokenizer.sep_id, mask_id=tokenizer.mask_id, unk_id=tokenizer.unk_id,
-            settings={field.name: getattr(self.builder_config, field.name)
-                      for field in dataclasses.fields(PretrainingConfig)
-                      if field.name not in _BASE_CONFIG_FIELDS},
+            settings=self.builder_config.as_dict(),
             splits={})
         splits = SPLITS if self.builder_config.eval_fraction > 0 else ("train",)
         return {split: self._generate_examples(split) for split in splits}
 
     def _generate_examples(self, split: str) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
-        config = self.builder_config
+        settings = self.builder_config
         counts = collections.Counter()
         reading = corpus.CorpusStats()
-        blocks = _document_blocks(config, split, reading)
-        task = _BlockTask(settings=_MaskingSettings.from_config(config),
+        blocks = _document_blocks(settings, split, reading)
+        # From the metadata, as dynamic masking (pipeline.py) makes them: the same masking.
+        masking_settings = masking.MaskingSettings.from_metadata(self.info.metadata)
+        task = _BlockTask(settings=settings, masking_settings=masking_settings,
                           split_index=SPLITS.index(split))
         results = _map_in_order(task, enumerate(blocks), self.num_processes,
                                 initializer=_set_worker_tokenizer, initargs=(self.tokenizer,))
@@ -252,7 +145,7 @@ class AlbertPretraining(tfds.core.GeneratorBasedBuilder):
                                                for name, values in result.features.items()}
         if not counts["instances"]:
             raise ValueError(
-                f"the {split!r} split of corpus {config.corpus!r} has no examples "
+                f"the {split!r} split of corpus {settings.corpus!r} has no examples "
                 f"({counts['documents']} documents; corpus: {reading.report()}); "
                 + ("raise --config.data.eval_fraction or use a bigger corpus" if split == "eval"
                    else "use a corpus with multi-sentence documents (blank line between them)"))
@@ -262,24 +155,16 @@ class AlbertPretraining(tfds.core.GeneratorBasedBuilder):
 def make_builder(config: ml_collections.ConfigDict, *,
                  num_processes: int | None = None) -> AlbertPretraining:
     """The builder of a run config (checks it and the tokenizer file; builds nothing)."""
-    builder_config = PretrainingConfig.from_config(config)
+    settings = DatasetSettings.from_run_config(config)
     tokenizer = Tokenizer.load(config.data.tokenizer, lower=config.data.do_lower_case)
     if tokenizer.vocab_size > config.data.vocab_size:
         raise ConfigError(
             f"tokenizer {config.data.tokenizer} has {tokenizer.vocab_size} pieces but "
             f"config.data.vocab_size={config.data.vocab_size} (the model's embedding rows): set "
             f"--config.data.vocab_size={tokenizer.vocab_size}")
-    return AlbertPretraining(config=builder_config, data_dir=os.fspath(config.data.dir),
-                             file_format=builder_config.file_format, num_processes=num_processes,
+    return AlbertPretraining(config=settings, data_dir=os.fspath(config.data.dir),
+                             file_format=settings.file_format, num_processes=num_processes,
                              tokenizer=tokenizer)
-
-
-def dataset_dir(config: ml_collections.ConfigDict) -> str:
-    """The folder holding dataset_info.json for `config` (whether built or not yet).
-
-    Same as `make_builder(config).data_dir`, without constructing a TFDS builder."""
-    return os.path.join(os.fspath(config.data.dir), NAME,
-                        PretrainingConfig.from_config(config).name, DATASET_VERSION)
 
 
 def build_from_config(config: ml_collections.ConfigDict, *,
@@ -321,14 +206,14 @@ def _is_eval_document(source_name: str, document_index: int, eval_fraction: floa
     return int.from_bytes(digest, "little") < eval_fraction * 2.0 ** 64
 
 
-def _document_blocks(config: PretrainingConfig, split: str,
+def _document_blocks(settings: DatasetSettings, split: str,
                      reading: corpus.CorpusStats) -> Iterator[list[list[str]]]:
     """The documents of `split`, in corpus order, in blocks of >= BLOCK_CHARACTERS (but the last)."""
     block, characters = [], 0
-    for source in corpus.list_sources(config.corpus):
+    for source in corpus.list_sources(settings.corpus):
         source_name = os.path.basename(source.rstrip("/"))
         for document_index, document in enumerate(corpus.read_documents(source, reading)):
-            if _is_eval_document(source_name, document_index, config.eval_fraction) != (split == "eval"):
+            if _is_eval_document(source_name, document_index, settings.eval_fraction) != (split == "eval"):
                 continue
             block.append(document)
             characters += sum(map(len, document))
@@ -337,26 +222,6 @@ def _document_blocks(config: PretrainingConfig, split: str,
                 block, characters = [], 0
     if block:
         yield block
-
-
-@dataclasses.dataclass(frozen=True)
-class _MaskingSettings:
-    """What a worker needs besides the tokenizer (small and picklable)."""
-    seed: int
-    dupe_factor: int
-    seq_len: int
-    max_predictions: int
-    masked_lm_prob: float
-    max_ngram: int
-    favor_shorter_ngram: bool
-    short_seq_prob: float
-    sentence_objective: str
-    reference_compat: bool
-
-    @classmethod
-    def from_config(cls, config: PretrainingConfig) -> "_MaskingSettings":
-        return cls(**{field.name: getattr(config, field.name)
-                      for field in dataclasses.fields(cls)})
 
 
 @dataclasses.dataclass
@@ -375,7 +240,8 @@ def _set_worker_tokenizer(tokenizer: Tokenizer) -> None:
 @dataclasses.dataclass(frozen=True)
 class _BlockTask:
     """Tokenize a block, then `dupe_factor` passes of instances (SPEC 1.3) and masks (SPEC 1.4)."""
-    settings: _MaskingSettings
+    settings: DatasetSettings
+    masking_settings: masking.MaskingSettings
     split_index: int
 
     def __call__(self, indexed_block: tuple[int, list[list[str]]]) -> _BlockResult:
@@ -387,7 +253,7 @@ class _BlockTask:
             sentences += len(encoded)
             if encoded:
                 tokenized.append(encoded)
-        special_ids = (tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id)
+        special_ids = self.masking_settings.special_ids
         rows: list[dict[str, np.ndarray]] = []
         for dupe_pass in range(settings.dupe_factor):
             rng = np.random.default_rng(np.random.SeedSequence(
@@ -399,15 +265,8 @@ class _BlockTask:
                     reference_compat=settings.reference_compat,
                     cls_id=tokenizer.cls_id, sep_id=tokenizer.sep_id):
                 boundary = masking.token_boundary(instance.tokens, tokenizer.word_start, special_ids)
-                masked = masking.mask_sequence(
-                    instance.tokens, boundary, rng, max_predictions=settings.max_predictions,
-                    masked_lm_prob=settings.masked_lm_prob, max_ngram=settings.max_ngram,
-                    favor_shorter_ngram=settings.favor_shorter_ngram,
-                    vocab_size=tokenizer.vocab_size, mask_id=tokenizer.mask_id,
-                    special_ids=special_ids)
-                rows.append(masking.to_features(instance, masked, boundary,
-                                                seq_len=settings.seq_len,
-                                                max_predictions=settings.max_predictions))
+                rows.append(masking.mask_instance(instance, boundary, rng,
+                                                  self.masking_settings))
         features = {name: np.stack([row[name] for row in rows]) for name in rows[0]} if rows else {}
         counts = dict(documents=len(documents), sentences=sentences, instances=len(rows),
                       blocks=1,

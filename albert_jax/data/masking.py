@@ -1,13 +1,15 @@
 """Whole-word n-gram masking (SPEC 1.4) and the padded example features (SPEC 1.5).
 
-Pure NumPy and a pure function of its inputs: static masking calls `mask_sequence` once per
-instance and dupe pass at build time; dynamic masking calls it per example and epoch with a
-generator derived from (seed, epoch, index), after `unmask_features` recovered the tokens.
+Pure NumPy and a pure function of its inputs. Static masking (builder.py) calls `mask_instance`
+once per instance and dupe pass at build time; dynamic masking (pipeline.py) calls
+`remask_features` per example and epoch with a generator derived from (seed, epoch, index). Both
+take their `MaskingSettings` from the dataset's metadata, so they mask alike.
 """
 from __future__ import annotations
 
 import bisect
-from typing import Collection, NamedTuple
+import dataclasses
+from typing import Any, Collection, Mapping, NamedTuple
 
 import numpy as np
 
@@ -16,6 +18,38 @@ from albert_jax.data.instances import Instance
 # SPEC 1.4.7: [MASK] 80%, the original token 10%, a random vocabulary id 10%.
 MASK_PROB = 0.8
 KEEP_PROB = 0.1
+
+
+@dataclasses.dataclass(frozen=True)
+class MaskingSettings:
+    """What masking one example and padding its features take (small and picklable).
+
+    seq_len, max_predictions: the padded lengths (SPEC 1.5); masked_lm_prob, max_ngram,
+    favor_shorter_ngram: SPEC 1.4.3-1.4.4; vocab_size, mask_id: the 80/10/10 replacements
+    (SPEC 1.4.7); special_ids: [CLS], [SEP], <pad>, never masked.
+    """
+    seq_len: int
+    max_predictions: int
+    masked_lm_prob: float
+    max_ngram: int
+    favor_shorter_ngram: bool
+    vocab_size: int
+    mask_id: int
+    special_ids: tuple[int, ...]
+
+    @classmethod
+    def from_metadata(cls, metadata: Mapping[str, Any]) -> "MaskingSettings":
+        """The masking a built dataset was made with, from its metadata (`builder.py` writes
+        the tokenizer's ids and, under `settings`, the `dataset_settings.DatasetSettings`)."""
+        settings = metadata["settings"]
+        return cls(seq_len=int(settings["seq_len"]),
+                   max_predictions=int(settings["max_predictions"]),
+                   masked_lm_prob=float(settings["masked_lm_prob"]),
+                   max_ngram=int(settings["max_ngram"]),
+                   favor_shorter_ngram=bool(settings["favor_shorter_ngram"]),
+                   vocab_size=int(metadata["vocab_size"]), mask_id=int(metadata["mask_id"]),
+                   special_ids=(int(metadata["cls_id"]), int(metadata["sep_id"]),
+                                int(metadata["pad_id"])))
 
 
 class MaskedSequence(NamedTuple):
@@ -180,6 +214,35 @@ def to_features(instance: Instance, masked: MaskedSequence, boundary: np.ndarray
         "masked_lm_weights": padded(np.ones(num_masked), max_predictions, np.float32),
         "next_sentence_labels": np.array([instance.next_sentence_label], np.int32),
     }
+
+
+def mask_instance(instance: Instance, boundary: np.ndarray, rng: np.random.Generator,
+                  settings: MaskingSettings) -> dict[str, np.ndarray]:
+    """The SPEC 1.5 features of `instance` with new SPEC 1.4 masks (`mask_sequence`).
+
+    boundary: int32 [n] from `token_boundary`; the features are those of `to_features`.
+    """
+    masked = mask_sequence(
+        instance.tokens, boundary, rng, max_predictions=settings.max_predictions,
+        masked_lm_prob=settings.masked_lm_prob, max_ngram=settings.max_ngram,
+        favor_shorter_ngram=settings.favor_shorter_ngram, vocab_size=settings.vocab_size,
+        mask_id=settings.mask_id, special_ids=settings.special_ids)
+    return to_features(instance, masked, boundary, seq_len=settings.seq_len,
+                       max_predictions=settings.max_predictions)
+
+
+def remask_features(features: dict[str, np.ndarray], rng: np.random.Generator,
+                    settings: MaskingSettings) -> dict[str, np.ndarray]:
+    """Dynamic masking: the features of a stored example with its masks drawn anew.
+
+    The original tokens come back by `unmask_features`; segments, label and word boundaries
+    are kept. In and out: the SPEC 1.5 features of one example (unbatched).
+    """
+    tokens = unmask_features(features)
+    length = tokens.size
+    instance = Instance(tokens=tokens, segment_ids=features["segment_ids"][:length],
+                        next_sentence_label=int(features["next_sentence_labels"][0]))
+    return mask_instance(instance, features["token_boundary"][:length], rng, settings)
 
 
 def unmask_features(features: dict[str, np.ndarray]) -> np.ndarray:

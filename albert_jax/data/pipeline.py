@@ -14,7 +14,8 @@ run on 1 host would.
 - "static": the SPEC 1.4 masks written at build time (the reference's behaviour, dupe_factor
   copies with different masks).
 - "dynamic": SPEC 1.4 masking redone in the pipeline from the stored original tokens and word
-  boundaries, with `np.random.default_rng([seed, epoch, example_index])`: every epoch sees new
+  boundaries (`masking.remask_features`, with the masking settings the build used), with
+  `np.random.default_rng([seed, epoch, example_index])`: every epoch sees new
   masks, and the masks depend only on the example and the epoch (not on the number of hosts,
   workers or the batch size), so a run is deterministic and resumable. With dynamic masking
   a small dupe_factor (e.g. 1-5) is enough.
@@ -46,7 +47,7 @@ import ml_collections
 import numpy as np
 import tensorflow_datasets as tfds
 
-from albert_jax.data import builder, instances, masking
+from albert_jax.data import dataset_settings, masking
 from albert_jax.errors import ConfigError
 
 MASKING_MODES = ("static", "dynamic")
@@ -136,7 +137,7 @@ def make_iterator(config: ml_collections.ConfigDict, split: str = "train", *,
         raise ConfigError(f"config.data.masking={config.data.masking!r}; one of {MASKING_MODES}")
     process_index = jax.process_index() if process_index is None else process_index
     process_count = jax.process_count() if process_count is None else process_count
-    source = SplitSource(builder.dataset_dir(config), split)
+    source = SplitSource(dataset_settings.dataset_dir(config), split)
     training = split == "train"
     host_batch = host_batch_size(config, split, process_count=process_count)
     dataset = make_dataset(
@@ -234,43 +235,18 @@ class DynamicMasking:
     Called by `HostRows` with (position in the global repeated stream, (example index, features));
     epoch = position // epoch_length (epoch_length = the split's size).
     """
+    settings: masking.MaskingSettings
     seed: int
-    seq_len: int
-    max_predictions: int
-    masked_lm_prob: float
-    max_ngram: int
-    favor_shorter_ngram: bool
-    vocab_size: int
-    mask_id: int
-    special_ids: tuple[int, ...]
     epoch_length: int = 1
 
     @classmethod
     def from_metadata(cls, config: ml_collections.ConfigDict,
                       metadata: dict[str, Any]) -> "DynamicMasking":
-        data = config.data
-        return cls(seed=int(config.seed), seq_len=int(config.seq_len),
-                   max_predictions=int(data.max_predictions),
-                   masked_lm_prob=float(data.masked_lm_prob), max_ngram=int(data.max_ngram),
-                   favor_shorter_ngram=bool(data.favor_shorter_ngram),
-                   vocab_size=int(metadata["vocab_size"]), mask_id=int(metadata["mask_id"]),
-                   special_ids=(int(metadata["cls_id"]), int(metadata["sep_id"]),
-                                int(metadata["pad_id"])))
+        """The masking the dataset was built with (its metadata), seeded by config.seed."""
+        return cls(settings=masking.MaskingSettings.from_metadata(metadata), seed=int(config.seed))
 
     def __call__(self, position: int, indexed: tuple[int, dict[str, np.ndarray]]
                  ) -> dict[str, np.ndarray]:
         example_index, features = indexed
         rng = np.random.default_rng([self.seed, position // self.epoch_length, example_index])
-        tokens = masking.unmask_features(features)
-        length = tokens.size
-        boundary = features["token_boundary"][:length]
-        masked = masking.mask_sequence(
-            tokens, boundary, rng, max_predictions=self.max_predictions,
-            masked_lm_prob=self.masked_lm_prob, max_ngram=self.max_ngram,
-            favor_shorter_ngram=self.favor_shorter_ngram, vocab_size=self.vocab_size,
-            mask_id=self.mask_id, special_ids=self.special_ids)
-        instance = instances.Instance(
-            tokens=tokens, segment_ids=features["segment_ids"][:length],
-            next_sentence_label=int(features["next_sentence_labels"][0]))
-        return masking.to_features(instance, masked, boundary, seq_len=self.seq_len,
-                                   max_predictions=self.max_predictions)
+        return masking.remask_features(features, rng, self.settings)

@@ -18,7 +18,7 @@ from typing import Any, Iterable
 import ml_collections
 import numpy as np
 
-from albert_jax.data import builder, pipeline
+from albert_jax.data import dataset_settings, pipeline
 from albert_jax.data.tokenizer import SPIECE_UNDERLINE, Tokenizer
 
 STATISTICS_EXAMPLES = 20_000  # per split: enough for +-1% on every fraction below
@@ -152,7 +152,7 @@ def format_example(features: dict[str, np.ndarray], tokenizer: Tokenizer, *,
 
 def inspect_from_config(config: ml_collections.ConfigDict, num_examples: int) -> None:
     """`albert-jax data inspect`: prints `num_examples` decoded train examples and statistics."""
-    dataset_dir = builder.dataset_dir(config)
+    dataset_dir = dataset_settings.dataset_dir(config)
     if not os.path.exists(os.path.join(dataset_dir, "dataset_info.json")):
         raise FileNotFoundError(
             f"no dataset at {dataset_dir}: run `albert-jax data build` with the same config first")

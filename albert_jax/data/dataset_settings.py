@@ -1,0 +1,147 @@
+"""What a built pretraining dataset is: the settings that change its examples, and its folder.
+
+  dataset_settings.dataset_dir(config)   # <config.data.dir>/albert_pretraining/<name>/1.0.0
+
+`DatasetSettings` is the TFDS builder config of `builder.AlbertPretraining` (not the run config,
+which it is made from). Its name ends in a hash of everything that changes the data (the corpus
+files' names and sizes, the tokenizer file's bytes, seq_len, masking and instance settings,
+dupe_factor, seed, format), so two different run configs never share a folder, and a finished
+folder is reused as is (also from another machine where the corpus lies under another path).
+The builder writes the data; the pipeline and `data inspect` find it here, without the builder.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import platform
+from typing import Any
+
+import ml_collections
+import tensorflow_datasets as tfds
+from etils import epath
+
+from albert_jax.data import corpus
+from albert_jax.data.instances import SENTENCE_OBJECTIVES
+from albert_jax.errors import ConfigError
+
+NAME = "albert_pretraining"  # the TFDS name of `builder.AlbertPretraining`
+DATASET_VERSION = "1.0.0"
+FORMATS = ("array_record", "tfrecord")
+_TFDS_FIELDS = frozenset(field.name for field in dataclasses.fields(tfds.core.BuilderConfig))
+
+
+@dataclasses.dataclass(eq=False)
+class DatasetSettings(tfds.core.BuilderConfig):
+    """Everything that changes the written examples; `name` is derived from it by
+    `from_run_config`. A build stores these fields in its metadata as `settings`."""
+    corpus: str = corpus.DEMO
+    corpus_signature: str = ""  # file names and sizes (a changed file gets a new folder)
+    tokenizer: str = ""
+    tokenizer_sha256: str = ""
+    do_lower_case: bool = True
+    seq_len: int = 512
+    max_predictions: int = 20
+    masked_lm_prob: float = 0.15
+    max_ngram: int = 3
+    favor_shorter_ngram: bool = True
+    short_seq_prob: float = 0.1
+    dupe_factor: int = 40
+    sentence_objective: str = "sop"
+    reference_compat: bool = False
+    eval_fraction: float = 0.01
+    seed: int = 12345
+    file_format: str = "array_record"
+
+    @classmethod
+    def from_run_config(cls, config: ml_collections.ConfigDict) -> "DatasetSettings":
+        """The dataset settings of a run config; checks the values and the tokenizer file first."""
+        data = config.data
+        _check_settings(config)
+        tokenizer_path = epath.Path(data.tokenizer)
+        if not tokenizer_path.exists():
+            raise FileNotFoundError(
+                f"config.data.tokenizer={data.tokenizer!r} does not exist; train one with "
+                f"`albert-jax tokenizer train --config=...` (same config) or point "
+                f"--config.data.tokenizer at a SentencePiece model such as 30k-clean.model")
+        settings = dict(
+            corpus=data.corpus, corpus_signature=_corpus_signature(data.corpus),
+            tokenizer=os.fspath(data.tokenizer),
+            tokenizer_sha256=hashlib.sha256(tokenizer_path.read_bytes()).hexdigest(),
+            do_lower_case=bool(data.do_lower_case), seq_len=int(config.seq_len),
+            max_predictions=int(data.max_predictions), masked_lm_prob=float(data.masked_lm_prob),
+            max_ngram=int(data.max_ngram), favor_shorter_ngram=bool(data.favor_shorter_ngram),
+            short_seq_prob=float(data.short_seq_prob), dupe_factor=int(data.dupe_factor),
+            sentence_objective=str(data.sentence_objective),
+            reference_compat=bool(data.reference_compat), eval_fraction=float(data.eval_fraction),
+            seed=int(config.seed), file_format=str(data.format))
+        # Paths are not part of the identity: a moved corpus or a copied tokenizer file (same
+        # names, sizes and bytes) gives the same data, so it finds the same folder.
+        identity = {key: value for key, value in settings.items()
+                    if key not in ("corpus", "tokenizer")}
+        digest = hashlib.sha256(repr(sorted(identity.items())).encode()).hexdigest()[:12]
+        name = (f"seq{settings['seq_len']}_pred{settings['max_predictions']}_"
+                f"dupe{settings['dupe_factor']}_{settings['sentence_objective']}_{digest}")
+        description = ", ".join(f"{key}={value!r}" for key, value in settings.items())
+        return cls(name=name, description=description, **settings)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields above in order (not TFDS's own: name, version, ...), as a build stores
+        them in its metadata under `settings`."""
+        return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)
+                if field.name not in _TFDS_FIELDS}
+
+
+def dataset_dir(config: ml_collections.ConfigDict) -> str:
+    """The folder holding dataset_info.json for `config` (whether built or not yet).
+
+    Same as `builder.make_builder(config).data_dir`, without constructing a TFDS builder."""
+    return os.path.join(os.fspath(config.data.dir), NAME,
+                        DatasetSettings.from_run_config(config).name, DATASET_VERSION)
+
+
+def _check_settings(config: ml_collections.ConfigDict) -> None:
+    data = config.data
+    problems = []
+    if config.seq_len < 8:
+        problems.append(f"seq_len={config.seq_len} (need >= 8: [CLS] A [SEP] B [SEP])")
+    if data.max_predictions < 1:
+        problems.append(f"data.max_predictions={data.max_predictions} (need >= 1)")
+    if not 0.0 < data.masked_lm_prob <= 1.0:
+        problems.append(f"data.masked_lm_prob={data.masked_lm_prob} (need 0 < p <= 1)")
+    if data.max_ngram < 1:
+        problems.append(f"data.max_ngram={data.max_ngram} (need >= 1)")
+    if not 0.0 <= data.short_seq_prob <= 1.0:
+        problems.append(f"data.short_seq_prob={data.short_seq_prob} (need 0 <= p <= 1)")
+    if data.dupe_factor < 1:
+        problems.append(f"data.dupe_factor={data.dupe_factor} (need >= 1)")
+    if data.sentence_objective not in SENTENCE_OBJECTIVES:
+        problems.append(f"data.sentence_objective={data.sentence_objective!r} "
+                        f"(one of {SENTENCE_OBJECTIVES})")
+    if not 0.0 <= data.eval_fraction < 1.0:
+        problems.append(f"data.eval_fraction={data.eval_fraction} (need 0 <= f < 1)")
+    if data.format not in FORMATS:
+        problems.append(f"data.format={data.format!r} (one of {FORMATS})")
+    if problems:
+        raise ConfigError("cannot build pretraining data: " + "; ".join(problems))
+    if data.format == "tfrecord":
+        try:
+            import tensorflow  # noqa: F401  (TFDS writes TFRecord files through TensorFlow)
+        except ImportError:
+            raise ConfigError(
+                "config.data.format='tfrecord' needs TensorFlow: `pip install albert-jax[tf]`, or "
+                "keep the default 'array_record' (what the grain pipeline reads)") from None
+
+
+def _corpus_signature(corpus_spec: str) -> str:
+    """The corpus sources in order: file names with sizes, TFDS names, or the demo corpus with
+    the Python version it comes from."""
+    parts = []
+    for source in corpus.list_sources(corpus_spec):
+        if source == corpus.DEMO:
+            parts.append(f"{source}@python{platform.python_version()}")
+        elif source.startswith(corpus.TFDS_PREFIX):
+            parts.append(source)
+        else:
+            parts.append(f"{os.path.basename(source)}:{os.path.getsize(source)}")
+    return ";".join(parts)
