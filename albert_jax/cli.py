@@ -8,16 +8,20 @@
                              --config.init_from=PATH --workdir=DIR
   albert-jax evaluate        --workdir=DIR --split=dev|test
   albert-jax checkpoint verify --workdir=DIR    (one line per checkpoint; exit 0 if all intact)
+  albert-jax plan            --config=configs/pretrain.py:size=xxlarge --topology=v5e:16x16
+                             [--devices=N --hbm_gib=16] [--json]   (HBM per device; fits?)
   albert-jax squad-eval      DATA.json PREDICTIONS.json [--na-prob-file=F]
   albert-jax convert         --from=tf --path=model.ckpt-best --config_path=albert_config.json
                              --to=huggingface --output=DIR
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
+import ml_collections
 from absl import app, flags
 from absl import logging as absl_logging
 from ml_collections import config_flags
@@ -62,6 +66,17 @@ _TO = flags.DEFINE_enum("to", None, ["orbax", "huggingface"], "convert: target f
 _PATH = flags.DEFINE_string("path", None, "convert: source checkpoint (file prefix or directory).")
 _CONFIG_PATH = flags.DEFINE_string("config_path", None, "convert --from=tf: albert_config.json.")
 _OUTPUT = flags.DEFINE_string("output", None, "convert: output directory.")
+_TOPOLOGY = flags.DEFINE_string("topology", None, "plan: TPU slice, e.g. v5e:16x16 (needs the "
+                                "[tpu] extra, libtpu; no TPU needed).")
+_DEVICES = flags.DEFINE_integer("devices", None, "plan: N fake CPU devices instead of a TPU.")
+_HBM_GIB = flags.DEFINE_float("hbm_gib", 16.0, "plan --devices: GiB of memory per device assumed.")
+_PEAK_TFLOPS = flags.DEFINE_float("peak_tflops", 197.0, "plan --devices: peak TFLOP/s per device "
+                                  "assumed (197: TPU v5e bf16).")
+_MFU = flags.DEFINE_float("mfu", 0.4, "plan: model FLOPs utilisation for the step time.")
+_LEVERS = flags.DEFINE_boolean("levers", True, "plan: when it does not fit, try more fsdp, remat "
+                               "and microbatches.")
+_JSON = flags.DEFINE_boolean("json", False, "plan: print one JSON object.")
+
 
 
 def _need(flag: flags.FlagHolder, command: str) -> object:
@@ -139,6 +154,52 @@ def _checkpoint_verify() -> None:
         sys.exit(1)
 
 
+def _plan_task(config: ml_collections.ConfigDict) -> tuple[Any, dict[str, Any]]:
+    """The task of a pretraining or fine-tuning config and its train batch as shapes: no data,
+    tokenizer or checkpoint is read (a fine-tuning architecture is config.model's preset)."""
+    import jax
+    import jax.numpy as jnp
+    from albert_jax.finetune import task as finetune_task
+    from albert_jax.model import presets
+
+    if "task" in config:  # a fine-tuning config
+        model_config = finetune_task.finetune_model_config(config, presets.get_config(config.model))
+        task = finetune_run._task_class(config)(config, model_config, None, None)
+    else:
+        task = pretraining.PretrainingTask(config, config_lib.model_config(config))
+    size = config.batch_size
+    ints = lambda *shape: jax.ShapeDtypeStruct((size, *shape), jnp.int32)
+    floats = lambda *shape: jax.ShapeDtypeStruct((size, *shape), jnp.float32)
+    inputs = ints(*task.init_inputs()[0].shape[1:])  # [batch, seq] or RACE's [batch, 4, seq]
+    batch = {"input_ids": inputs, "segment_ids": inputs, "input_mask": inputs}
+    if "task" not in config:  # SPEC 1.5 features
+        predictions = config.data.max_predictions
+        batch.update(masked_lm_positions=ints(predictions), masked_lm_ids=ints(predictions),
+                     masked_lm_weights=floats(predictions), next_sentence_labels=ints(1))
+    elif config.task == "squad":
+        batch.update(example_weight=floats(), start_positions=ints(), end_positions=ints(),
+                     p_mask=inputs, is_impossible=ints())
+    else:
+        batch.update(example_weight=floats(), labels=floats() if config.task == "stsb" else ints())
+    return task, batch
+
+
+def _plan() -> None:
+    config = _need(_CONFIG, "plan")
+    if (_TOPOLOGY.value is None) == (_DEVICES.value is None):
+        raise ConfigError("albert-jax plan needs one of --topology=<TPU slice, e.g. v5e:16x16> "
+                          "or --devices=N (CPU devices standing for N accelerators)")
+    if _DEVICES.value is not None:
+        # Before JAX starts its CPU backend: N fake devices (the last flag given wins).
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
+                                   + f" --xla_force_host_platform_device_count={_DEVICES.value}")
+    from albert_jax.train import plan as plan_lib
+    target = (plan_lib.tpu_target(_TOPOLOGY.value) if _TOPOLOGY.value is not None
+              else plan_lib.cpu_target(_DEVICES.value, _HBM_GIB.value, _PEAK_TFLOPS.value))
+    result = plan_lib.plan(config, _plan_task, target, mfu=_MFU.value, try_levers=_LEVERS.value)
+    print(json.dumps(result) if _JSON.value else plan_lib.format_plan(result), flush=True)
+
+
 def _convert() -> None:
     from albert_jax.convert import cli as convert_cli
     convert_cli.convert(source=_need(_FROM, "convert"), target=_need(_TO, "convert"),
@@ -154,6 +215,7 @@ COMMANDS: dict[tuple[str, ...], Callable[[], None]] = {
     ("finetune",): _finetune,
     ("evaluate",): _evaluate,
     ("checkpoint", "verify"): _checkpoint_verify,
+    ("plan",): _plan,
     ("convert",): _convert,
 }
 

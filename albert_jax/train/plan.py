@@ -1,0 +1,405 @@
+"""Will a run fit? `albert-jax plan`: the real train step compiled ahead of time for a target.
+
+The target is a TPU topology (abstract devices from libtpu, the `[tpu]` extra: no TPU needed)
+or N CPU devices standing in for N accelerators of a stated HBM size. Nothing is allocated: the
+train state is abstract (shapes and shardings), the batch is `jax.ShapeDtypeStruct`s, and
+`jit(...).lower(...).compile()` gives XLA's own plan of the bytes each device holds:
+
+  parameters, optimizer state   the train state's shards on one device (from its shardings)
+  temporaries                   `memory_analysis().temp_size_in_bytes`: activations, gradients,
+                                gathered weights, everything the step makes and frees
+  peak                          arguments + outputs - donated (aliased) outputs + temporaries
+
+A TPU compile that does not fit raises RESOURCE_EXHAUSTED and returns no executable; the
+memory report XLA dumps on the way (`*memory-usage-report.txt`, asked for with `xla_dump_to`)
+still says the total and the largest buffers with their shapes, so "does not fit" is a result.
+Then the obvious levers are tried, smallest change first: more fsdp (fewer data replicas),
+rematerialisation, more microbatches, then all three; the first that fits is reported.
+
+FLOPs per step are analytic (train/flops.py via the task): XLA's cost analysis counts the body
+of a scan once, not once per layer.
+"""
+from __future__ import annotations
+
+import dataclasses
+import glob
+import importlib.util
+import math
+import os
+import re
+import tempfile
+import time
+from typing import Any, Callable, Iterator
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from albert_jax.errors import ConfigError
+from albert_jax.train import flops, optim, sharding
+from albert_jax.train import state as state_lib
+from albert_jax.train import step as step_lib
+from albert_jax.train.task import Task
+
+GIB = 1024**3
+
+
+@dataclasses.dataclass(frozen=True)
+class Chip:
+    """One TPU generation, per JAX device (a core on v2/v3, a chip from v4 on)."""
+
+    name: str
+    hbm_bytes: int
+    peak_flops: float  # dense bf16 FLOP/s
+
+
+# Per JAX device. Sources, Google Cloud TPU system architecture pages (cloud.google.com/tpu/docs/
+# v2, v3, v4, v5e, v5p, v6e): v2 16 GiB and 45 TFLOP/s per chip of 2 cores; v3 32 GiB and
+# 123 TFLOP/s per chip of 2 cores; v4 32 GiB, 275 TFLOP/s per chip (one megacore device);
+# v5e 16 GiB, 197 TFLOP/s; v5p 95 GiB, 459 TFLOP/s (megacore); v6e 32 GiB, 918 TFLOP/s.
+# XLA keeps a little of it (v5e: "available HBM (15.75G)"); the TPU compiler itself decides.
+CHIPS = {
+    "v2": Chip("v2", 8 * GIB, 22.5e12),
+    "v3": Chip("v3", 16 * GIB, 61.5e12),
+    "v4": Chip("v4", 32 * GIB, 275e12),
+    "v5e": Chip("v5e", 16 * GIB, 197e12),
+    "v5p": Chip("v5p", 95 * GIB, 459e12),
+    "v6e": Chip("v6e", 32 * GIB, 918e12),
+}
+# The first word of a topology name ("v5e:16x16") -> chip; v5litepod / v6e names as gcloud's.
+_CHIP_ALIASES = {"v5litepod": "v5e", "v5lite": "v5e", "v6": "v6e", "v6lite": "v6e"}
+# Generations whose two TensorCores per chip JAX drives as one device.
+_MEGACORE = ("v4", "v5p")
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """What a plan compiles for: devices (abstract TPU or CPU), their HBM and peak FLOP/s."""
+
+    name: str  # "v5e:16x16" or "8 CPU devices"
+    devices: tuple[Any, ...]
+    hbm_bytes: int
+    peak_flops: float
+    is_tpu: bool  # the TPU compiler refuses what does not fit; on CPU we compare
+
+
+def tpu_target(topology: str) -> Target:
+    """The abstract devices of TPU `topology` (e.g. "v5e:16x16", "v4:4x4x4"), from libtpu."""
+    chip_name = topology.split(":", 1)[0].lower()
+    chip_name = _CHIP_ALIASES.get(chip_name, chip_name)
+    if chip_name not in CHIPS or ":" not in topology:
+        raise ConfigError(f"--topology={topology!r} is not <chip>:<shape> for a chip in "
+                          f"{sorted(CHIPS)}, e.g. v5e:16x16 or v4:4x4x4")
+    if importlib.util.find_spec("libtpu") is None and not os.environ.get("TPU_LIBRARY_PATH"):
+        raise ConfigError(f"--topology={topology} needs libtpu to compile for TPU: "
+                          "pip install 'albert-jax[tpu]' (or plan on --devices=N CPU devices "
+                          "with --hbm_gib)")
+    from jax.experimental import topologies  # only with libtpu: it starts the TPU compiler
+    options = {"chip_config_name": "megacore"} if chip_name in _MEGACORE else {}
+    name = f"{chip_name}:{topology.split(':', 1)[1]}"
+    try:
+        description = topologies.get_topology_desc(platform="tpu", topology_name=name, **options)
+    except Exception as error:  # the TPU runtime's own message says what it does not know
+        raise ConfigError(f"--topology={topology}: libtpu does not know it ({error}); use "
+                          "<chip>:<shape> as gcloud names TPU slices, e.g. v5e:4x4") from None
+    chip = CHIPS[chip_name]
+    return Target(topology, tuple(description.devices), chip.hbm_bytes, chip.peak_flops,
+                  is_tpu=True)
+
+
+def cpu_target(num_devices: int, hbm_gib: float, peak_tflops: float) -> Target:
+    """N CPU devices of this process, each standing for an accelerator of `hbm_gib` GiB; the
+    CPU compiler's buffer plan approximates the TPU's."""
+    if num_devices < 1:
+        raise ConfigError(f"--devices={num_devices} must be a positive integer")
+    if not hbm_gib > 0 or not peak_tflops > 0:
+        raise ConfigError(f"--hbm_gib={hbm_gib} and --peak_tflops={peak_tflops} must be positive")
+    devices = jax.devices("cpu")
+    if len(devices) < num_devices:
+        raise ConfigError(f"--devices={num_devices} but this process has {len(devices)} CPU "
+                          f"devices; set XLA_FLAGS=--xla_force_host_platform_device_count="
+                          f"{num_devices} before JAX starts (`albert-jax plan` does)")
+    return Target(f"{num_devices} CPU devices", tuple(devices[:num_devices]),
+                  int(hbm_gib * GIB), peak_tflops * 1e12, is_tpu=False)
+
+
+@dataclasses.dataclass
+class Measurement:
+    """Bytes per device of one compiled (or refused) train step; None where XLA said nothing."""
+
+    mesh: dict[str, int]
+    num_microbatches: int
+    remat_policy: str
+    param_bytes_per_device: int
+    opt_state_bytes_per_device: int
+    argument_bytes_per_device: int | None
+    temp_bytes_per_device: int | None
+    peak_bytes_per_device: int
+    hbm_bytes_per_device: int
+    fits: bool
+    largest_buffers: list[dict[str, Any]]
+    compile_seconds: float
+
+
+# A TPU out-of-memory compile: "RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory
+# required for HLO temporaries (49.99G) exceeds available HBM (15.75G)."
+_TEMPORARIES = re.compile(r"HLO temporaries \(([\d.]+)([KMGT]?)\)")
+_REPORT_TOTAL = re.compile(r"^Total bytes: (\d+)", re.MULTILINE)
+_REPORT_ROW = re.compile(r"^\s*[\d.]+\w*\(\s*[\d.]+%\);\s*([\d.]+)(\w*);\s*\d+;\s*\d+;\s*(.+)$",
+                         re.MULTILINE)
+_UNITS = {"": 1, "B": 1, "K": 1024, "KiB": 1024, "M": 1024**2, "MiB": 1024**2, "G": GIB,
+          "GiB": GIB, "T": 1024**4, "TiB": 1024**4}
+
+
+def _memory_report(dump_dir: str) -> tuple[int | None, list[dict[str, Any]]]:
+    """(total bytes, the 8 largest buffers {bytes, shapes}) of the train step's XLA memory
+    report, the largest module's if there are several."""
+    best: tuple[int | None, list[dict[str, Any]]] = (None, [])
+    for path in glob.glob(os.path.join(dump_dir, "*memory-usage-report.txt")):
+        text = open(path).read()
+        total = _REPORT_TOTAL.search(text)
+        if total is None or (best[0] is not None and int(total.group(1)) <= best[0]):
+            continue
+        rows = [{"bytes": int(float(size) * _UNITS.get(unit, 1)), "shapes": shapes.strip()}
+                for size, unit, shapes in _REPORT_ROW.findall(text)]
+        rows.sort(key=lambda row: -row["bytes"])
+        best = (int(total.group(1)), rows[:8])
+    return best
+
+
+def _bytes_per_device(tree: Any) -> int:
+    """Bytes of one device's shards of a tree of ShapeDtypeStruct with shardings."""
+    return sum(math.prod(leaf.sharding.shard_shape(leaf.shape)) * np.dtype(leaf.dtype).itemsize
+               for leaf in jax.tree.leaves(tree))
+
+
+BuildTask = Callable[[ml_collections.ConfigDict], tuple[Task, dict[str, jax.ShapeDtypeStruct]]]
+
+
+def check_batch(config: ml_collections.ConfigDict, mesh_shape: tuple[int, int, int]) -> None:
+    """ConfigError unless the batch (and each microbatch) splits evenly over data x fsdp."""
+    data, fsdp, _ = mesh_shape
+    if config.batch_size % (data * fsdp):
+        raise ConfigError(f"config batch_size={config.batch_size} is not divisible by the data x "
+                          f"fsdp mesh axes ({data} x {fsdp}); change batch_size or config.mesh")
+    if config.num_microbatches < 1:
+        raise ConfigError(f"config num_microbatches={config.num_microbatches} must be >= 1")
+    step_lib.check_microbatches(config.batch_size, config.num_microbatches, data * fsdp)
+
+
+def measure(config: ml_collections.ConfigDict, build_task: BuildTask,
+            target: Target) -> Measurement:
+    """Compiles the train step of `config` for `target`; what each device holds.
+
+    `build_task(config)` gives the task and its train batch as ShapeDtypeStructs of the global
+    batch ([batch_size, ...]); the config is validated (mesh, batch split) before compiling.
+    """
+    mesh_shape = sharding.mesh_shape(config.mesh, len(target.devices))
+    check_batch(config, mesh_shape)
+    task, batch_spec = build_task(config)
+    mesh = sharding.make_mesh(config.mesh, list(target.devices))
+    optimizer, learning_rate_fn = optim.make_optimizer(config.optim, config.total_steps)
+    abstract_state, state_shardings = state_lib.abstract_train_state(
+        task.model, optimizer, mesh, task.init_inputs())
+    batch_sharding, replicated = sharding.batch_sharding(mesh), sharding.replicated(mesh)
+    batch = {name: jax.ShapeDtypeStruct(spec.shape, spec.dtype, sharding=batch_sharding)
+             for name, spec in batch_spec.items()}
+    rng = jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=replicated)  # jax.random.PRNGKey
+    train_step = jax.jit(
+        step_lib.make_train_step(task, optimizer, learning_rate_fn,
+                                 num_microbatches=config.num_microbatches, mesh=mesh),
+        in_shardings=(state_shardings, batch_sharding, replicated),
+        out_shardings=(state_shardings, replicated), donate_argnums=(0,))
+    param_bytes = _bytes_per_device(abstract_state.params)
+    opt_state_bytes = _bytes_per_device(abstract_state.opt_state)
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory() as dump_dir:
+        lowered = train_step.lower(abstract_state, batch, rng)
+        try:
+            compiled = lowered.compile(compiler_options={"xla_dump_to": dump_dir})
+        except jax.errors.JaxRuntimeError as error:
+            if "RESOURCE_EXHAUSTED" not in str(error):
+                raise
+            compiled = None
+            refusal = str(error)
+        report_total, largest = _memory_report(dump_dir)
+    seconds = time.perf_counter() - started
+    common = dict(mesh=dict(zip(sharding.MESH_AXES, mesh_shape)),
+                  num_microbatches=config.num_microbatches,
+                  remat_policy=task.model_config.remat_policy,
+                  param_bytes_per_device=param_bytes, opt_state_bytes_per_device=opt_state_bytes,
+                  hbm_bytes_per_device=target.hbm_bytes, compile_seconds=seconds)
+    if compiled is None:
+        # The message's temporaries, else the report's total; the state is there beside them.
+        temporaries = _TEMPORARIES.search(refusal)
+        temp = (int(float(temporaries.group(1)) * _UNITS[temporaries.group(2)]) if temporaries
+                else report_total)
+        peak = (temp or 0) + param_bytes + opt_state_bytes
+        return Measurement(argument_bytes_per_device=None, temp_bytes_per_device=temp,
+                           peak_bytes_per_device=peak, fits=False, largest_buffers=largest,
+                           **common)
+    memory = compiled.memory_analysis()
+    peak = (memory.argument_size_in_bytes + memory.output_size_in_bytes
+            - memory.alias_size_in_bytes + memory.temp_size_in_bytes)
+    # The TPU compiler has already compared with the HBM it leaves to programs (v5e: 15.75G).
+    fits = target.is_tpu or peak <= target.hbm_bytes
+    return Measurement(argument_bytes_per_device=memory.argument_size_in_bytes,
+                       temp_bytes_per_device=memory.temp_size_in_bytes,
+                       peak_bytes_per_device=peak, fits=fits,
+                       largest_buffers=[] if fits else largest, **common)
+
+
+def _with(config: ml_collections.ConfigDict, changes: dict[str, Any]) -> ml_collections.ConfigDict:
+    changed = config.copy_and_resolve_references()
+    for key, value in changes.items():
+        section, _, name = key.rpartition(".")
+        (changed[section] if section else changed)[name] = value
+    return changed
+
+
+def _doublings(start: int, stop: int) -> list[int]:
+    """start*2, start*4, ... up to stop (powers of two times start that divide stop)."""
+    values, value = [], start * 2
+    while value <= stop and stop % value == 0:
+        values.append(value)
+        value *= 2
+    return values
+
+
+def _lever_ladders(config: ml_collections.ConfigDict, mesh_shape: tuple[int, int, int],
+                   remat_policy: str) -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    """(lever, its settings from the smallest change to the largest), in the order tried."""
+    data, fsdp, _ = mesh_shape
+    batch_devices = data * fsdp
+    fsdp_ladder = [{"mesh.data": batch_devices // size, "mesh.fsdp": size}
+                   for size in _doublings(fsdp, batch_devices)]
+    remat_ladder = [{"model_overrides.remat_policy": policy} for policy in ("dots", "full")
+                    if (remat_policy, policy) in (("none", "dots"), ("none", "full"),
+                                                  ("dots_no_batch", "full"), ("dots", "full"))]
+    microbatch_sizes = [m for m in _doublings(config.num_microbatches, config.batch_size)
+                        if (config.batch_size // m) % batch_devices == 0]
+    microbatch_ladder = [{"num_microbatches": m} for m in microbatch_sizes]
+    yield "fsdp", fsdp_ladder
+    yield "remat", remat_ladder
+    yield "microbatches", microbatch_ladder
+    # All three: the most fsdp and remat, then the fewest microbatches that fit.
+    most = {**(fsdp_ladder[-1] if fsdp_ladder else {}),
+            **(remat_ladder[-1] if remat_ladder else {})}
+    if most:
+        yield "fsdp+remat+microbatches", [dict(most, num_microbatches=m)
+                                          for m in [config.num_microbatches, *microbatch_sizes]]
+
+
+def _smallest_fitting(config: ml_collections.ConfigDict, build_task: BuildTask, target: Target,
+                      ladder: list[dict[str, Any]], tried: list[dict[str, Any]]
+                      ) -> tuple[dict[str, Any], Measurement] | None:
+    """The first setting of `ladder` that fits, by bisection: the largest change first (if even
+    it does not fit, the smaller ones are not compiled)."""
+    found = None
+    low, high = 0, len(ladder) - 1
+    while low <= high:
+        middle = high if found is None else (low + high) // 2
+        changes = ladder[middle]
+        measurement = measure(_with(config, changes), build_task, target)
+        tried.append({"changes": changes, "fits": measurement.fits,
+                      "peak_bytes_per_device": measurement.peak_bytes_per_device})
+        if measurement.fits:
+            found = (changes, measurement)
+            high = middle - 1
+        elif found is None:
+            return None
+        else:
+            low = middle + 1
+    return found
+
+
+def overrides(changes: dict[str, Any]) -> str:
+    """The command-line flags of a config change, e.g. --config.mesh.fsdp=16."""
+    return " ".join(f"--config.{key}={value}" for key, value in changes.items())
+
+
+def plan(config: ml_collections.ConfigDict, build_task: BuildTask, target: Target, *,
+         mfu: float, try_levers: bool = True) -> dict[str, Any]:
+    """The plan of `config` on `target` as one JSON-able dict (see `format_plan`): the bytes per
+    device, whether it fits, FLOPs per step and the implied step time at `mfu`; if it does not
+    fit, the levers tried and the smallest change that fits (`fits_with`, or None)."""
+    if not 0 < mfu <= 1:
+        raise ConfigError(f"--mfu={mfu} must be in (0, 1]")
+    measurement = measure(config, build_task, target)
+    task, _ = build_task(config)
+    flops_per_step = (flops.TRAIN_FLOPS_PER_FORWARD * config.batch_size
+                      * task.flops_per_example())
+    result = {
+        "topology": target.name,
+        "devices": len(target.devices),
+        "device_kind": target.devices[0].device_kind,
+        "model": task.model_config.to_dict(),
+        "batch_size": config.batch_size,
+        "seq_len": config.seq_len,
+        "compute_dtype": task.model_config.dtype,
+        **dataclasses.asdict(measurement),
+        "flops_per_step": flops_per_step,
+        "peak_flops_per_device": target.peak_flops,
+        "mfu": mfu,
+        "step_seconds": flops_per_step / (mfu * target.peak_flops * len(target.devices)),
+        "levers_tried": [],
+        "fits_with": None,
+    }
+    if measurement.fits or not try_levers:
+        return result
+    mesh_shape = tuple(measurement.mesh[axis] for axis in sharding.MESH_AXES)
+    for lever, ladder in _lever_ladders(config, mesh_shape, measurement.remat_policy):
+        found = _smallest_fitting(config, build_task, target, ladder, result["levers_tried"])
+        if found is not None:
+            changes, fitting = found
+            result["fits_with"] = {"lever": lever, "overrides": overrides(changes),
+                                   **dataclasses.asdict(fitting)}
+            break
+    return result
+
+
+def _size(count: int | None) -> str:
+    return "-" if count is None else sharding.format_bytes(count)
+
+
+def _shorten(text: str, width: int = 100) -> str:
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def format_plan(result: dict[str, Any]) -> str:
+    """The plan as a few lines for a person."""
+    mesh = " ".join(f"{axis}={size}" for axis, size in result["mesh"].items())
+    model = result["model"]
+    lines = [
+        f"target: {result['topology']} ({result['devices']} x {result['device_kind']}, "
+        f"{_size(result['hbm_bytes_per_device'])} HBM each)",
+        f"run: H={model['hidden_size']} L={model['num_hidden_layers']} "
+        f"V={model['vocab_size']}, batch {result['batch_size']} x {result['seq_len']}, "
+        f"{result['num_microbatches']} microbatch(es), remat {result['remat_policy']}, "
+        f"{result['compute_dtype']}; mesh {mesh}",
+        f"per device: parameters {_size(result['param_bytes_per_device'])}, optimizer state "
+        f"{_size(result['opt_state_bytes_per_device'])}, temporaries "
+        f"{_size(result['temp_bytes_per_device'])}, peak {_size(result['peak_bytes_per_device'])}"
+        f" of {_size(result['hbm_bytes_per_device'])}: "
+        + ("fits" if result["fits"] else "DOES NOT FIT"),
+        f"FLOPs per step {result['flops_per_step']:.3g}: {result['step_seconds']:.3g} s per step "
+        f"at {result['mfu']:.0%} MFU of {result['peak_flops_per_device'] / 1e12:.4g} TFLOP/s "
+        f"per device",
+    ]
+    if result["largest_buffers"]:
+        lines.append("largest buffers: " + "; ".join(
+            f"{_size(row['bytes'])} {_shorten(row['shapes'])}"
+            for row in result["largest_buffers"][:5]))
+    for tried in result["levers_tried"]:
+        lines.append(f"  tried {overrides(tried['changes'])}: peak "
+                     f"{_size(tried['peak_bytes_per_device'])}, "
+                     + ("fits" if tried["fits"] else "does not fit"))
+    fits_with = result["fits_with"]
+    if fits_with:
+        lines.append(f"fits with ({fits_with['lever']}): {fits_with['overrides']} (peak "
+                     f"{_size(fits_with['peak_bytes_per_device'])})")
+    elif result["levers_tried"]:
+        lines.append("no lever tried fits: a larger slice, tensor parallelism or a smaller "
+                     "batch per device is needed")
+    return "\n".join(lines)
