@@ -124,7 +124,7 @@ def test_the_newest_intact_step_is_used_and_the_damaged_one_moved_aside(two_chec
     checkpointer = checkpoint.Checkpointer(two_checkpoints)
     assert checkpointer.newest_intact_step() == 1
     assert checkpointer.all_steps() == [1]
-    (moved,) = (two_checkpoints / checkpoint.DAMAGED_SUBDIR).iterdir()
+    (moved,) = (two_checkpoints / integrity.DAMAGED_SUBDIR).iterdir()
     assert moved.name.startswith("2-") and snapshot(moved) == damaged_files  # moved, not deleted
     (report,) = [record.getMessage() for record in caplog.records if "is damaged" in
                  record.getMessage()]
@@ -483,9 +483,11 @@ def test_five_sigkills_then_a_resume_end_bit_identical_to_a_straight_run(
     flags = pretrain_flags(data_flags, workdir)
     rng = random.Random(11)
     # Each run is killed once it has trained a random step (at least one step past where it
-    # resumed), after a random delay: between steps or inside an async checkpoint write.
+    # resumed), after a random delay: between steps or inside an async checkpoint write. The
+    # first before the first checkpoint (step 4): the next run starts afresh over its records.
+    targets = [rng.randint(1, 2), *sorted(rng.sample(range(5, 18), 4))]
     takeovers = 0
-    for target in sorted(rng.sample(range(2, 18), 5)):
+    for kill, target in enumerate(targets):
         process = subprocess.Popen(CLI + flags, cwd=REPO, env=environment,
                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         output: list[str] = []
@@ -497,12 +499,15 @@ def test_five_sigkills_then_a_resume_end_bit_identical_to_a_straight_run(
             assert process.poll() is None, "".join(output)[-3000:]
             assert time.time() < deadline, "the run did not reach the step in time"
             time.sleep(0.02)
-        time.sleep(rng.uniform(0, 0.1))
+        time.sleep(rng.uniform(0, 0.1) if kill else 0)
         process.send_signal(signal.SIGKILL)
         assert process.wait() == -signal.SIGKILL
         reader.join()
         takeovers += "taking over the lock" in "".join(output)
+        assert ("Resuming" in "".join(output)) == (kill > 1), "".join(output)[-3000:]
         assert (workdir / "run.lock").exists()  # a SIGKILL leaves the lock
+    with (workdir / "metrics.jsonl").open("a") as stream:
+        stream.write('{"step": 18, "loss": 6.1')  # a line a kill cut short
     final = run(flags, environment)
     assert final.returncode == 0, final.stderr[-3000:]
     assert takeovers == 4 and "taking over the lock" in final.stderr

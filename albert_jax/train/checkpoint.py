@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import time
 from typing import Any, Callable
 
 import grain
@@ -43,7 +42,6 @@ from albert_jax.train import integrity, optim, sharding, state as state_lib
 
 STATE, DATA, CONFIG = "state", "data", "config"
 CHECKPOINTS_SUBDIR = "checkpoints"
-DAMAGED_SUBDIR = "damaged"
 _ORBAX_TMP_SUFFIX = ".orbax-checkpoint-tmp"  # Orbax's name of a step being written
 
 
@@ -222,21 +220,7 @@ class Checkpointer:
     def move_aside(self, step: int) -> epath.Path:
         """Moves checkpoint `step` to `<directory>/damaged/<step>-<UTC time>` (never deletes
         it); Orbax no longer lists it. Returns where it went."""
-        source = self.directory / str(step)
-        target = (self.directory / DAMAGED_SUBDIR /
-                  f"{step}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if "://" not in os.fspath(source):
-            source.rename(target)  # atomic
-        else:
-            # Object stores have no directory rename: copy, then remove Orbax's commit marker
-            # first (no longer a step even if the removal stops half way), then the rest.
-            for path in integrity.all_files(source):
-                destination = target / path.relative_to(source)
-                destination.parent.mkdir(parents=True, exist_ok=True)
-                path.copy(destination)
-            (source / "commit_success.txt").unlink(missing_ok=True)
-            source.rmtree()
+        target = integrity.move_aside(self.directory / str(step))
         self._manager.reload()
         return target
 

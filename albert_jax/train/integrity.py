@@ -1,4 +1,5 @@
-"""Checksums of a checkpoint's files: written inside Orbax's commit, checked before a restore.
+"""Checksums of a checkpoint's files: written inside Orbax's commit, checked before a restore;
+a damaged step moved aside.
 
 Every checkpoint step directory holds `checksums.json`:
 
@@ -31,6 +32,8 @@ from __future__ import annotations
 import concurrent.futures
 import hashlib
 import json
+import os
+import time
 from typing import Any
 
 from etils import epath
@@ -38,6 +41,7 @@ from etils import epath
 from albert_jax import files
 
 MANIFEST_FILE = "checksums.json"
+DAMAGED_SUBDIR = "damaged"
 ORBAX_METADATA_FILE = "_CHECKPOINT_METADATA"
 # Written by Orbax after the checksums (see above): not in them.
 _REWRITTEN_AT_COMMIT = (ORBAX_METADATA_FILE, "commit_success.txt")
@@ -146,3 +150,24 @@ def problem(step_directory: str | epath.Path) -> str | None:
         if digest != expected[name][1]:
             return f"{name}: checksum mismatch (the bytes changed after the save)"
     return None
+
+
+def move_aside(step_directory: str | epath.Path) -> epath.Path:
+    """Moves a damaged step to `<its directory>/damaged/<step>-<UTC time>`: kept for a post
+    mortem, never deleted, and no longer a step to Orbax. Returns where it went."""
+    source = epath.Path(step_directory)
+    target = (source.parent / DAMAGED_SUBDIR /
+              f"{source.name}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if "://" not in os.fspath(source):
+        source.rename(target)  # atomic
+        return target
+    # Object stores have no directory rename: copy, then remove Orbax's commit marker first (no
+    # longer a step even if the removal stops half way), then the rest.
+    for path in all_files(source):
+        destination = target / path.relative_to(source)
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        path.copy(destination)
+    (source / "commit_success.txt").unlink(missing_ok=True)
+    source.rmtree()
+    return target

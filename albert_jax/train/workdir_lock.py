@@ -128,8 +128,8 @@ def _stale(record: dict[str, Any], age_seconds: float) -> str | None:
 def _refused(path: epath.Path, record: dict[str, Any]) -> WorkdirLocked:
     return WorkdirLocked(
         f"workdir {path.parent} is in use: its lock {path} is held by pid "
-        f"{record.get('pid', '?')} on host {record.get('host', '?')} (started "
-        f"{record.get('started', '?')}: {record.get('command', '?')}). Wait for that run to end "
+        f"{record.get('pid', '?')} on host {record.get('host', '?')} since "
+        f"{record.get('started', '?')} (the file names its command). Wait for that run to end "
         f"or stop it, or use another --workdir; if no run uses this workdir, delete {path}")
 
 
