@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from albert_jax.data import builder, corpus, pipeline, tokenizer
+from albert_jax.data import builder, corpus, dataset_settings, pipeline, tokenizer
 from albert_jax.model import AlbertForPreTraining, get_config
 
 # SPEC 12.6 (DERIVED): ALBERT-base at seq 512 on one H100 at ~40% MFU, sequences per second.
@@ -115,7 +115,7 @@ def main() -> None:
         start = time.perf_counter()
         builder.build_from_config(config)
         build_seconds = time.perf_counter() - start
-        examples = len(pipeline.SplitSource(builder.dataset_dir(config), "train"))
+        examples = len(pipeline.SplitSource(dataset_settings.dataset_dir(config), "train"))
         rates = {
             "static masks, main process": _streaming_rate(config, "static", args.stream_batches),
             "dynamic masks, main process": _streaming_rate(config, "dynamic", args.stream_batches),
