@@ -19,7 +19,8 @@ import socket
 import sys
 from typing import Mapping, Sequence
 
-import launch
+from launch import command_line
+from launch import processes
 from albert_jax import distributed
 
 _DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
@@ -52,7 +53,7 @@ def process_env(process_id: int, *, num_processes: int, devices_per_process: int
 
 
 def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
-    launcher_args, albert_jax_args = launch.split_argv(argv)
+    launcher_args, albert_jax_args = command_line.split_argv(argv)
     parser = argparse.ArgumentParser(
         prog="python -m launch.local", description=__doc__.split("\n\n")[0],
         usage="%(prog)s [--num_processes=N] [--devices_per_process=D] [--dry_run] "
@@ -76,16 +77,17 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
 def main(argv: Sequence[str] | None = None) -> int:
     args, albert_jax_args = parse_args(sys.argv[1:] if argv is None else argv)
     port = args.coordinator_port or free_port()
-    command = [sys.executable, "-m", "albert_jax.cli", *launch.with_multihost(albert_jax_args)]
+    command = [sys.executable, "-m", "albert_jax.cli",
+               *command_line.with_multihost(albert_jax_args)]
     envs = [process_env(process_id, num_processes=args.num_processes,
                         devices_per_process=args.devices_per_process, port=port,
                         base_env=os.environ)
             for process_id in range(args.num_processes)]
     for process_id, env in enumerate(envs):
-        launch.show(command, env, prefix=f"[{process_id}] $ ")
+        command_line.show(command, env, prefix=f"[{process_id}] $ ")
     if args.dry_run:
         return 0
-    return launch.run_all([command] * args.num_processes,
+    return processes.run_all([command] * args.num_processes,
                           [{**os.environ, **env} for env in envs])
 
 
