@@ -8,7 +8,8 @@
   python -m launch.tpu logs   --tpu=my-v4-32 --zone=us-central2-b
   python -m launch.tpu delete --tpu=my-v4-32 --zone=us-central2-b [--queued]
   python -m launch.tpu up     --tpu=my-v4-32 --zone=us-central2-b --accelerator_type=v4-32 \
-      --spot --repo=GIT_URL [--max_retries=3] [--keep] -- pretrain ... --workdir=gs://bucket/run1
+      --spot --repo=GIT_URL [--max_retries=3] [--poll_seconds=30] [--settle_seconds=60] \
+      [--keep] -- pretrain ... --workdir=gs://bucket/run1
 
 Every verb takes --dry_run: print the gcloud commands, one per line, and run nothing. Without a
 verb, the arguments are those of `run` (`python -m launch.tpu --tpu=... --zone=... -- pretrain`).
@@ -26,9 +27,12 @@ run: on every worker at once, `--workdir_setup` (enter ~/albert_jax, activate .v
   disk; worker 0's is process 0's. The workdir must be on storage every worker sees (gs://).
 logs: follows process 0's log (tail -F on worker 0) until Ctrl-C.
 delete: deletes the TPU VM (with --queued: the queued resource and its TPU VM).
-up: create, wait until the TPU is ready, setup, run. If the setup or the run fails while the TPU
-  is no longer ready (preempted, terminated, suspended), it deletes the TPU and starts again,
-  at most --max_retries times; the rerun resumes from the last checkpoint in its gs:// workdir.
+up: create, wait until the TPU is ready, setup, run. If the TPU does not stay ready for
+  --settle_seconds after the setup or the run ends (preempted, terminated, suspended; a
+  preempted run may even exit 0, as the trainer checkpoints and stops on SIGTERM), it deletes
+  the TPU and starts again, at most --max_retries times; the rerun resumes from the last
+  checkpoint in its gs:// workdir. A failure while the TPU stays ready is the command's own: up
+  stops there.
   At the end (also after a failure, Ctrl-C or SIGTERM) it deletes what it created, unless --keep.
 """
 from __future__ import annotations
@@ -48,6 +52,8 @@ from launch.tpu_commands import Tpu
 VERBS = ("create", "setup", "run", "logs", "delete", "up")
 DEFAULT_POLL_SECONDS = 30.0
 DEFAULT_MAX_RETRIES = 3
+# A preempted TPU VM is shut down about 30 s after its processes get SIGTERM.
+DEFAULT_SETTLE_SECONDS = 60.0
 
 
 class Gcloud:
@@ -107,12 +113,30 @@ def wait_until_ready(gcloud: Gcloud, tpu: Tpu, poll_seconds: float) -> bool:
         time.sleep(poll_seconds)
 
 
-def is_ready(gcloud: Gcloud, tpu: Tpu) -> bool:
-    """Whether the TPU VM (and its queued resource, if queued) is ready now."""
-    if tpu.queued and (gcloud.state(tpu_commands.describe_queued_resource_state(tpu))
-                       != tpu_commands.QUEUED_RESOURCE_READY):
-        return False
-    return gcloud.state(tpu_commands.describe_node_state(tpu)) == tpu_commands.NODE_READY
+def stays_ready(gcloud: Gcloud, tpu: Tpu, settle_seconds: float, poll_seconds: float) -> bool:
+    """Whether the TPU VM (and its queued resource, if queued) is ready now and still is
+    `settle_seconds` later: a preemption's SIGTERM can end the run before the state shows it."""
+    checks = [(tpu_commands.describe_node_state(tpu), tpu_commands.NODE_READY)]
+    if tpu.queued:
+        checks.insert(0, (tpu_commands.describe_queued_resource_state(tpu),
+                          tpu_commands.QUEUED_RESOURCE_READY))
+    print(f"# Retry unless the state stays {' and '.join(ready for _, ready in checks)} for "
+          f"{settle_seconds:g} s (a preemption can end the run before the state shows it):",
+          flush=True)
+    for argv, _ in checks:
+        command_line.show(argv, prefix="$ ")
+    if gcloud.dry_run:
+        return True
+    deadline = time.monotonic() + settle_seconds
+    while True:
+        for argv, ready in checks:
+            state = gcloud.state(argv)
+            if state != ready:
+                print(f"# state: {state or 'unknown (describe failed)'}", flush=True)
+                return False
+        if time.monotonic() >= deadline:
+            return True
+        time.sleep(poll_seconds)
 
 
 def _exit_on_sigterm(signum: int, frame: object) -> NoReturn:
@@ -120,13 +144,15 @@ def _exit_on_sigterm(signum: int, frame: object) -> NoReturn:
 
 
 def up(gcloud: Gcloud, tpu: Tpu, *, create: Sequence[str], setup: Sequence[str],
-       run: Sequence[str], max_retries: int, poll_seconds: float, keep: bool) -> int:
+       run: Sequence[str], max_retries: int, poll_seconds: float, settle_seconds: float,
+       keep: bool) -> int:
     """Creates the TPU, waits until it is ready, runs `setup` and then `run` (ssh argvs) on it;
     recreates it when it is lost to a preemption, at most `max_retries` times; deletes it at the
-    end unless `keep`. Returns 0, or the status of the step that failed."""
+    end unless `keep`. Returns 0, or the status of the step that failed (1 if the TPU was lost
+    while waiting for it)."""
     ending = "keep the TPU (--keep)" if keep else "delete (also after a failure or Ctrl-C)"
     print(f"# up: create, wait until ready, setup, run, then {ending}.\n"
-          "# If the setup or the run fails while the TPU is no longer ready (preempted), delete "
+          "# If the TPU does not stay ready after the setup or the run ends (preempted), delete "
           "it and\n"
           f"# start again from the create, at most {max_retries} times: the run resumes from its "
           "last checkpoint.", flush=True)
@@ -151,15 +177,17 @@ def up(gcloud: Gcloud, tpu: Tpu, *, create: Sequence[str], setup: Sequence[str],
                 status = gcloud.run(setup)
                 if status == 0:
                     status = gcloud.run(run)
-                if status == 0:
-                    return 0
-                if is_ready(gcloud, tpu):
-                    print(f"launch.tpu up: failed with status {status} while {tpu.name} is "
-                          "ready: not a preemption, so not retried", file=sys.stderr, flush=True)
+                # Success is checked too: the trainer answers a preemption's SIGTERM with a
+                # checkpoint and exit status 0.
+                if stays_ready(gcloud, tpu, settle_seconds, poll_seconds):
+                    if status:
+                        print(f"launch.tpu up: failed with status {status} while {tpu.name} is "
+                              "ready: not a preemption, so not retried", file=sys.stderr,
+                              flush=True)
                     return status
         print(f"launch.tpu up: {tpu.name} was lost {max_retries + 1} times; giving up (raise "
               "--max_retries to try more often)", file=sys.stderr, flush=True)
-        return status
+        return status or 1  # a run stopped by the last preemption exits 0, unfinished
     finally:
         signal.signal(signal.SIGTERM, previous_handler)
         if created and keep:
@@ -221,6 +249,10 @@ def _parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentPars
                            help="times to recreate the TPU after it is lost to a preemption")
     lifecycle.add_argument("--poll_seconds", type=float, default=DEFAULT_POLL_SECONDS,
                            help="seconds between two looks at the state while waiting")
+    lifecycle.add_argument("--settle_seconds", type=float, default=DEFAULT_SETTLE_SECONDS,
+                           help="after the run ends, how long the TPU must stay ready for the "
+                                "end to count (a preemption's SIGTERM ends the run before the "
+                                "state shows it)")
     lifecycle.add_argument("--keep", action="store_true", help="do not delete the TPU at the end")
 
     parser = argparse.ArgumentParser(prog="python -m launch.tpu",
@@ -278,9 +310,9 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
         if not args.repo:
             verb.error("up installs albert-jax on a new TPU VM: give --repo=GIT_URL "
                        "(and --branch if not main)")
-        if args.max_retries < 0 or args.poll_seconds < 0:
-            verb.error(f"--max_retries={args.max_retries} and --poll_seconds="
-                       f"{args.poll_seconds:g} must not be negative")
+        if min(args.max_retries, args.poll_seconds, args.settle_seconds) < 0:
+            verb.error(f"--max_retries={args.max_retries}, --poll_seconds={args.poll_seconds:g} "
+                       f"and --settle_seconds={args.settle_seconds:g} must not be negative")
         workdir = _albert_jax_workdir(albert_jax_args)
         if workdir is not None and not workdir.startswith("gs://"):
             verb.error(f"--workdir={workdir} is on the TPU VM's disk, which a recreated TPU does "
@@ -322,7 +354,7 @@ def _main(argv: Sequence[str]) -> int:
     if args.verb == "delete":
         return gcloud.run(tpu_commands.delete(tpu))
     return up(gcloud, tpu, create=create, setup=setup, run=run, max_retries=args.max_retries,
-              poll_seconds=args.poll_seconds, keep=args.keep)
+              poll_seconds=args.poll_seconds, settle_seconds=args.settle_seconds, keep=args.keep)
 
 
 if __name__ == "__main__":

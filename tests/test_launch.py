@@ -38,6 +38,7 @@ HOSTILE = ["pretrain", "--config=configs/pretrain.py:size=base",
 TPU = ["--tpu=my-v4-32", "--zone=us-central2-b", "--project=my-project"]
 REPO_URL = "https://github.com/example/albert_jax.git"
 UP = ["up", *TPU, "--accelerator_type=v4-32", "--spot", f"--repo={REPO_URL}"]
+FAST = ["--poll_seconds=0", "--settle_seconds=0"]  # up against the fake gcloud: no waiting
 
 
 def arguments_seen_by_bash(command: str) -> list[str]:
@@ -217,7 +218,8 @@ def test_default_runtime_versions():
      "--workdir=runs/x is on the TPU VM's disk, which a recreated TPU does not have: give a "
      "gs:// workdir"),
     (["up", "--tpu=t", "--zone=z", "--accelerator_type=v4-8", "--repo=r", "--max_retries=-1",
-      "--", "pretrain"], "--max_retries=-1 and --poll_seconds=30 must not be negative"),
+      "--", "pretrain"],
+     "--max_retries=-1, --poll_seconds=30 and --settle_seconds=60 must not be negative"),
     ([], "the following arguments are required: {create,setup,run,logs,delete,up}"),
 ])
 def test_tpu_errors(capsys, argv, message):
@@ -305,35 +307,71 @@ def dry_run_commands(capsys, argv: list[str]) -> list[list[str]]:
 
 def test_up_recreates_a_preempted_tpu_once_and_deletes_it_at_the_end(fake_gcloud, capsys):
     answer, calls = fake_gcloud
-    argv = [*UP, "--poll_seconds=0", "--", *HOSTILE]
-    create, describe, setup, run, delete = dry_run_commands(capsys, argv)
-    answer(tpu_vm_describe=["READY", "PREEMPTED", "READY"], tpu_vm_ssh_run=[1, 0])
+    argv = [*UP, *FAST, "--", *HOSTILE]
+    create, describe, setup, run, check, delete = dry_run_commands(capsys, argv)
+    assert check == describe
+    answer(tpu_vm_describe=["READY", "PREEMPTED", "READY", "READY"], tpu_vm_ssh_run=[1, 0])
     assert tpu.main(argv) == 0
     assert calls() == [create, describe, setup, run, describe, delete,
-                       create, describe, setup, run, delete]
+                       create, describe, setup, run, describe, delete]
     out = capsys.readouterr().out
     assert "# The TPU was lost: recreating it (retry 1 of 3)." in out
-    assert "# state: PREEMPTED" not in out  # read after the failure, not while waiting
+    assert "# state: PREEMPTED" in out
 
 
 def test_up_waits_through_creating_and_recreates_a_tpu_preempted_before_it_is_ready(
         fake_gcloud, capsys):
     answer, calls = fake_gcloud
-    answer(tpu_vm_describe=["CREATING", "CREATING", "PREEMPTED", "READY"])
-    assert tpu.main([*UP, "--poll_seconds=0", "--", "pretrain"]) == 0
+    answer(tpu_vm_describe=["CREATING", "CREATING", "PREEMPTED", "READY", "READY"])
+    assert tpu.main([*UP, *FAST, "--", "pretrain"]) == 0
     assert step_names(calls()) == [
         "tpu-vm create", "tpu-vm describe", "tpu-vm describe", "tpu-vm describe",
         "tpu-vm delete", "tpu-vm create", "tpu-vm describe", "tpu-vm ssh setup",
-        "tpu-vm ssh run", "tpu-vm delete"]
+        "tpu-vm ssh run", "tpu-vm describe", "tpu-vm delete"]
     lines = capsys.readouterr().out.splitlines()
     assert [line for line in lines if line.startswith("# state:")] == [
         "# state: CREATING", "# state: PREEMPTED", "# state: READY"]
 
 
+def test_up_recreates_a_tpu_preempted_during_a_run_that_exited_zero(fake_gcloud, capsys):
+    """On SIGTERM the trainer saves a checkpoint and exits 0: the state tells it apart."""
+    answer, calls = fake_gcloud
+    answer(tpu_vm_describe=["READY", "PREEMPTED", "READY", "READY"])
+    assert tpu.main([*UP, *FAST, "--", "pretrain"]) == 0
+    assert step_names(calls()) == [
+        "tpu-vm create", "tpu-vm describe", "tpu-vm ssh setup", "tpu-vm ssh run",
+        "tpu-vm describe", "tpu-vm delete", "tpu-vm create", "tpu-vm describe",
+        "tpu-vm ssh setup", "tpu-vm ssh run", "tpu-vm describe", "tpu-vm delete"]
+
+
+class ScriptedGcloud(tpu.Gcloud):
+    """A Gcloud whose describe commands answer from a list, in-process."""
+
+    def __init__(self, states: list[str]):
+        super().__init__(dry_run=False)
+        self.states, self.asked = states, 0
+
+    def state(self, argv):
+        self.asked += 1
+        return self.states.pop(0) if self.states else "READY"
+
+
+def test_stays_ready_watches_the_state_for_the_settle_time(capsys):
+    node = tpu_commands.Tpu("t", "z")
+    late_preemption = ScriptedGcloud(["READY", "READY", "PREEMPTED"])
+    assert not tpu.stays_ready(late_preemption, node, settle_seconds=60, poll_seconds=0)
+    assert late_preemption.asked == 3
+    assert capsys.readouterr().out.endswith("# state: PREEMPTED\n")
+    ready = ScriptedGcloud([])
+    started = time.monotonic()
+    assert tpu.stays_ready(ready, node, settle_seconds=0.05, poll_seconds=0.01)
+    assert time.monotonic() - started >= 0.05 and ready.asked >= 2
+
+
 def test_up_does_not_retry_a_failure_while_the_tpu_is_ready(fake_gcloud, capsys):
     answer, calls = fake_gcloud
     answer(tpu_vm_describe=["READY", "READY"], tpu_vm_ssh_run=[7])
-    assert tpu.main([*UP, "--poll_seconds=0", "--", "pretrain"]) == 7
+    assert tpu.main([*UP, *FAST, "--", "pretrain"]) == 7
     assert step_names(calls()) == ["tpu-vm create", "tpu-vm describe", "tpu-vm ssh setup",
                                    "tpu-vm ssh run", "tpu-vm describe", "tpu-vm delete"]
     assert ("launch.tpu up: failed with status 7 while my-v4-32 is ready: not a preemption, "
@@ -344,7 +382,7 @@ def test_up_gives_up_after_max_retries_and_still_deletes(fake_gcloud, capsys):
     answer, calls = fake_gcloud
     answer(tpu_vm_describe=["READY", "PREEMPTED", "READY", "TERMINATED"],
            tpu_vm_ssh_run=[1], tpu_vm_ssh_other=[0, 255])
-    assert tpu.main([*UP, "--poll_seconds=0", "--max_retries=1", "--", "pretrain"]) == 255
+    assert tpu.main([*UP, *FAST, "--max_retries=1", "--", "pretrain"]) == 255
     assert step_names(calls()) == [
         "tpu-vm create", "tpu-vm describe", "tpu-vm ssh setup", "tpu-vm ssh run",
         "tpu-vm describe", "tpu-vm delete", "tpu-vm create", "tpu-vm describe",
@@ -356,7 +394,7 @@ def test_up_still_deletes_a_lost_tpu_whose_delete_failed_before_the_recreate(fak
     answer, calls = fake_gcloud
     answer(tpu_vm_describe=["READY", "PREEMPTED"], tpu_vm_ssh_run=[1], tpu_vm_delete=[1, 0],
            tpu_vm_create=[0, 1])
-    assert tpu.main([*UP, "--poll_seconds=0", "--", "pretrain"]) == 1
+    assert tpu.main([*UP, *FAST, "--", "pretrain"]) == 1
     assert step_names(calls()) == [
         "tpu-vm create", "tpu-vm describe", "tpu-vm ssh setup", "tpu-vm ssh run",
         "tpu-vm describe", "tpu-vm delete", "tpu-vm create", "tpu-vm delete"]
@@ -364,10 +402,10 @@ def test_up_still_deletes_a_lost_tpu_whose_delete_failed_before_the_recreate(fak
 
 def test_up_keep_leaves_the_tpu(fake_gcloud, capsys):
     answer, calls = fake_gcloud
-    answer(tpu_vm_describe=["READY"])
-    assert tpu.main([*UP, "--keep", "--", "pretrain"]) == 0
+    answer(tpu_vm_describe=["READY", "READY"])
+    assert tpu.main([*UP, *FAST, "--keep", "--", "pretrain"]) == 0
     assert step_names(calls()) == ["tpu-vm create", "tpu-vm describe", "tpu-vm ssh setup",
-                                   "tpu-vm ssh run"]
+                                   "tpu-vm ssh run", "tpu-vm describe"]
     out = capsys.readouterr().out
     assert "# Kept (--keep); delete it with:\n$ gcloud compute tpus tpu-vm delete" in out
 
@@ -375,7 +413,7 @@ def test_up_keep_leaves_the_tpu(fake_gcloud, capsys):
 def test_up_deletes_nothing_when_the_create_fails(fake_gcloud, capsys):
     answer, calls = fake_gcloud
     answer(tpu_vm_create=[1])
-    assert tpu.main([*UP, "--", "pretrain"]) == 1
+    assert tpu.main([*UP, *FAST, "--", "pretrain"]) == 1
     assert step_names(calls()) == ["tpu-vm create"]  # the name may be someone else's TPU
     assert "launch.tpu up: creating my-v4-32 failed (status 1)" in capsys.readouterr().err
 
@@ -383,23 +421,22 @@ def test_up_deletes_nothing_when_the_create_fails(fake_gcloud, capsys):
 def test_up_through_a_queued_resource(fake_gcloud, capsys):
     answer, calls = fake_gcloud
     argv = ["up", *TPU, "--queued", "--accelerator_type=v5litepod-16", "--spot",
-            f"--repo={REPO_URL}", "--poll_seconds=0", "--", "pretrain"]
-    create, describe, setup, run, delete = dry_run_commands(capsys, argv)
+            f"--repo={REPO_URL}", *FAST, "--", "pretrain"]
+    create, describe, setup, run, check, describe_node, delete = dry_run_commands(capsys, argv)
+    assert check == describe and describe_node[4] == "describe"
     answer(queued_resources_describe=["WAITING_FOR_RESOURCES", "PROVISIONING", "ACTIVE",
-                                      "ACTIVE", "ACTIVE"],
-           tpu_vm_describe=["PREEMPTED"], tpu_vm_ssh_run=[1, 0])
+                                      "ACTIVE", "ACTIVE", "ACTIVE"],
+           tpu_vm_describe=["PREEMPTED", "READY"], tpu_vm_ssh_run=[1, 0])
     assert tpu.main(argv) == 0
-    describe_node = tpu_commands.describe_node_state(
-        tpu_commands.Tpu("my-v4-32", "us-central2-b", "my-project", queued=True))
     # The queued resource may still be ACTIVE while its TPU is already preempted.
     assert calls() == [create, describe, describe, describe, setup, run, describe, describe_node,
-                       delete, create, describe, setup, run, delete]
+                       delete, create, describe, setup, run, describe, describe_node, delete]
 
 
 def test_delete_failing_at_the_end_is_reported(fake_gcloud, capsys):
     answer, calls = fake_gcloud
-    answer(tpu_vm_describe=["READY"], tpu_vm_delete=[1])
-    assert tpu.main([*UP, "--", "pretrain"]) == 0
+    answer(tpu_vm_describe=["READY", "READY"], tpu_vm_delete=[1])
+    assert tpu.main([*UP, *FAST, "--", "pretrain"]) == 0
     assert "launch.tpu up: deleting my-v4-32 failed: delete it yourself" in (
         capsys.readouterr().err)
 
