@@ -5,7 +5,12 @@ import subprocess
 import sys
 import textwrap
 
+import jax
+import ml_collections
 import numpy as np
+from test_step import pretraining_task, synthetic_batch
+
+from albert_jax.train import optim, sharding, state as state_lib, step as step_lib
 
 SCRIPT = textwrap.dedent("""
     import os
@@ -65,3 +70,45 @@ def test_losses_after_3_steps_match_on_every_mesh(tmp_path):
     for mesh, run in losses.items():
         np.testing.assert_allclose(run[:3], reference, rtol=1e-5, atol=1e-5, err_msg=mesh)
         assert run[3] >= expected_devices[mesh], (mesh, run[3])
+
+
+def test_steps_with_the_mesh_bound_compute_the_same_losses():
+    """make_train_step(mesh=...) binds the activation constraints and splits every microbatch
+    over the batch devices: layouts change, the losses and parameters do not."""
+    task = pretraining_task(seq_len=16, max_predictions=4)
+    optim_config = ml_collections.ConfigDict(dict(
+        name="lamb", lr=1e-2, warmup_steps=1, schedule="reference", power=1.0,
+        weight_decay=0.01, beta_1=0.9, beta_2=0.999, epsilon=1e-6, clip_norm=1.0))
+    optimizer, lr_fn = optim.make_optimizer(optim_config, total_steps=10)
+    batches = [synthetic_batch(np.random.default_rng(i), 16, 16, 4, 128) for i in range(2)]
+
+    def run(data, fsdp, tensor, num_microbatches, bind_mesh):
+        mesh = sharding.make_mesh(ml_collections.ConfigDict(dict(data=data, fsdp=fsdp,
+                                                                 tensor=tensor)),
+                                  devices=jax.devices()[:data * fsdp * tensor])
+        _, shardings = state_lib.abstract_train_state(task.model, optimizer, mesh,
+                                                      task.init_inputs())
+        state = state_lib.init_train_state(task.model, optimizer, mesh, jax.random.PRNGKey(0),
+                                           task.init_inputs())
+        batch_sharding, replicated = sharding.batch_sharding(mesh), sharding.replicated(mesh)
+        train_step = jax.jit(
+            step_lib.make_train_step(task, optimizer, lr_fn, num_microbatches=num_microbatches,
+                                     mesh=mesh if bind_mesh else None),
+            in_shardings=(shardings, batch_sharding, replicated),
+            out_shardings=(shardings, replicated), donate_argnums=(0,))
+        losses = []
+        for batch in batches:
+            state, metrics = train_step(state, jax.device_put(batch, batch_sharding),
+                                        jax.random.PRNGKey(1))
+            losses.append(float(metrics["loss"]))
+        return losses, jax.device_get(state.params)
+
+    reference_losses, reference_params = run(1, 1, 1, 1, bind_mesh=False)
+    for data, fsdp, tensor, num_microbatches in [(1, 8, 1, 2), (2, 2, 2, 1), (4, 2, 1, 2)]:
+        losses, params = run(data, fsdp, tensor, num_microbatches, bind_mesh=True)
+        setting = f"mesh {data},{fsdp},{tensor} microbatches {num_microbatches}"
+        np.testing.assert_allclose(losses, reference_losses, rtol=1e-5, atol=1e-5,
+                                   err_msg=setting)
+        jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5,
+                                                             err_msg=setting),
+                     params, reference_params)

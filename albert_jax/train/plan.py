@@ -267,6 +267,12 @@ def _doublings(start: int, stop: int) -> list[int]:
     return values
 
 
+# Remat policies (model/encoder.py), from the most activation memory kept to the least: "dots"
+# keeps every matmul output, "dots_no_batch" those without batch dimensions in the dot (the
+# projections, not attention's scores and context), "full" nothing.
+_REMAT_BY_MEMORY = ("none", "dots", "dots_no_batch", "full")
+
+
 def _lever_ladders(config: ml_collections.ConfigDict, mesh_shape: tuple[int, int, int],
                    remat_policy: str) -> Iterator[tuple[str, list[dict[str, Any]]]]:
     """(lever, its settings from the smallest change to the largest), in the order tried."""
@@ -274,9 +280,8 @@ def _lever_ladders(config: ml_collections.ConfigDict, mesh_shape: tuple[int, int
     batch_devices = data * fsdp
     fsdp_ladder = [{"mesh.data": batch_devices // size, "mesh.fsdp": size}
                    for size in _doublings(fsdp, batch_devices)]
-    remat_ladder = [{"model_overrides.remat_policy": policy} for policy in ("dots", "full")
-                    if (remat_policy, policy) in (("none", "dots"), ("none", "full"),
-                                                  ("dots_no_batch", "full"), ("dots", "full"))]
+    remat_ladder = [{"model_overrides.remat_policy": policy}
+                    for policy in _REMAT_BY_MEMORY[_REMAT_BY_MEMORY.index(remat_policy) + 1:]]
     microbatch_sizes = [m for m in _doublings(config.num_microbatches, config.batch_size)
                         if (config.batch_size // m) % batch_devices == 0]
     microbatch_ladder = [{"num_microbatches": m} for m in microbatch_sizes]
