@@ -32,7 +32,7 @@ from albert_jax.finetune.squad_task import SquadTask
 from albert_jax.finetune.task import FinetuneTask, GlueTask, RaceTask, finetune_model_config
 from albert_jax.model import presets
 from albert_jax.pretraining import TOKENIZER_FILE
-from albert_jax.train import checkpoint, loop, sharding
+from albert_jax.train import checkpoint, loop, sharding, validation
 from albert_jax.train import step as step_lib
 
 TASKS = (*glue.TASKS, "race", "squad")
@@ -52,13 +52,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
                               "(--config.data.tfds_name=...)")
         if config.data.path and not epath.Path(config.data.path).is_dir():
             raise FileNotFoundError(f"config data.path={config.data.path} is not a directory")
-    for key in ("batch_size", "eval_batch_size", "total_steps", "seq_len", "seeds",
-                "eval_every_steps", "checkpoint_every_steps", "log_every_steps"):
-        if config[key] < 1:
-            raise ConfigError(f"config {key}={config[key]} must be a positive integer")
-    if not 0 <= config.dropout < 1 or not 0 <= config.classifier_dropout < 1:
-        raise ConfigError(f"config dropout={config.dropout} and classifier_dropout="
-                          f"{config.classifier_dropout} must be in [0, 1)")
+    validation.check_numbers(config)  # before init_from is read
 
 
 def _validate_squad(config: ml_collections.ConfigDict) -> None:

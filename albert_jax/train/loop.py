@@ -26,7 +26,7 @@ from albert_jax import config as config_lib, files
 from albert_jax.train import checkpoint, flops, metrics as metrics_lib, optim, sharding
 from albert_jax.train import state as state_lib
 from albert_jax.train import step as step_lib
-from albert_jax.train import workdir_lock
+from albert_jax.train import validation, workdir_lock
 from albert_jax.train.task import Task
 
 # Keys that may change when a run resumes: how it is run, not what it computes.
@@ -36,6 +36,7 @@ RESUMABLE_CHANGES = ("total_steps", "mesh", "log_every_steps", "eval_every_steps
                      "data.prefetch")
 BEST_SUBDIR = "best"
 BEST_FILE = "best.json"
+CONFIG_FILE = "config.json"
 
 
 class TrainingDiverged(RuntimeError):
@@ -52,24 +53,24 @@ def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def prepare_workdir(config: ml_collections.ConfigDict, workdir: epath.Path) -> None:
-    """Saves the resolved config; refuses a workdir holding a run with an incompatible config."""
-    path = workdir / "config.json"
-    new = json.loads(config_lib.to_json(config))
-    if path.exists():
-        old = json.loads(path.read_text())
-        old_flat, new_flat = _flatten(old), _flatten(new)
-        changed = sorted(
-            key for key in set(old_flat) | set(new_flat)
-            if old_flat.get(key) != new_flat.get(key)
-            and not any(key == allowed or key.startswith(allowed + ".") for allowed in RESUMABLE_CHANGES))
-        if changed:
-            details = "; ".join(f"{key}: {old_flat.get(key)!r} in the workdir, {new_flat.get(key)!r} now"
-                                for key in changed)
-            raise ValueError(f"workdir {workdir} holds a run with an incompatible config ({details}). "
-                             "Use a new --workdir, or the saved config.")
-    if jax.process_index() == 0:
-        files.write_atomically(path, config_lib.to_json(config))
+def check_workdir_config(config: ml_collections.ConfigDict, workdir: epath.Path) -> None:
+    """Refuses a workdir holding a run whose config differs from `config` in more than how it
+    is run (RESUMABLE_CHANGES); reads only. The loop writes config.json later, once the data
+    and the model have been built with `config`."""
+    path = workdir / CONFIG_FILE
+    if not path.exists():
+        return
+    old_flat = _flatten(json.loads(path.read_text()))
+    new_flat = _flatten(json.loads(config_lib.to_json(config)))
+    changed = sorted(
+        key for key in set(old_flat) | set(new_flat)
+        if old_flat.get(key) != new_flat.get(key)
+        and not any(key == allowed or key.startswith(allowed + ".") for allowed in RESUMABLE_CHANGES))
+    if changed:
+        details = "; ".join(f"{key}: {old_flat.get(key)!r} in the workdir, {new_flat.get(key)!r} now"
+                            for key in changed)
+        raise ValueError(f"workdir {workdir} holds a run with an incompatible config ({details}). "
+                         "Use a new --workdir, or the saved config.")
 
 
 class _Preemption:
@@ -155,6 +156,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
     there and released when the run ends. Multi-host jobs call `distributed.initialize` before
     (the CLI does).
     """
+    validation.check_run(config)  # a bad value: one line, and the workdir is left as it was
     with workdir_lock.hold(workdir):
         return _train(config, epath.Path(workdir), task)
 
@@ -166,16 +168,13 @@ def _train(config: ml_collections.ConfigDict, workdir: epath.Path,
                                            max_to_keep=config.keep_checkpoints,
                                            save_interval_steps=config.checkpoint_every_steps)
     latest = checkpointer.newest_intact_step()
-    prepare_workdir(config, workdir)
+    check_workdir_config(config, workdir)
     is_main = jax.process_index() == 0
 
     # --- Mesh ---
     mesh = sharding.make_mesh(config.mesh)
     batch_sharding = sharding.batch_sharding(mesh)
     replicated = sharding.replicated(mesh)
-    if config.batch_size % (mesh.shape["data"] * mesh.shape["fsdp"]):
-        raise ValueError(f"config batch_size={config.batch_size} must be divisible by the data x "
-                         f"fsdp mesh axes ({mesh.shape['data']} x {mesh.shape['fsdp']})")
 
     # --- A finished run stops here, before the data is read ---
     if latest is not None and latest >= config.total_steps:
@@ -194,6 +193,8 @@ def _train(config: ml_collections.ConfigDict, workdir: epath.Path,
         task.model, optimizer, mesh, init_inputs)
     if is_main:
         print(state_lib.param_table(task.model, mesh, init_inputs), flush=True)
+        # Written only now that the data and the model are known to work with this config.
+        files.write_atomically(workdir / CONFIG_FILE, config_lib.to_json(config))
 
     # --- Restore (resume) or initialise ---
     best: dict[str, Any] | None = None
@@ -226,11 +227,11 @@ def _train(config: ml_collections.ConfigDict, workdir: epath.Path,
     # --- Steps ---
     train_step = jax.jit(
         step_lib.make_train_step(task, optimizer, learning_rate_fn,
-                                 num_microbatches=config.num_microbatches),
+                                 num_microbatches=config.num_microbatches, mesh=mesh),
         in_shardings=(state_shardings, batch_sharding, replicated),
         out_shardings=(state_shardings, replicated),
         donate_argnums=(0,))
-    eval_step = jax.jit(step_lib.make_eval_step(task),
+    eval_step = jax.jit(step_lib.make_eval_step(task, mesh=mesh),
                         in_shardings=(state_shardings.params, batch_sharding),
                         out_shardings=replicated)
     rng = jax.device_put(jax.random.PRNGKey(config.seed + 1), replicated)

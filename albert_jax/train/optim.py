@@ -259,8 +259,16 @@ def make_optimizer(optim_config: ml_collections.ConfigDict,
     if optim_config.name not in OPTIMIZERS:
         raise ConfigError(f"unknown optim.name={optim_config.name!r}; choose one of "
                           f"{sorted(OPTIMIZERS)}")
-    if optim_config.clip_norm < 0:
-        raise ConfigError(f"optim.clip_norm={optim_config.clip_norm} must be >= 0 (0 disables)")
+    ranges = {"lr": (lambda value: value > 0, "> 0"),
+              "weight_decay": (lambda value: value >= 0, ">= 0"),
+              "beta_1": (lambda value: 0 <= value < 1, "in [0, 1)"),
+              "beta_2": (lambda value: 0 <= value < 1, "in [0, 1)"),
+              "epsilon": (lambda value: value > 0, "> 0"),
+              "clip_norm": (lambda value: value >= 0, ">= 0 (0 disables clipping)")}
+    for key, (holds, wanted) in ranges.items():
+        value = optim_config[key]
+        if not math.isfinite(value) or not holds(value):
+            raise ConfigError(f"config optim.{key}={value} must be {wanted}")
     schedule = make_schedule(optim_config.schedule, optim_config.lr, optim_config.warmup_steps,
                              total_steps, optim_config.power)
     optimizer = OPTIMIZERS[optim_config.name](
