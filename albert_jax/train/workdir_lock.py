@@ -41,8 +41,10 @@ from etils import epath
 from jax.experimental import multihost_utils
 
 LOCK_FILE = "run.lock"
-HEARTBEAT_SECONDS = 60
-STALE_AFTER_SECONDS = 600
+# Five missed heartbeats make a lock stale: shorter than recreating a preempted TPU VM and
+# installing the project on it (`launch.tpu up`), so the rerun there takes the lock over at once.
+HEARTBEAT_SECONDS = 30
+STALE_AFTER_SECONDS = 150
 _BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
 
 
