@@ -8,7 +8,7 @@ from test_convert_tf import TINY, _reference_variables  # tests/ is on sys.path 
 
 from albert_jax import cli
 from albert_jax.convert import load_huggingface, load_tf_checkpoint, save_tf_checkpoint
-from albert_jax.convert.cli import convert
+from albert_jax.convert.formats import convert
 from albert_jax.train import checkpoint
 
 

@@ -6,7 +6,7 @@
   save_huggingface(config, params, "out_dir")   # transformers.AlbertForPreTraining.from_pretrained
 
 `params` is the `params` collection of `AlbertForPreTraining(config)` (plain arrays): apply with
-`model.apply({"params": params}, ...)`. The `albert-jax convert` command wraps these (cli.py).
+`model.apply({"params": params}, ...)`. The `albert-jax convert` command wraps these (formats.py).
 """
 from albert_jax.convert.huggingface import load_huggingface, save_huggingface
 from albert_jax.convert.tf_bundle import save_tf_checkpoint

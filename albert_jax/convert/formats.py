@@ -1,4 +1,4 @@
-"""`albert-jax convert`: weights from one format to another.
+"""Weights from one format to another: what `albert-jax convert` runs (albert_jax/cli.py).
 
   albert-jax convert --from=tf --path=albert_base/model.ckpt-best \
       --config_path=albert_base/albert_config.json --to=orbax --output=runs/albert_base
