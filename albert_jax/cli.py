@@ -78,7 +78,6 @@ _LEVERS = flags.DEFINE_boolean("levers", True, "plan: when it does not fit, try 
 _JSON = flags.DEFINE_boolean("json", False, "plan: print one JSON object.")
 
 
-
 def _need(flag: flags.FlagHolder, command: str) -> object:
     if flag.value is None:
         raise app.UsageError(f"`albert-jax {command}` needs --{flag.name}")
@@ -96,8 +95,8 @@ def _data_build() -> None:
 
 
 def _data_inspect() -> None:
-    from albert_jax.data import inspect
-    inspect.inspect_from_config(_need(_CONFIG, "data inspect"), _NUM_EXAMPLES.value)
+    from albert_jax.data import inspection
+    inspection.inspect_from_config(_need(_CONFIG, "data inspect"), _NUM_EXAMPLES.value)
 
 
 def _join_hosts() -> None:
@@ -201,10 +200,14 @@ def _plan() -> None:
 
 
 def _convert() -> None:
-    from albert_jax.convert import cli as convert_cli
-    convert_cli.convert(source=_need(_FROM, "convert"), target=_need(_TO, "convert"),
-                        path=_need(_PATH, "convert"), output=_need(_OUTPUT, "convert"),
-                        config_path=_CONFIG_PATH.value)
+    source, target, path = _need(_FROM, "convert"), _need(_TO, "convert"), _need(_PATH, "convert")
+    if source == "orbax" and target == "huggingface" and finetune_run.is_finetuning_workdir(path):
+        # A fine-tuned workdir: its best checkpoint, as its task's transformers class.
+        finetune_run.export_huggingface(path, _need(_OUTPUT, "convert"))
+        return
+    from albert_jax.convert import formats
+    formats.convert(source=source, target=target, path=path,
+                    output=_need(_OUTPUT, "convert"), config_path=_CONFIG_PATH.value)
 
 
 COMMANDS: dict[tuple[str, ...], Callable[[], None]] = {
