@@ -205,6 +205,58 @@ def test_errors_list_missing_unknown_and_misshapen_variables(tmp_path):
     assert "cls/predictions/transform/dense/kernel has shape (12, 9), the config needs (12, 8)" in message
 
 
+def _head_tree(model: nn.Module, *inputs) -> dict:
+    """The shapes of a task model's params, as the loader must fill them."""
+    abstract = jax.eval_shape(lambda: nn.unbox(model.init(jax.random.PRNGKey(0), *inputs)))
+    return jax.tree.map(lambda leaf: leaf.shape, abstract["params"])
+
+
+def test_fine_tuned_heads_load_under_our_task_models_names(tmp_path):
+    """SPEC 4.3: run_classifier's top-level output_weights/output_bias (GLUE, RACE), SQuAD v1's
+    cls/squad/* and v2's start_logits/end_logits/answer_class scopes."""
+    from albert_jax.model import (AlbertForQuestionAnswering, AlbertForQuestionAnsweringV2,
+                                  AlbertForSequenceClassification)
+    from albert_jax.convert.tf_checkpoint import model_config_from_albert_json
+    config = model_config_from_albert_json(TINY)
+    ids = np.zeros((1, 8), np.int32)  # longer than v2's top-5 beam
+    rng = np.random.default_rng(3)
+    H = TINY["hidden_size"]
+    cases = {
+        "glue": ({"output_weights": (3, H), "output_bias": (3,)},
+                 AlbertForSequenceClassification(config, num_labels=3), (ids, ids, ids)),
+        "squad_v1": ({"cls/squad/output_weights": (2, H), "cls/squad/output_bias": (2,)},
+                     AlbertForQuestionAnswering(config), (ids, ids, ids)),
+        "squad_v2": ({"start_logits/dense/kernel": (H, 1), "start_logits/dense/bias": (1,),
+                      "end_logits/dense_0/kernel": (2 * H, H), "end_logits/dense_0/bias": (H,),
+                      "end_logits/LayerNorm/gamma": (H,), "end_logits/LayerNorm/beta": (H,),
+                      "end_logits/dense_1/kernel": (H, 1), "end_logits/dense_1/bias": (1,),
+                      "answer_class/dense_0/kernel": (2 * H, H),
+                      "answer_class/dense_0/bias": (H,), "answer_class/dense_1/kernel": (H, 1)},
+                     AlbertForQuestionAnsweringV2(config), (ids, ids, ids, ids)),
+    }
+    for name, (head, model, inputs) in cases.items():
+        variables = _reference_variables(TINY, heads=False)
+        variables.update({key: rng.standard_normal(shape).astype(np.float32)
+                          for key, shape in head.items()})
+        variables["output_weights/adam_m"] = np.zeros((3, H), np.float32)  # skipped (SPEC 4.4)
+        (tmp_path / name).mkdir()
+        prefix, config_path = _write(tmp_path / name, TINY, variables)
+        _, params = load_tf_checkpoint(prefix, config_path)
+        assert jax.tree.map(np.shape, params) == _head_tree(model, *inputs), name
+        if name == "glue":  # [labels, H] in TF, a [H, labels] kernel here
+            np.testing.assert_array_equal(params["classifier"]["dense"]["kernel"],
+                                          variables["output_weights"].T)
+        if name == "squad_v2":
+            np.testing.assert_array_equal(params["squad"]["end_logits"]["LayerNorm"]["scale"],
+                                          variables["end_logits/LayerNorm/gamma"])
+    variables = _reference_variables(TINY, heads=False)
+    variables.update(output_weights=np.zeros((3, H), np.float32))
+    (tmp_path / "partial").mkdir()
+    prefix, config_path = _write(tmp_path / "partial", TINY, variables)
+    with pytest.raises(ValueError, match="fine-tuned head: missing variable output_bias"):
+        load_tf_checkpoint(prefix, config_path)
+
+
 def test_a_head_is_all_or_nothing(tmp_path):
     variables = _reference_variables(TINY, heads=False)
     variables["cls/predictions/output_bias"] = np.zeros(40, np.float32)

@@ -112,6 +112,35 @@ def _tf_name_map(config: ml_collections.ConfigDict) -> dict[str, tuple[tuple[str
     return names
 
 
+def _finetuned_head_shapes(config: ml_collections.ConfigDict, stored_shapes: Mapping[str, tuple[int, ...]]
+                           ) -> dict[str, tuple[tuple[str, ...], bool, tuple[int, ...]]]:
+    """Reference name -> (our path, transpose?, the shape it must have) of the fine-tuned head a
+    checkpoint holds (SPEC 4.3), if any: the GLUE/RACE classifier `output_weights` [labels, H]
+    (labels from the file), SQuAD v1's `cls/squad/*` or SQuAD v2's `start_logits/`,
+    `end_logits/`, `answer_class/` scopes, under `classifier/dense` and `squad` as our task
+    models name them."""
+    H = config.hidden_size
+    if "output_weights" in stored_shapes:
+        labels = stored_shapes["output_weights"][0]
+        return {"output_weights": (("classifier", "dense", "kernel"), True, (labels, H)),
+                "output_bias": (("classifier", "dense", "bias"), False, (labels,))}
+    if "cls/squad/output_weights" in stored_shapes:
+        return {"cls/squad/output_weights": (("squad", "output_weights"), False, (2, H)),
+                "cls/squad/output_bias": (("squad", "output_bias"), False, (2,))}
+    if not any(name.startswith("start_logits/") for name in stored_shapes):
+        return {}
+    head = {"start_logits/dense/kernel": (H, 1), "start_logits/dense/bias": (1,),
+            "end_logits/dense_0/kernel": (2 * H, H), "end_logits/dense_0/bias": (H,),
+            "end_logits/LayerNorm/gamma": (H,), "end_logits/LayerNorm/beta": (H,),
+            "end_logits/dense_1/kernel": (H, 1), "end_logits/dense_1/bias": (1,),
+            "answer_class/dense_0/kernel": (2 * H, H), "answer_class/dense_0/bias": (H,),
+            "answer_class/dense_1/kernel": (H, 1)}
+    ours = {"gamma": "scale", "beta": "bias"}
+    return {name: (("squad", *name.split("/")[:-1], ours.get(name.split("/")[-1],
+                                                               name.split("/")[-1])), False, shape)
+            for name, shape in head.items()}
+
+
 def match_variables(stored_shapes: Mapping[str, tuple[int, ...]],
                     name_map: Mapping[str, tuple[tuple[str, ...], bool]],
                     shapes: Mapping[tuple[str, ...], tuple[int, ...]]
@@ -174,7 +203,8 @@ def load_tf_checkpoint(checkpoint_path: str, config_path: str
     Returns params as plain nested dicts of float32 NumPy arrays: `{"albert": ...}` plus
     `predictions` and `seq_relationship` when the checkpoint holds the pretraining heads (each
     head all or nothing), i.e. `AlbertForPreTraining(config).init(...)["params"]` or its
-    backbone part. Optimizer slots and global_step are skipped (SPEC 4.4). Raises ValueError
+    backbone part; a fine-tuned checkpoint's head (SPEC 4.3) comes as `classifier` (GLUE, RACE)
+    or `squad` (v1 or v2), named as our task models name it. Optimizer slots and global_step are skipped (SPEC 4.4). Raises ValueError
     listing every missing, unknown and wrongly shaped variable.
     """
     with open(config_path) as config_file:
@@ -188,8 +218,19 @@ def load_tf_checkpoint(checkpoint_path: str, config_path: str
                 and not bare.endswith(_SKIPPED_SUFFIXES):
             stored[bare] = name
     name_map = _tf_name_map(config)
-    wanted, problems = match_variables({bare: stored_shapes[name] for bare, name in stored.items()},
-                                       name_map, param_shapes(config))
+    bare_shapes = {bare: tuple(stored_shapes[name]) for bare, name in stored.items()}
+    head = _finetuned_head_shapes(config, bare_shapes)
+    problems = [f"fine-tuned head: missing variable {name}" for name in sorted(head)
+                if name not in bare_shapes]
+    problems += [f"fine-tuned head: {name} has shape {bare_shapes[name]}, the config needs {shape}"
+                 for name, (_, _, shape) in sorted(head.items())
+                 if name in bare_shapes and bare_shapes[name] != shape]
+    wanted, match_problems = match_variables(
+        {bare: shape for bare, shape in bare_shapes.items() if bare not in head},
+        name_map, param_shapes(config))
+    problems += match_problems
+    name_map.update({name: (path, transpose) for name, (path, transpose, _) in head.items()})
+    wanted |= set(head) & set(bare_shapes)
     if "_CHECKPOINTABLE_OBJECT_GRAPH" in stored:
         problems.append("this is a TF2 object-based checkpoint; only TF1 name-based checkpoints "
                         "(SPEC 4) are supported")
