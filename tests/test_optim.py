@@ -11,7 +11,7 @@ import pytest
 
 from albert_jax.errors import ConfigError
 from albert_jax.model import AlbertForPreTraining, get_config
-from albert_jax.train import optim
+from albert_jax.train import optim, tree_names
 
 BETA_1, BETA_2, EPSILON, WEIGHT_DECAY = 0.9, 0.999, 1e-6, 0.01
 
@@ -51,7 +51,7 @@ def nest(flat):
 
 
 def flatten(tree):
-    return {optim.path_name(path): np.asarray(leaf)
+    return {tree_names.path_name(path): np.asarray(leaf)
             for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]}
 
 
@@ -173,7 +173,7 @@ def test_mask_on_pretraining_tree_names_exactly_kernels_and_embeddings():
     for tree in (boxed, unboxed):
         mask = jax.tree_util.tree_flatten_with_path(optim.weight_decay_mask(tree))[0]
         # Boxed paths end in the box's `.value`; strip it to compare names.
-        decayed = {optim.path_name(path).removesuffix("/value") for path, keep in mask if keep}
+        decayed = {tree_names.path_name(path).removesuffix("/value") for path, keep in mask if keep}
         assert decayed == DECAYED
         assert len(mask) == 32  # every leaf is in the mask, excluded or not
 

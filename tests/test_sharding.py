@@ -14,7 +14,7 @@ from jax.sharding import PartitionSpec as P  # noqa: E402
 from albert_jax import pretraining
 from albert_jax.errors import ConfigError
 from albert_jax.model import AlbertForPreTraining, get_config  # noqa: E402
-from albert_jax.train import optim, sharding, state as state_lib  # noqa: E402
+from albert_jax.train import optim, sharding, state as state_lib, tree_names  # noqa: E402
 
 SEQ_LEN, MAX_PREDICTIONS = 8, 2
 
@@ -63,7 +63,7 @@ def boxed_params(**overrides):
 
 
 def specs_by_name(shardings):
-    return {optim.path_name(path): leaf.spec
+    return {tree_names.path_name(path): leaf.spec
             for path, leaf in jax.tree_util.tree_flatten_with_path(shardings)[0]}
 
 
@@ -129,7 +129,7 @@ def test_init_sharded_matches_unsharded_init():
     for (path, leaf), expected, want in zip(
             jax.tree_util.tree_flatten_with_path(params)[0],
             jax.tree.leaves(expected_shardings), jax.tree.leaves(reference)):
-        assert leaf.sharding == expected, optim.path_name(path)
+        assert leaf.sharding == expected, tree_names.path_name(path)
         np.testing.assert_array_equal(np.asarray(leaf), np.asarray(want))
     kernel = params["albert"]["encoder"]["group_0"]["inner_group_0"]["attention"]["query"]["kernel"]
     assert {shard.data.shape for shard in kernel.addressable_shards} == {(16, 16)}

@@ -38,7 +38,7 @@ from jax.experimental import multihost_utils
 
 from albert_jax import config as config_lib
 from albert_jax.model import AlbertModel, presets
-from albert_jax.train import integrity, optim, sharding, state as state_lib
+from albert_jax.train import integrity, sharding, state as state_lib, tree_names
 
 STATE, DATA, CONFIG = "state", "data", "config"
 CHECKPOINTS_SUBDIR = "checkpoints"
@@ -107,8 +107,7 @@ def _restore_args(abstract_tree: Any) -> Any:
 
 def _flat(tree: Any) -> dict[str, Any]:
     """{"a/b/c": leaf}: a TrainState and Orbax's saved metadata tree of it get the same names."""
-    return {optim.path_name(path): leaf
-            for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]}
+    return tree_names.named_leaves(tree)
 
 
 def _mismatches(saved: Any, wanted: Any, extra_allowed: bool) -> list[str]:
@@ -405,11 +404,10 @@ def _load_shardings(saved_params: Any, model_config: ml_collections.ConfigDict,
         return jax.tree.map(lambda _: device, saved_params)
     ids = jax.numpy.zeros((1, 1), jax.numpy.int32)
     boxed = {"albert": state_lib.boxed_abstract_params(AlbertModel(model_config), (ids, ids, ids))}
-    boxes = {optim.path_name(path): leaf for path, leaf in jax.tree_util.tree_flatten_with_path(
-        boxed, is_leaf=sharding.is_boxed)[0]}
+    boxes = tree_names.named_leaves(boxed, is_leaf=sharding.is_boxed)
 
     def placement(path: Any, metadata: Any) -> jax.sharding.NamedSharding:
-        box = boxes.get(optim.path_name(path))
+        box = boxes.get(tree_names.path_name(path))
         if box is None or tuple(box.value.shape) != tuple(metadata.shape):
             return sharding.replicated(mesh)
         return jax.sharding.NamedSharding(mesh, sharding.partition_spec(box, mesh))

@@ -33,6 +33,7 @@ import ml_collections
 import optax
 
 from albert_jax.errors import ConfigError
+from albert_jax.train.tree_names import path_name
 
 # SPEC 6.3: exclude_from_weight_decay; exclude_from_layer_adaptation defaults to the same list.
 EXCLUDE_FROM_WEIGHT_DECAY = ("LayerNorm", "layer_norm", "bias")
@@ -40,11 +41,6 @@ EXCLUDE_FROM_WEIGHT_DECAY = ("LayerNorm", "layer_norm", "bias")
 LAYER_STACKED_SCOPE = re.compile(r"(^|/)group_\d+_per_layer(/|$)")
 
 Schedule = Callable[[jax.Array | int], jax.Array]
-
-
-def path_name(path: tuple[Any, ...]) -> str:
-    """A tree path as the "/"-joined name the masks search, e.g. "albert/pooler/kernel"."""
-    return jax.tree_util.keystr(path, simple=True, separator="/")
 
 
 def is_excluded(name: str) -> bool:

@@ -34,6 +34,7 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from albert_jax.errors import ConfigError
+from albert_jax.train import tree_names
 
 MESH_AXES = ("data", "fsdp", "tensor")
 BATCH_AXES = ("data", "fsdp")
@@ -236,7 +237,7 @@ def debug_table(boxed_tree: Any, mesh: jax.sharding.Mesh,
         total_count += math.prod(value.shape)
         total_bytes += math.prod(value.shape) * itemsize
         device_bytes += shard_bytes
-        name = jax.tree_util.keystr(path, simple=True, separator="/")
+        name = tree_names.path_name(path)
         axes = logical_axes(leaf)
         rows.append((name, str(tuple(value.shape)), "-" if axes is None else str(axes),
                      str(tuple(spec)), format_bytes(shard_bytes)))
