@@ -1,0 +1,499 @@
+"""The performance table of issue 12, every ratio from ONE process with the sides interleaved.
+
+  .venv/bin/python -m benchmarks.bench_table [--json] [--repeats=5] [--steps=1]
+      [--cases=train_base,train_small,infer_base,finetune,compile]
+
+Each case builds its contenders (ours and HuggingFace Flax on the same inputs), compiles them,
+runs one warm-up call each, then `--repeats` rounds of A, B, A, B ... (`--steps` calls per turn).
+A ratio is HF seconds / our seconds inside one round; the table gives the median over rounds of
+the step times and of the ratios, so slow phases of the shared machine hit both sides alike.
+
+Cases (the shapes of ../shared/peers, random weights, nothing downloaded):
+  train_base   albert-base-v2 (E128 H768 L12), batch 8, seq 128, 20 masked positions: our train
+               step with the reference LAMB (train/optim.py, clipping at 1.0) in fp32 and with
+               bf16 compute, against FlaxAlbertForPreTraining + optax.lamb in fp32. MFU against
+               the fp32 matmul ceiling measured at the start of the run (a jitted 2048^3 dot).
+  train_small  H256, 4 heads, I1024, L6, batch 16: our fp32 LAMB step against HF Flax.
+  infer_base   forward only of the pretraining model, batch 32, seq 128 (ours: MLM logits at 20
+               masked positions, as training computes them; HF: at all 128, as it only can).
+  finetune     sequence classification (2 labels, classifier dropout 0.1), batch 8, seq 128:
+               our AlbertForSequenceClassification + AdamW (SPEC 6.4) against
+               FlaxAlbertForSequenceClassification + optax.adamw.
+  compile      lower + compile time of the fp32 train step at L=12 and L=48 (ours and HF), and
+               the temporary bytes with full remat at both depths.
+
+Peak memory: `compiled.memory_analysis()`: arguments + outputs + temporaries - donated aliases.
+HuggingFace Flax comes from the optional `peers` extra (transformers<5); without it the HF
+columns say so and only our side is measured.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+
+from albert_jax import pretraining
+from albert_jax.model import AlbertForSequenceClassification, get_config
+from albert_jax.train import flops, optim, sharding
+from albert_jax.train import state as state_lib
+from albert_jax.train import step as step_lib
+
+SEQ_LEN = 128
+MAX_PREDICTIONS = 20
+CASES = ("train_base", "train_small", "infer_base", "finetune", "compile")
+# ../shared/peers/common.py ALBERT_SMALL, in our config's field names.
+SMALL_OVERRIDES = dict(hidden_size=256, num_attention_heads=4, intermediate_size=1024,
+                       num_hidden_layers=6)
+
+try:
+    import transformers
+    from transformers import (AlbertConfig, FlaxAlbertForPreTraining,
+                              FlaxAlbertForSequenceClassification)
+    HF_MISSING = None
+except ImportError as error:  # the optional `peers` extra
+    HF_MISSING = (f"HuggingFace Flax not measured ({error}); install the `peers` extra: "
+                  "pip install -e .[peers]")
+
+
+@dataclasses.dataclass
+class Contender:
+    """One side of a comparison: a compiled step to call, and what compiling it cost.
+
+    `run()` performs one step and blocks until its outputs are ready.
+    """
+
+    name: str
+    run: Callable[[], None]
+    compile_s: float
+    peak_bytes: int
+
+
+def peak_bytes(compiled: Any) -> int:
+    """Arguments + outputs + temporaries - donated (aliased) bytes of a compiled executable."""
+    memory = compiled.memory_analysis()
+    return int(memory.argument_size_in_bytes + memory.output_size_in_bytes
+               + memory.temp_size_in_bytes - memory.alias_size_in_bytes)
+
+
+def compile_timed(jitted: Any, *args: Any) -> tuple[Any, float]:
+    start = time.perf_counter()
+    compiled = jitted.lower(*args).compile()
+    return compiled, time.perf_counter() - start
+
+
+def matmul_ceiling(dtype: str = "float32", size: int = 2048, repeats: int = 7) -> float:
+    """Median FLOP/s of a jitted [size, size] x [size, size] dot (fp32 accumulation)."""
+    operand = jnp.ones((size, size), jnp.dtype(dtype))
+    matmul = jax.jit(lambda a, b: jnp.dot(a, b, preferred_element_type=jnp.float32))
+    matmul(operand, operand).block_until_ready()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        matmul(operand, operand).block_until_ready()
+        times.append(time.perf_counter() - start)
+    return 2.0 * size**3 / statistics.median(times)
+
+
+def interleave(contenders: list[Contender], repeats: int, steps: int) -> dict[str, list[float]]:
+    """Seconds per step of each contender in each round; rounds run A, B, A, B, ..."""
+    for contender in contenders:  # warm-up: first-call allocations, page faults
+        contender.run()
+    times: dict[str, list[float]] = {contender.name: [] for contender in contenders}
+    for _ in range(repeats):
+        for contender in contenders:
+            start = time.perf_counter()
+            for _ in range(steps):
+                contender.run()
+            times[contender.name].append((time.perf_counter() - start) / steps)
+    return times
+
+
+def median_ratio(numerator: list[float], denominator: list[float]) -> float:
+    """Median over rounds of numerator / denominator, each ratio taken inside one round."""
+    return statistics.median(a / b for a, b in zip(numerator, denominator))
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs.
+
+
+def pretraining_batch(batch: int, vocab: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """Our features: full-length sequences, MAX_PREDICTIONS masked positions each."""
+    rng = np.random.default_rng(seed)
+    positions = np.sort(np.stack([rng.choice(np.arange(1, SEQ_LEN - 1), MAX_PREDICTIONS,
+                                             replace=False) for _ in range(batch)]), axis=1)
+    return {
+        "input_ids": rng.integers(5, vocab, (batch, SEQ_LEN)).astype(np.int32),
+        "input_mask": np.ones((batch, SEQ_LEN), np.int32),
+        "segment_ids": (np.arange(SEQ_LEN)[None] >= SEQ_LEN // 2).repeat(batch, 0).astype(np.int32),
+        "masked_lm_positions": positions.astype(np.int32),
+        "masked_lm_ids": rng.integers(5, vocab, (batch, MAX_PREDICTIONS)).astype(np.int32),
+        "masked_lm_weights": np.ones((batch, MAX_PREDICTIONS), np.float32),
+        "next_sentence_labels": rng.integers(0, 2, (batch, 1)).astype(np.int32),
+    }
+
+
+def hf_pretraining_batch(ours: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The same examples in HF's form: labels [batch, seq] with -100 where nothing is masked."""
+    labels = np.full(ours["input_ids"].shape, -100, np.int32)
+    np.put_along_axis(labels, ours["masked_lm_positions"], ours["masked_lm_ids"], axis=1)
+    return {"input_ids": ours["input_ids"], "token_type_ids": ours["segment_ids"],
+            "attention_mask": ours["input_mask"], "labels": labels,
+            "sentence_order_label": ours["next_sentence_labels"][:, 0]}
+
+
+def hf_config(model_config: ml_collections.ConfigDict, **overrides: Any) -> Any:
+    """HF's AlbertConfig of our model config (tanh GELU = HF "gelu_new", SPEC 11)."""
+    return AlbertConfig(
+        vocab_size=model_config.vocab_size, embedding_size=model_config.embedding_size,
+        hidden_size=model_config.hidden_size, num_hidden_layers=model_config.num_hidden_layers,
+        num_attention_heads=model_config.num_attention_heads,
+        intermediate_size=model_config.intermediate_size, hidden_act="gelu_new",
+        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+        max_position_embeddings=model_config.max_position_embeddings,
+        type_vocab_size=model_config.type_vocab_size, layer_norm_eps=model_config.layer_norm_eps,
+        **overrides)
+
+
+# ---------------------------------------------------------------------------------------------
+# Our steps.
+
+
+def _optim_config(name: str) -> ml_collections.ConfigDict:
+    return ml_collections.ConfigDict(dict(
+        name=name, lr=1e-4, warmup_steps=10, schedule="reference", power=1.0,
+        weight_decay=0.01, beta_1=0.9, beta_2=0.999, epsilon=1e-6, clip_norm=1.0))
+
+
+def _single_device_mesh() -> jax.sharding.Mesh:
+    return sharding.make_mesh(ml_collections.ConfigDict(dict(data=1, fsdp=1, tensor=1)),
+                              devices=jax.devices()[:1])
+
+
+def ours_train(name: str, model_config: ml_collections.ConfigDict, batch: int) -> Contender:
+    """Our pretraining step (train/step.py) with the reference LAMB, params donated."""
+    run_config = ml_collections.ConfigDict(dict(
+        seq_len=SEQ_LEN, init_from="",
+        data=dict(max_predictions=MAX_PREDICTIONS, sentence_objective="sop")))
+    task = pretraining.PretrainingTask(run_config, model_config)
+    optimizer, lr_fn = optim.make_optimizer(_optim_config("lamb"), total_steps=1000)
+    state = state_lib.init_train_state(task.model, optimizer, _single_device_mesh(),
+                                       jax.random.PRNGKey(0), task.init_inputs())
+    train_step = jax.jit(step_lib.make_train_step(task, optimizer, lr_fn), donate_argnums=(0,))
+    inputs = jax.device_put(pretraining_batch(batch, model_config.vocab_size))
+    rng = jax.random.PRNGKey(1)
+    compiled, compile_s = compile_timed(train_step, state, inputs, rng)
+    holder = {"state": state}
+
+    def run() -> None:
+        holder["state"], metrics = compiled(holder["state"], inputs, rng)
+        jax.block_until_ready(metrics)
+
+    return Contender(name, run, compile_s, peak_bytes(compiled))
+
+
+def ours_forward(name: str, model_config: ml_collections.ConfigDict, batch: int) -> Contender:
+    """Our pretraining model's forward (deterministic): MLM logits at the masked positions."""
+    run_config = ml_collections.ConfigDict(dict(
+        seq_len=SEQ_LEN, init_from="",
+        data=dict(max_predictions=MAX_PREDICTIONS, sentence_objective="sop")))
+    task = pretraining.PretrainingTask(run_config, model_config)
+    params = task.model.init(jax.random.PRNGKey(0), *task.init_inputs())["params"]
+    params = jax.tree.map(jnp.asarray, sharding.unbox(params))
+    inputs = jax.device_put(pretraining_batch(batch, model_config.vocab_size))
+    forward = jax.jit(lambda p, b: task.apply(p, b, train=False, rng=None))
+    compiled, compile_s = compile_timed(forward, params, inputs)
+    return Contender(name, lambda: jax.block_until_ready(compiled(params, inputs)), compile_s,
+                     peak_bytes(compiled))
+
+
+def ours_finetune(name: str, model_config: ml_collections.ConfigDict, batch: int) -> Contender:
+    """AlbertForSequenceClassification + AdamW (SPEC 6.4), cross-entropy, dropout 0.1."""
+    model = AlbertForSequenceClassification(model_config, num_labels=2, classifier_dropout=0.1)
+    inputs = pretraining_batch(batch, model_config.vocab_size)
+    features = jax.device_put({"input_ids": inputs["input_ids"],
+                               "segment_ids": inputs["segment_ids"],
+                               "input_mask": inputs["input_mask"],
+                               "labels": inputs["next_sentence_labels"][:, 0]})
+    params = model.init(jax.random.PRNGKey(0), features["input_ids"], features["segment_ids"],
+                        features["input_mask"])["params"]
+    params = jax.tree.map(jnp.asarray, sharding.unbox(params))
+    optimizer, _ = optim.make_optimizer(_optim_config("adamw"), total_steps=1000)
+
+    def loss_fn(params: Any, batch: dict[str, jax.Array], rng: jax.Array) -> jax.Array:
+        logits = model.apply({"params": params}, batch["input_ids"], batch["segment_ids"],
+                             batch["input_mask"], deterministic=False, rngs={"dropout": rng})
+        return optax.softmax_cross_entropy_with_integer_labels(logits, batch["labels"]).mean()
+
+    def train_step(params, opt_state, batch, rng):
+        rng, dropout_rng = jax.random.split(rng)
+        loss, grads = jax.value_and_grad(loss_fn)(params, batch, dropout_rng)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss, rng
+
+    return _donating_contender(name, train_step, params, optimizer.init(params), features)
+
+
+# ---------------------------------------------------------------------------------------------
+# HuggingFace Flax steps (the ../shared/peers/bench_hf_flax.py step, in this process).
+
+
+def _donating_contender(name: str, train_step: Callable, params: Any, opt_state: Any,
+                        batch: dict[str, Any]) -> Contender:
+    """A (params, opt_state, batch, rng) -> (params, opt_state, loss, rng) step, donated."""
+    jitted = jax.jit(train_step, donate_argnums=(0, 1))
+    rng = jax.random.PRNGKey(0)
+    compiled, compile_s = compile_timed(jitted, params, opt_state, batch, rng)
+    holder = {"params": params, "opt_state": opt_state, "rng": rng}
+
+    def run() -> None:
+        holder["params"], holder["opt_state"], loss, holder["rng"] = compiled(
+            holder["params"], holder["opt_state"], batch, holder["rng"])
+        loss.block_until_ready()
+
+    return Contender(name, run, compile_s, peak_bytes(compiled))
+
+
+def hf_train(name: str, model_config: ml_collections.ConfigDict, batch: int) -> Contender:
+    """FlaxAlbertForPreTraining + optax.lamb: MLM CE over all positions with -100 ignored."""
+    model = FlaxAlbertForPreTraining(hf_config(model_config), input_shape=(1, SEQ_LEN), seed=0)
+    data = {key: jnp.asarray(value) for key, value in
+            hf_pretraining_batch(pretraining_batch(batch, model_config.vocab_size)).items()}
+    optimizer = optax.lamb(1e-4, weight_decay=0.01)
+
+    def loss_fn(params, batch, rng):
+        out = model(batch["input_ids"], attention_mask=batch["attention_mask"],
+                    token_type_ids=batch["token_type_ids"], params=params, dropout_rng=rng,
+                    train=True)
+        labels = batch["labels"]
+        weights = (labels != -100).astype(jnp.float32)
+        log_probs = jax.nn.log_softmax(out.prediction_logits.astype(jnp.float32), axis=-1)
+        nll = -jnp.take_along_axis(log_probs, jnp.maximum(labels, 0)[..., None], -1)[..., 0]
+        sop = optax.softmax_cross_entropy_with_integer_labels(
+            out.sop_logits.astype(jnp.float32), batch["sentence_order_label"]).mean()
+        return (nll * weights).sum() / weights.sum() + sop
+
+    def train_step(params, opt_state, batch, rng):
+        rng, dropout_rng = jax.random.split(rng)
+        loss, grads = jax.value_and_grad(loss_fn)(params, batch, dropout_rng)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss, rng
+
+    params = model.params
+    return _donating_contender(name, train_step, params, optimizer.init(params), data)
+
+
+def hf_forward(name: str, model_config: ml_collections.ConfigDict, batch: int) -> Contender:
+    model = FlaxAlbertForPreTraining(hf_config(model_config), input_shape=(1, SEQ_LEN), seed=0)
+    data = {key: jnp.asarray(value) for key, value in
+            hf_pretraining_batch(pretraining_batch(batch, model_config.vocab_size)).items()}
+
+    def forward(params, batch):
+        out = model(batch["input_ids"], attention_mask=batch["attention_mask"],
+                    token_type_ids=batch["token_type_ids"], params=params, train=False)
+        return out.prediction_logits, out.sop_logits
+
+    params = model.params
+    compiled, compile_s = compile_timed(jax.jit(forward), params, data)
+    return Contender(name, lambda: jax.block_until_ready(compiled(params, data)), compile_s,
+                     peak_bytes(compiled))
+
+
+def hf_finetune(name: str, model_config: ml_collections.ConfigDict, batch: int) -> Contender:
+    model = FlaxAlbertForSequenceClassification(
+        hf_config(model_config, classifier_dropout_prob=0.1, num_labels=2),
+        input_shape=(1, SEQ_LEN), seed=0)
+    inputs = pretraining_batch(batch, model_config.vocab_size)
+    data = {"input_ids": jnp.asarray(inputs["input_ids"]),
+            "token_type_ids": jnp.asarray(inputs["segment_ids"]),
+            "attention_mask": jnp.asarray(inputs["input_mask"]),
+            "labels": jnp.asarray(inputs["next_sentence_labels"][:, 0])}
+    optimizer = optax.adamw(1e-4, weight_decay=0.01)
+
+    def loss_fn(params, batch, rng):
+        logits = model(batch["input_ids"], attention_mask=batch["attention_mask"],
+                       token_type_ids=batch["token_type_ids"], params=params, dropout_rng=rng,
+                       train=True).logits
+        return optax.softmax_cross_entropy_with_integer_labels(logits, batch["labels"]).mean()
+
+    def train_step(params, opt_state, batch, rng):
+        rng, dropout_rng = jax.random.split(rng)
+        loss, grads = jax.value_and_grad(loss_fn)(params, batch, dropout_rng)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss, rng
+
+    params = model.params
+    return _donating_contender(name, train_step, params, optimizer.init(params), data)
+
+
+# ---------------------------------------------------------------------------------------------
+# Cases. Each returns rows: dicts with "case", "contender" and whatever it measured.
+
+
+def _speed_rows(case: str, contenders: list[Contender], repeats: int, steps: int,
+                baseline: str | None, flops_per_step: dict[str, float],
+                ceiling: float) -> list[dict[str, Any]]:
+    times = interleave(contenders, repeats, steps)
+    rows = []
+    for contender in contenders:
+        step_s = statistics.median(times[contender.name])
+        row = {"case": case, "contender": contender.name, "step_s": step_s,
+               "spread": (max(times[contender.name]) - min(times[contender.name])) / step_s,
+               "compile_s": contender.compile_s, "peak_mib": contender.peak_bytes / 2**20}
+        if baseline is not None and contender.name != baseline:
+            row["speedup_vs_hf"] = median_ratio(times[baseline], times[contender.name])
+        if contender.name in flops_per_step:
+            row["gflop_per_step"] = flops_per_step[contender.name] / 1e9
+            row["mfu_fp32"] = flops_per_step[contender.name] / step_s / ceiling
+        rows.append(row)
+    return rows
+
+
+def train_case(case: str, model_config: ml_collections.ConfigDict, batch: int, repeats: int,
+               steps: int, ceiling: float, with_bf16: bool) -> list[dict[str, Any]]:
+    contenders = [ours_train("ours fp32 LAMB", model_config, batch)]
+    if with_bf16:
+        bf16 = get_config("albert-base-v2", **dict(model_config.items(), dtype="bfloat16"))
+        contenders.append(ours_train("ours bf16 LAMB", bf16, batch))
+    if HF_MISSING is None:
+        contenders.append(hf_train("HF Flax fp32 optax.lamb", model_config, batch))
+    train_flops = flops.train_flops_per_step(model_config, batch, SEQ_LEN, MAX_PREDICTIONS)
+    return _speed_rows(case, contenders, repeats, steps,
+                       None if HF_MISSING else "HF Flax fp32 optax.lamb",
+                       {c.name: train_flops for c in contenders if c.name.startswith("ours")},
+                       ceiling)
+
+
+def infer_case(model_config: ml_collections.ConfigDict, repeats: int, steps: int,
+               ceiling: float) -> list[dict[str, Any]]:
+    batch = 32
+    contenders = [ours_forward("ours fp32 forward", model_config, batch)]
+    if HF_MISSING is None:
+        contenders.append(hf_forward("HF Flax fp32 forward", model_config, batch))
+    forward_flops = batch * flops.forward_flops_per_sequence(model_config, SEQ_LEN,
+                                                             MAX_PREDICTIONS)
+    return _speed_rows("infer_base", contenders, repeats, steps,
+                       None if HF_MISSING else "HF Flax fp32 forward",
+                       {"ours fp32 forward": forward_flops}, ceiling)
+
+
+def finetune_case(model_config: ml_collections.ConfigDict, repeats: int,
+                  steps: int, ceiling: float) -> list[dict[str, Any]]:
+    batch = 8
+    contenders = [ours_finetune("ours fp32 AdamW", model_config, batch)]
+    if HF_MISSING is None:
+        contenders.append(hf_finetune("HF Flax fp32 optax.adamw", model_config, batch))
+    return _speed_rows("finetune", contenders, repeats, steps,
+                       None if HF_MISSING else "HF Flax fp32 optax.adamw", {}, ceiling)
+
+
+def compile_case() -> list[dict[str, Any]]:
+    """Compile seconds of the fp32 train step (batch 8) at L=12 and L=48; remat temp bytes."""
+    rows = []
+    builders = [("ours", ours_train)] + ([("HF Flax", hf_train)] if HF_MISSING is None else [])
+    for label, build in builders:
+        seconds = {}
+        for layers in (12, 48):
+            contender = build(label, get_config("albert-base-v2", num_hidden_layers=layers), 8)
+            seconds[layers] = contender.compile_s
+            rows.append({"case": "compile", "contender": f"{label} L={layers}",
+                         "compile_s": contender.compile_s,
+                         "peak_mib": contender.peak_bytes / 2**20})
+            del contender
+        rows[-1]["compile_ratio_48_12"] = seconds[48] / seconds[12]
+    temp = {}
+    for layers in (12, 48):
+        config = get_config("albert-base-v2", num_hidden_layers=layers, remat_policy="full")
+        contender = ours_train(f"ours remat=full L={layers}", config, 8)
+        rows.append({"case": "compile", "contender": contender.name,
+                     "compile_s": contender.compile_s, "peak_mib": contender.peak_bytes / 2**20})
+        temp[layers] = contender.peak_bytes
+    rows[-1]["peak_ratio_48_12"] = temp[48] / temp[12]
+    return rows
+
+
+def run_cases(cases: list[str], repeats: int, steps: int) -> dict[str, Any]:
+    ceiling = matmul_ceiling("float32")
+    base = get_config("albert-base-v2")
+    rows: list[dict[str, Any]] = []
+    for case in cases:
+        if case == "train_base":
+            rows += train_case(case, base, 8, repeats, steps, ceiling, with_bf16=True)
+        elif case == "train_small":
+            small = get_config("albert-base-v2", **SMALL_OVERRIDES)
+            rows += train_case(case, small, 16, repeats, steps, ceiling, with_bf16=False)
+        elif case == "infer_base":
+            rows += infer_case(base, repeats, steps, ceiling)
+        elif case == "finetune":
+            rows += finetune_case(base, repeats, steps, ceiling)
+        elif case == "compile":
+            rows += compile_case()
+        print(f"[{case} done]", file=sys.stderr, flush=True)
+    return {
+        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
+                   f"{jax.devices()[0].device_kind}",
+        "versions": {"jax": jax.__version__,
+                     "transformers": None if HF_MISSING else transformers.__version__},
+        "hf_note": HF_MISSING,
+        "fp32_matmul_ceiling_gflops": ceiling / 1e9,
+        "repeats": repeats, "steps_per_repeat": steps,
+        "command": " ".join([os.path.basename(sys.executable), "-m", "benchmarks.bench_table"]
+                            + sys.argv[1:]),
+        "rows": rows,
+    }
+
+
+def print_table(result: dict[str, Any]) -> None:
+    print(f"machine: {result['machine']}; jax {result['versions']['jax']}, transformers "
+          f"{result['versions']['transformers']}")
+    print(f"command: {result['command']}")
+    print(f"fp32 matmul ceiling (2048^3, same run): {result['fp32_matmul_ceiling_gflops']:.0f} "
+          f"GFLOP/s; {result['repeats']} interleaved rounds of {result['steps_per_repeat']} "
+          "step(s), medians")
+    if result["hf_note"]:
+        print(f"NOTE: {result['hf_note']}")
+    columns = [("case", "{}"), ("contender", "{}"), ("step_s", "{:.3f}"),
+               ("speedup_vs_hf", "{:.2f}x"), ("mfu_fp32", "{:.1%}"), ("spread", "{:.0%}"),
+               ("compile_s", "{:.1f}"), ("compile_ratio_48_12", "{:.2f}x"),
+               ("peak_mib", "{:,.0f}"), ("peak_ratio_48_12", "{:.2f}x")]
+    print("| " + " | ".join(name for name, _ in columns) + " |")
+    print("|" + "---|" * len(columns))
+    for row in result["rows"]:
+        cells = [fmt.format(row[name]) if name in row else "" for name, fmt in columns]
+        print("| " + " | ".join(cells) + " |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cases", default=",".join(CASES),
+                        help=f"comma-separated subset of {','.join(CASES)}")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=1, help="steps per contender per round")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    args = parser.parse_args()
+    cases = args.cases.split(",")
+    unknown = sorted(set(cases) - set(CASES))
+    if unknown:
+        parser.error(f"unknown case(s) {unknown}; choose from {CASES}")
+    result = run_cases(cases, args.repeats, args.steps)
+    if args.json:
+        print(json.dumps(result, indent=1))
+    else:
+        print_table(result)
+
+
+if __name__ == "__main__":
+    main()
