@@ -1,4 +1,4 @@
-"""Joining the processes of a multi-host run into one JAX system (DESIGN 3: multi-host is explicit).
+"""Joining the processes of a multi-host run into one JAX system (explicit: `--multihost`).
 
   distributed.initialize(True)            # detect the cluster: TPU VM pod, SLURM, Open MPI, k8s
   distributed.initialize("mpi4py")        # a named jax cluster detection method

@@ -449,7 +449,7 @@ def test_gradients_match_unrolled_reference() -> None:
 
 
 def test_trace_size_does_not_grow_with_depth() -> None:
-    # DESIGN 3: the shared layer is traced once inside a scan, so the program is the same size
+    # The `nn.scan` design: the shared layer is traced once inside a scan, so the program is the same size
     # at L=2 and L=24 (an unrolled loop would add one block of equations per layer).
     def equation_count(num_layers: int) -> int:
         config = get_config("tiny", num_hidden_layers=num_layers)

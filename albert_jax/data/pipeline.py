@@ -1,4 +1,4 @@
-"""Pretraining batches streamed with grain from the shards `builder` wrote (DESIGN 3).
+"""Pretraining batches streamed with grain from the shards `builder` wrote.
 
   iterator = pipeline.make_iterator(config)               # this host's batches, forever
   host_batch = next(iterator)                             # dict name -> [host_batch, ...] numpy
@@ -157,7 +157,8 @@ def iterate(dataset: grain.MapDataset, *, prefetch: int, num_workers: int) -> gr
     if num_workers > 0:
         if not flags.FLAGS.is_parsed():
             # grain reads its absl flags when it starts workers; outside `albert-jax` (a script,
-            # a notebook, a test) nobody parsed them: take their defaults (DESIGN 3 trap).
+            # a notebook, a test) nobody parsed them: take their defaults (reading .value of an
+            # unparsed flag raises).
             flags.FLAGS.mark_as_parsed()
         iterable = iterable.mp_prefetch(grain.MultiprocessingOptions(num_workers=int(num_workers)))
     return iter(iterable)

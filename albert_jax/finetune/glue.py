@@ -308,7 +308,8 @@ def _read_tfds(task: str, tfds_name: str, tfds_split: str,
     import tensorflow_datasets as tfds
     import tensorflow_datasets.text.glue  # noqa: F401  Registers `glue` (TFDS skips it without TF).
 
-    # A random-access ArrayRecord source needs no TensorFlow (DESIGN 3, input).
+    # A random-access ArrayRecord source needs no TensorFlow (the input path reads shards with
+    # grain, not tf.data).
     source = tfds.data_source(tfds_name, split=tfds_split, data_dir=data_dir,
                               builder_kwargs={"file_format": "array_record"})
     info = source.dataset_info

@@ -1,11 +1,11 @@
 """Orbax checkpoints of a run: train state + data iterator + config; weights-only load and save.
 
-Layout (DESIGN 3): `<workdir>/checkpoints/<step>/{state,data,config}`:
+Layout: `<workdir>/checkpoints/<step>/{state,data,config}`:
   state   the TrainState pytree (step, params, opt_state), one tensorstore array per leaf
   data    the grain iterator state, one JSON file per process (grain's Orbax handler)
   config  the run config as JSON (for a weights-only checkpoint: {"model_config": {...}})
 
-Restore modes (DESIGN 3): resume (`Checkpointer.restore`: everything, onto the mesh that the
+Restore modes: resume (`Checkpointer.restore`: everything, onto the mesh that the
 abstract target's shardings name, which need not be the mesh that saved it); `init_from`
 (`load_params_for_init`: params only, fresh optimizer); weights for inference, evaluation or
 conversion (`load`: params only, one device or a given mesh).

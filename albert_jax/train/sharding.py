@@ -1,6 +1,6 @@
 """The device mesh, the one table from logical axis names to mesh axes, and sharded init.
 
-Mesh axes (DESIGN 3): "data" (pure data parallelism: replicas), "fsdp" (data parallel too, but
+Mesh axes: "data" (pure data parallelism: replicas), "fsdp" (data parallel too, but
 parameters and optimizer state are split over it and gathered when used), "tensor" (Megatron
 style: attention heads and the FFN inner dimension split over it). The batch is split over
 ("data", "fsdp").
