@@ -56,12 +56,15 @@ class CheckpointWriteFailed(OSError):
 class _NoOrbaxTracebacks(logging.Filter):
     """Orbax logs a failed background write with its traceback, twice; CheckpointWriteFailed
     reports it in one line (its cause keeps the traceback: ALBERT_JAX_TRACEBACK=1 shows it).
-    Orbax's message lines stay."""
+    Orbax's message lines stay, but for its notice that a read-only checkpoint is read-only."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.exc_info and f"{os.sep}orbax{os.sep}" in record.pathname:
+        if f"{os.sep}orbax{os.sep}" not in record.pathname:
+            return True
+        if record.exc_info:
             record.exc_info = record.exc_text = None
-        return True
+        # `checkpoint verify` and `load` open checkpoints read-only on purpose: not news.
+        return not record.getMessage().startswith("Given directory is read only")
 
 
 logging.getLogger("absl").addFilter(_NoOrbaxTracebacks())  # Orbax logs through absl
@@ -148,7 +151,7 @@ class Checkpointer:
         # Always Orbax's async path, whose post-finalization callback writes the checksums
         # inside the commit; a synchronous save waits for it (`save`).
         options = ocp.CheckpointManagerOptions(
-            max_to_keep=max_to_keep, save_interval_steps=save_interval_steps,
+            max_to_keep=max_to_keep, save_interval_steps=0 if read_only else save_interval_steps,
             enable_async_checkpointing=True, create=not read_only, read_only=read_only,
             cleanup_tmp_directories=not read_only,
             async_options=ocp.AsyncOptions(post_finalization_callback=self._write_checksums))
