@@ -117,6 +117,7 @@ def test_cli_json_reports_a_config_that_does_not_fit_and_the_lever_that_fits():
     assert fits_with["peak_bytes_per_device"] <= report["hbm_bytes_per_device"]
     assert fits_with["overrides"].startswith("--config.")
     assert any(not tried["fits"] for tried in report["levers_tried"])  # fsdp alone does not
+    assert all(option["fits"] for option in report["also_fits_with"])
 
 
 def test_cli_needs_a_target():

@@ -13,8 +13,9 @@ train state is abstract (shapes and shardings), the batch is `jax.ShapeDtypeStru
 A TPU compile that does not fit raises RESOURCE_EXHAUSTED and returns no executable; the
 memory report XLA dumps on the way (`*memory-usage-report.txt`, asked for with `xla_dump_to`)
 still says the total and the largest buffers with their shapes, so "does not fit" is a result.
-Then the obvious levers are tried, smallest change first: more fsdp (fewer data replicas),
-rematerialisation, more microbatches, then all three; the first that fits is reported.
+Then the obvious levers are tried, each from its smallest change up: more fsdp (fewer data
+replicas), rematerialisation, more microbatches; all three together only if none fits alone.
+The smallest fitting change of every lever is reported, the first in that order as `fits_with`.
 
 FLOPs per step are analytic (train/flops.py via the task): XLA's cost analysis counts the body
 of a scan once, not once per layer.
@@ -54,11 +55,13 @@ class Chip:
     peak_flops: float  # dense bf16 FLOP/s
 
 
-# Per JAX device. Sources, Google Cloud TPU system architecture pages (cloud.google.com/tpu/docs/
-# v2, v3, v4, v5e, v5p, v6e): v2 16 GiB and 45 TFLOP/s per chip of 2 cores; v3 32 GiB and
-# 123 TFLOP/s per chip of 2 cores; v4 32 GiB, 275 TFLOP/s per chip (one megacore device);
-# v5e 16 GiB, 197 TFLOP/s; v5p 95 GiB, 459 TFLOP/s (megacore); v6e 32 GiB, 918 TFLOP/s.
-# XLA keeps a little of it (v5e: "available HBM (15.75G)"); the TPU compiler itself decides.
+# Per JAX device (a TensorCore on v2/v3, a chip from v4 on: v4 and v5p run as one "megacore"
+# device). Sources, the Cloud TPU system-architecture pages: cloud.google.com/tpu/docs/v3 (32 GiB
+# HBM2 and 123 bf16 TFLOP/s per chip of two TensorCores), /v4 (32 GiB, 275 TFLOP/s per chip),
+# /v5e (16 GB, 197 TFLOP/s), /v5p (95 GB, 459 TFLOP/s), /v6e (32 GB, 918 TFLOP/s); v2: 16 GiB,
+# 45 TFLOP/s per chip of two TensorCores. The pages' GB are read as GiB: the v5e compiler says
+# "available HBM (15.75G)" of its 16. The TPU compiler itself decides what fits; these numbers
+# are what the plan prints beside its peak.
 CHIPS = {
     "v2": Chip("v2", 8 * GIB, 22.5e12),
     "v3": Chip("v3", 16 * GIB, 61.5e12),
@@ -271,6 +274,7 @@ def _doublings(start: int, stop: int) -> list[int]:
 # keeps every matmul output, "dots_no_batch" those without batch dimensions in the dot (the
 # projections, not attention's scores and context), "full" nothing.
 _REMAT_BY_MEMORY = ("none", "dots", "dots_no_batch", "full")
+_ALL_LEVERS = "fsdp+remat+microbatches"
 
 
 def _lever_ladders(config: ml_collections.ConfigDict, mesh_shape: tuple[int, int, int],
@@ -292,7 +296,7 @@ def _lever_ladders(config: ml_collections.ConfigDict, mesh_shape: tuple[int, int
     most = {**(fsdp_ladder[-1] if fsdp_ladder else {}),
             **(remat_ladder[-1] if remat_ladder else {})}
     if most:
-        yield "fsdp+remat+microbatches", [dict(most, num_microbatches=m)
+        yield _ALL_LEVERS, [dict(most, num_microbatches=m)
                                           for m in [config.num_microbatches, *microbatch_sizes]]
 
 
@@ -328,7 +332,8 @@ def plan(config: ml_collections.ConfigDict, build_task: BuildTask, target: Targe
          mfu: float, try_levers: bool = True) -> dict[str, Any]:
     """The plan of `config` on `target` as one JSON-able dict (see `format_plan`): the bytes per
     device, whether it fits, FLOPs per step and the implied step time at `mfu`; if it does not
-    fit, the levers tried and the smallest change that fits (`fits_with`, or None)."""
+    fit, the levers tried, the smallest change that fits (`fits_with`, or None) and the smallest
+    change of each other lever that fits alone (`also_fits_with`)."""
     if not 0 < mfu <= 1:
         raise ConfigError(f"--mfu={mfu} must be in (0, 1]")
     measurement = measure(config, build_task, target)
@@ -350,17 +355,24 @@ def plan(config: ml_collections.ConfigDict, build_task: BuildTask, target: Targe
         "step_seconds": flops_per_step / (mfu * target.peak_flops * len(target.devices)),
         "levers_tried": [],
         "fits_with": None,
+        "also_fits_with": [],
     }
     if measurement.fits or not try_levers:
         return result
     mesh_shape = tuple(measurement.mesh[axis] for axis in sharding.MESH_AXES)
+    options = []
     for lever, ladder in _lever_ladders(config, mesh_shape, measurement.remat_policy):
+        if lever == _ALL_LEVERS and options:
+            break  # one lever alone is enough
         found = _smallest_fitting(config, build_task, target, ladder, result["levers_tried"])
         if found is not None:
             changes, fitting = found
-            result["fits_with"] = {"lever": lever, "overrides": overrides(changes),
-                                   **dataclasses.asdict(fitting)}
-            break
+            options.append({"lever": lever, "overrides": overrides(changes),
+                            **dataclasses.asdict(fitting)})
+    # Each lever has its price (fsdp: more communication; remat: recomputation; microbatches:
+    # smaller matmuls): the first is the one listed first above, the others are there to weigh.
+    result["fits_with"] = options[0] if options else None
+    result["also_fits_with"] = options[1:]
     return result
 
 
@@ -401,10 +413,10 @@ def format_plan(result: dict[str, Any]) -> str:
                      f"{_size(tried['peak_bytes_per_device'])}, "
                      + ("fits" if tried["fits"] else "does not fit"))
     fits_with = result["fits_with"]
-    if fits_with:
-        lines.append(f"fits with ({fits_with['lever']}): {fits_with['overrides']} (peak "
-                     f"{_size(fits_with['peak_bytes_per_device'])})")
-    elif result["levers_tried"]:
+    for option in ([fits_with] if fits_with else []) + result["also_fits_with"]:
+        lines.append(f"{'fits with' if option is fits_with else 'or with'} ({option['lever']}): "
+                     f"{option['overrides']} (peak {_size(option['peak_bytes_per_device'])})")
+    if fits_with is None and result["levers_tried"]:
         lines.append("no lever tried fits: a larger slice, tensor parallelism or a smaller "
                      "batch per device is needed")
     return "\n".join(lines)
