@@ -6,8 +6,9 @@ Sharing (SPEC 3.3, paper Table 4). A block has an attention half and an FFN half
 gradient is the sum over all applications. A half that is *not shared* lives inside the scanned
 body, stacked on a leading "layers" axis (`nn.scan(variable_axes={"params": 0})`) under
 `group_{g}_per_layer/inner_group_{i}/...`. ALBERT shares both halves, BERT neither; the paper's
-shared-attention and shared-FFN ablations share one. In every mode the body is traced once, so
-compile time does not grow with depth (DESIGN 3).
+shared-attention and shared-FFN ablations share one. In every mode the body is traced
+min(L, scan_unroll) times (the model config's knob, presets.py), so compile time does not grow
+with depth beyond scan_unroll layers (DESIGN 3).
 """
 from __future__ import annotations
 
@@ -52,6 +53,7 @@ class AttentionBlock(nn.Module):
 
         def project(name: str) -> jax.Array:
             # Kernel stored 2-D [H, N*D] as in the checkpoint (SPEC 3.2.12); split heads after.
+            # (One fused [H, 3 N*D] matmul measured no faster on CPU: benchmarks/RESULTS.md.)
             out = layers.Dense(width, ("hidden", "heads"), init, dtype=dtype, name=name)(hidden)
             return nn.with_logical_constraint(out.reshape(batch, seq, heads, head_dim),
                                               layers.SEQUENCE_HEADS)
@@ -221,6 +223,7 @@ class Encoder(nn.Module):
                 split_rngs={"params": True, "dropout": True},
                 in_axes=(nn.broadcast, nn.broadcast),
                 length=length,
+                unroll=min(config.scan_unroll, length),
                 metadata_params={nn.PARTITION_NAME: "layers"},
             )(config, deterministic, name=f"group_{group}_per_layer")
             hidden, _ = stack(hidden, attention_bias, shared_params)

@@ -2,7 +2,8 @@
 
 A model config is a locked `ml_collections.ConfigDict` with the fields of the reference
 `AlbertConfig` (SPEC 3.1) plus our own: `sharing` (paper Table 4), `remat_policy` and
-`dtype` (compute dtype; parameters are always float32).
+`dtype` (compute dtype; parameters are always float32) and `scan_unroll` (layer applications per
+iteration of the encoder's scan).
 """
 from __future__ import annotations
 
@@ -45,6 +46,12 @@ _DEFAULTS: dict[str, Any] = dict(
     sharing="all",
     remat_policy="none",
     dtype="float32",
+    # Layer applications per iteration of the encoder's nn.scan; a group of at most this many
+    # layers is unrolled whole. Unrolled, XLA neither zero-fills nor copies the stacked
+    # per-layer activations the backward pass reads (~12 % of an albert-base step on CPU,
+    # benchmarks/RESULTS.md); the scan body holds at most this many layers, so compile time
+    # stays flat in depth beyond it (DESIGN 3).
+    scan_unroll=12,
 )
 
 
@@ -136,6 +143,8 @@ def validate(config: ml_collections.ConfigDict) -> None:
         fail("hidden_act", f"must be one of {ACTIVATIONS} (the reference 'gelu' is 'gelu_tanh')")
     if config.remat_policy not in REMAT_POLICIES:
         fail("remat_policy", f"must be one of {REMAT_POLICIES}")
+    if not isinstance(config.scan_unroll, int) or config.scan_unroll < 1:
+        fail("scan_unroll", "must be a positive integer")
     if not isinstance(config.always_project_embeddings, bool):
         fail("always_project_embeddings", "must be true or false")
     if config.dtype not in DTYPES:
