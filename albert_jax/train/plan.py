@@ -160,7 +160,8 @@ def _memory_report(dump_dir: str) -> tuple[int | None, list[dict[str, Any]]]:
     report, the largest module's if there are several."""
     best: tuple[int | None, list[dict[str, Any]]] = (None, [])
     for path in glob.glob(os.path.join(dump_dir, "*memory-usage-report.txt")):
-        text = open(path).read()
+        with open(path) as report:
+            text = report.read()
         total = _REPORT_TOTAL.search(text)
         if total is None or (best[0] is not None and int(total.group(1)) <= best[0]):
             continue
@@ -370,7 +371,7 @@ def plan(config: ml_collections.ConfigDict, build_task: BuildTask, target: Targe
             options.append({"lever": lever, "overrides": overrides(changes),
                             **dataclasses.asdict(fitting)})
     # Each lever has its price (fsdp: more communication; remat: recomputation; microbatches:
-    # smaller matmuls): the first is the one listed first above, the others are there to weigh.
+    # smaller matmuls): `fits_with` is the first in the order tried, the others are to weigh.
     result["fits_with"] = options[0] if options else None
     result["also_fits_with"] = options[1:]
     return result
