@@ -6,9 +6,9 @@ Sharing (SPEC 3.3, paper Table 4). A block has an attention half and an FFN half
 gradient is the sum over all applications. A half that is *not shared* lives inside the scanned
 body, stacked on a leading "layers" axis (`nn.scan(variable_axes={"params": 0})`) under
 `group_{g}_per_layer/inner_group_{i}/...`. ALBERT shares both halves, BERT neither; the paper's
-shared-attention and shared-FFN ablations share one. In every mode the body is traced
-min(L, scan_unroll) times (the model config's knob, presets.py), so compile time does not grow
-with depth beyond scan_unroll layers (DESIGN 3).
+shared-attention and shared-FFN ablations share one. In every mode a group of more than
+`scan_unroll` layers (presets.py) traces its body once, so compile time does not grow with
+depth; a shallower group is unrolled whole, which runs faster.
 """
 from __future__ import annotations
 
@@ -223,7 +223,7 @@ class Encoder(nn.Module):
                 split_rngs={"params": True, "dropout": True},
                 in_axes=(nn.broadcast, nn.broadcast),
                 length=length,
-                unroll=min(config.scan_unroll, length),
+                unroll=length if length <= config.scan_unroll else 1,
                 metadata_params={nn.PARTITION_NAME: "layers"},
             )(config, deterministic, name=f"group_{group}_per_layer")
             hidden, _ = stack(hidden, attention_bias, shared_params)

@@ -2,8 +2,8 @@
 
 A model config is a locked `ml_collections.ConfigDict` with the fields of the reference
 `AlbertConfig` (SPEC 3.1) plus our own: `sharing` (paper Table 4), `remat_policy` and
-`dtype` (compute dtype; parameters are always float32) and `scan_unroll` (layer applications per
-iteration of the encoder's scan).
+`dtype` (compute dtype; parameters are always float32) and `scan_unroll` (groups of at most
+this many layers are unrolled, deeper ones scanned).
 """
 from __future__ import annotations
 
@@ -46,11 +46,11 @@ _DEFAULTS: dict[str, Any] = dict(
     sharing="all",
     remat_policy="none",
     dtype="float32",
-    # Layer applications per iteration of the encoder's nn.scan; a group of at most this many
-    # layers is unrolled whole. Unrolled, XLA neither zero-fills nor copies the stacked
-    # per-layer activations the backward pass reads (~12 % of an albert-base step on CPU,
-    # benchmarks/RESULTS.md); the scan body holds at most this many layers, so compile time
-    # stays flat in depth beyond it (DESIGN 3).
+    # A group of at most this many layers is unrolled whole: XLA then neither zero-fills nor
+    # copies the stacked per-layer activations the backward pass reads (~10 % of an albert-base
+    # step on CPU, benchmarks/RESULTS.md). A deeper group is scanned one layer per iteration,
+    # so its compile time stays that of one layer: partial unrolling (12 layers per iteration
+    # at L=48) measured 2.5x the compile time of L=12, full scan 1.0x (benchmarks/bench_compile.py).
     scan_unroll=12,
 )
 
