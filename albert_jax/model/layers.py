@@ -22,6 +22,11 @@ SEQUENCE_EMBEDDING = ("batch", "length", "activation_embedding")  # [batch, seq,
 SEQUENCE_HIDDEN = ("batch", "length", "activation_hidden")  # [batch, seq, hidden]
 SEQUENCE_HEADS = ("batch", "length", "activation_heads", None)  # [batch, seq, heads, head_dim]
 SEQUENCE_MLP = ("batch", "length", "activation_mlp")  # [batch, seq, intermediate]
+# A kernel where it is used: gathered over fsdp (ZeRO-3: stored split, used whole), still split
+# over tensor. Left to itself, XLA may instead move the batch-split activations to the kernel's
+# fsdp split and keep those copies alive for the backward pass.
+_KERNEL_AT_USE = {"hidden": "activation_hidden", "heads": "activation_heads",
+                  "mlp": "activation_mlp", "embedding": "activation_embedding"}
 
 
 def truncated_normal(stddev: float) -> Initializer:
@@ -45,8 +50,9 @@ class Dense(nn.Module):
     def __call__(self, inputs: jax.Array) -> jax.Array:
         kernel = self.param("kernel", nn.with_logical_partitioning(self.kernel_init, self.axes),
                             (inputs.shape[-1], self.features), jnp.float32)
-        outputs = jnp.dot(inputs.astype(self.dtype), kernel.astype(self.dtype),
-                          preferred_element_type=jnp.float32)
+        kernel = nn.with_logical_constraint(
+            kernel.astype(self.dtype), tuple(_KERNEL_AT_USE.get(axis) for axis in self.axes))
+        outputs = jnp.dot(inputs.astype(self.dtype), kernel, preferred_element_type=jnp.float32)
         if self.use_bias:
             bias = self.param("bias", nn.with_logical_partitioning(nn.initializers.zeros,
                                                                    self.axes[1:]),
