@@ -18,8 +18,9 @@ parameters arrive split over "fsdp" on their hidden side and the compiler may ke
 for the activations, holding the whole global batch on every device (measured, albert-base at
 batch 256 x 512 on 16 devices: 107 GiB of temporaries per device with fsdp=16, 12.9 GiB with
 data=16). So the model also names the axes of its activations (`nn.with_logical_constraint`:
-batch, length, activation_hidden, activation_heads, ...), and `activation_sharding(mesh)` binds
-those names while a step is traced; outside it they are no-ops (init, single-device use).
+batch, length, activation_hidden, activation_heads, ...) and of each Dense kernel where it is
+used (gathered over fsdp, still split over tensor), and `activation_sharding(mesh)` binds those
+names while a step is traced; outside it they are no-ops (init, single-device use).
 """
 from __future__ import annotations
 
