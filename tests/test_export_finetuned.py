@@ -81,23 +81,24 @@ def test_sequence_classification_round_trip(labels, tmp_path):
     jax.tree.map(np.testing.assert_array_equal, loaded, jax.tree.map(np.asarray, params))
 
 
+def _exported(model: nn.Module, inputs, architecture: str, directory) -> tuple[dict, object]:
+    """Random params of `model`, saved as transformers' `architecture` and opened with it."""
+    params = _random_params(model, inputs)
+    save_huggingface(CONFIG, params, str(directory), head=FinetunedHead(architecture))
+    return params, _hf(getattr(transformers, architecture), directory)
+
+
 def test_multiple_choice_and_question_answering_match_transformers(tmp_path):
     inputs = _inputs((2, 4, 12))
     model = AlbertForMultipleChoice(CONFIG)
-    params = _random_params(model, inputs)
-    save_huggingface(CONFIG, params, str(tmp_path / "race"),
-                     head=FinetunedHead("AlbertForMultipleChoice"))
-    hf = _hf(transformers.AlbertForMultipleChoice, tmp_path / "race")
+    params, hf = _exported(model, inputs, "AlbertForMultipleChoice", tmp_path / "race")
     with torch.no_grad():
         hf_logits = hf(**_torch(inputs)).logits.numpy()
     np.testing.assert_allclose(model.apply({"params": params}, *inputs), hf_logits, atol=2e-5)
 
     inputs = _inputs((3, 12))
     model = AlbertForQuestionAnswering(CONFIG)
-    params = _random_params(model, inputs)
-    save_huggingface(CONFIG, params, str(tmp_path / "squad"),
-                     head=FinetunedHead("AlbertForQuestionAnswering"))
-    hf = _hf(transformers.AlbertForQuestionAnswering, tmp_path / "squad")
+    params, hf = _exported(model, inputs, "AlbertForQuestionAnswering", tmp_path / "squad")
     with torch.no_grad():
         output = hf(**_torch(inputs))
     start_logits, end_logits = model.apply({"params": params}, *inputs)

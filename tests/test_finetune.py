@@ -6,7 +6,6 @@ import json
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,14 +15,8 @@ from albert_jax.data import corpus
 from albert_jax.finetune import glue, race, run as finetune_run
 from configs import glue as glue_config, race as race_config
 from finetune_fixtures import write_glue_task, write_race
+from cli_fixtures import CLI, REPO, cli
 
-REPO = Path(__file__).resolve().parents[1]
-CLI = [sys.executable, "-m", "albert_jax.cli"]
-
-
-def cli(*arguments: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    return subprocess.run(CLI + list(arguments), cwd=REPO, capture_output=True, text=True,
-                          timeout=timeout)
 
 
 @pytest.fixture(scope="module")

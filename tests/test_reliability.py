@@ -28,9 +28,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from albert_jax.data import corpus
 from albert_jax.model import get_config
 from albert_jax.train import checkpoint, integrity, optim, state as state_lib, workdir_lock
+from cli_fixtures import build_demo_pretraining_data
 
 REPO = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-m", "albert_jax.cli"]
@@ -283,21 +283,7 @@ def environment(tmp_path_factory) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def data_flags(tmp_path_factory, environment) -> list[str]:
-    """Tokenizer + dataset built by the real CLI from 400 demo documents (seq 64)."""
-    root = tmp_path_factory.mktemp("reliability_data")
-    text = "\n\n".join("\n".join(document) for _, document in
-                       zip(range(400), corpus.demo_documents()))
-    (root / "corpus.txt").write_text(text + "\n")
-    flags = ["--config=configs/pretrain.py:runlocal",
-             f"--config.data.corpus={root / 'corpus.txt'}",
-             f"--config.data.tokenizer={root / 'spm.model'}",
-             f"--config.data.dir={root / 'data'}", "--config.data.vocab_size=400",
-             "--config.seq_len=64", "--config.data.dupe_factor=2",
-             "--config.data.eval_fraction=0.05"]
-    for command in (["tokenizer", "train"], ["data", "build"]):
-        result = run(command + flags, environment)
-        assert result.returncode == 0, result.stderr[-3000:]
-    return flags
+    return build_demo_pretraining_data(tmp_path_factory.mktemp("reliability_data"), environment)
 
 
 def pretrain_flags(data_flags: list[str], workdir: Path, **overrides) -> list[str]:

@@ -5,27 +5,20 @@ SIGKILL; clear errors for a missing file and for data of the other SQuAD version
 import json
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 import squad_fixtures
+from cli_fixtures import CLI, REPO, cli
 from albert_jax.errors import ConfigError
 from albert_jax.finetune import run as finetune_run, squad_eval
 from configs import squad as squad_config
 
-REPO = Path(__file__).resolve().parents[1]
-CLI = [sys.executable, "-m", "albert_jax.cli"]
 # Throughput and timing keys of metrics.jsonl, which differ between any two runs.
 TIMING_KEYS = ("steps_per_second", "examples_per_second", "tokens_per_second", "mfu",
                "eta_seconds")
-
-
-def cli(*arguments: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    return subprocess.run(CLI + list(arguments), cwd=REPO, capture_output=True, text=True,
-                          timeout=timeout)
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,6 @@ Exact resume after SIGKILL, a clean stop on SIGTERM, the NaN guard, the workdir 
 and a finished run that reports it is done.
 """
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -13,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from albert_jax.data import corpus
+from cli_fixtures import build_demo_pretraining_data
 
 REPO = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-m", "albert_jax.cli"]
@@ -21,22 +20,7 @@ CLI = [sys.executable, "-m", "albert_jax.cli"]
 
 @pytest.fixture(scope="module")
 def data_flags(tmp_path_factory) -> list[str]:
-    """Tokenizer + dataset built by the real CLI from 400 demo documents (seq 64)."""
-    root = tmp_path_factory.mktemp("pretrain_data")
-    text = "\n\n".join("\n".join(document) for _, document in
-                       zip(range(400), corpus.demo_documents()))
-    (root / "corpus.txt").write_text(text + "\n")
-    flags = ["--config=configs/pretrain.py:runlocal",
-             f"--config.data.corpus={root / 'corpus.txt'}",
-             f"--config.data.tokenizer={root / 'spm.model'}",
-             f"--config.data.dir={root / 'data'}",
-             "--config.data.vocab_size=400", "--config.seq_len=64",
-             "--config.data.dupe_factor=2", "--config.data.eval_fraction=0.05"]
-    for command in (["tokenizer", "train"], ["data", "build"]):
-        result = subprocess.run(CLI + command + flags, cwd=REPO, capture_output=True, text=True,
-                                timeout=600)
-        assert result.returncode == 0, result.stderr[-3000:]
-    return flags
+    return build_demo_pretraining_data(tmp_path_factory.mktemp("pretrain_data"))
 
 
 def run_flags(data_flags: list[str], workdir: Path, **overrides) -> list[str]:
