@@ -237,17 +237,23 @@ def ours_finetune(name: str, model_config: ml_collections.ConfigDict, batch: int
                              batch["input_mask"], deterministic=False, rngs={"dropout": rng})
         return optax.softmax_cross_entropy_with_integer_labels(logits, batch["labels"]).mean()
 
+    return _donating_contender(name, _train_step(loss_fn, optimizer), params,
+                               optimizer.init(params), features)
+
+
+# ---------------------------------------------------------------------------------------------
+# HuggingFace Flax steps (the ../shared/peers/bench_hf_flax.py step, in this process).
+
+
+def _train_step(loss_fn: Callable, optimizer: optax.GradientTransformation) -> Callable:
+    """(params, opt_state, batch, rng) -> (params, opt_state, loss, rng): one plain optax step
+    of `loss_fn(params, batch, dropout_rng)`, the same for every fine-tuning contender."""
     def train_step(params, opt_state, batch, rng):
         rng, dropout_rng = jax.random.split(rng)
         loss, grads = jax.value_and_grad(loss_fn)(params, batch, dropout_rng)
         updates, opt_state = optimizer.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss, rng
-
-    return _donating_contender(name, train_step, params, optimizer.init(params), features)
-
-
-# ---------------------------------------------------------------------------------------------
-# HuggingFace Flax steps (the ../shared/peers/bench_hf_flax.py step, in this process).
+    return train_step
 
 
 def _donating_contender(name: str, train_step: Callable, params: Any, opt_state: Any,
@@ -285,14 +291,9 @@ def hf_train(name: str, model_config: ml_collections.ConfigDict, batch: int) -> 
             out.sop_logits.astype(jnp.float32), batch["sentence_order_label"]).mean()
         return (nll * weights).sum() / weights.sum() + sop
 
-    def train_step(params, opt_state, batch, rng):
-        rng, dropout_rng = jax.random.split(rng)
-        loss, grads = jax.value_and_grad(loss_fn)(params, batch, dropout_rng)
-        updates, opt_state = optimizer.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, loss, rng
-
     params = model.params
-    return _donating_contender(name, train_step, params, optimizer.init(params), data)
+    return _donating_contender(name, _train_step(loss_fn, optimizer), params,
+                               optimizer.init(params), data)
 
 
 def hf_forward(name: str, model_config: ml_collections.ConfigDict, batch: int) -> Contender:
@@ -328,14 +329,9 @@ def hf_finetune(name: str, model_config: ml_collections.ConfigDict, batch: int) 
                        train=True).logits
         return optax.softmax_cross_entropy_with_integer_labels(logits, batch["labels"]).mean()
 
-    def train_step(params, opt_state, batch, rng):
-        rng, dropout_rng = jax.random.split(rng)
-        loss, grads = jax.value_and_grad(loss_fn)(params, batch, dropout_rng)
-        updates, opt_state = optimizer.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, loss, rng
-
     params = model.params
-    return _donating_contender(name, train_step, params, optimizer.init(params), data)
+    return _donating_contender(name, _train_step(loss_fn, optimizer), params,
+                               optimizer.init(params), data)
 
 
 # ---------------------------------------------------------------------------------------------
