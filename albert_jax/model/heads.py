@@ -21,7 +21,7 @@ class MaskedLMHead(nn.Module):
     """SPEC 5.2: gather at masked_lm_positions FIRST, then dense H->E, act, LN, tied decoder + bias.
 
     Gathering first computes V logits for the P masked positions only, not for all S positions
-    (DESIGN 5; HF computes all S, SPEC 11.4).
+    (as the reference does; HF computes all S, SPEC 11.4).
     """
 
     config: ml_collections.ConfigDict
