@@ -46,9 +46,10 @@ _DEFAULTS: dict[str, Any] = dict(
     sharing="all",
     remat_policy="none",
     dtype="float32",
-    # A group of at most this many layers is unrolled whole: XLA then neither zero-fills nor
-    # copies the stacked per-layer activations the backward pass reads (~10 % of an albert-base
-    # step on CPU, benchmarks/RESULTS.md). A deeper group is scanned one layer per iteration,
+    # A group of at most this many layers is unrolled whole (unless remat is on: remat needs the
+    # rolled scan, encoder.py): XLA then neither zero-fills nor copies the stacked per-layer
+    # activations the backward pass reads (~10 % of an albert-base step on CPU,
+    # benchmarks/RESULTS.md). A deeper group is scanned one layer per iteration,
     # so its compile time stays that of one layer: partial unrolling (12 layers per iteration
     # at L=48) measured 2.5x the compile time of L=12, full scan 1.0x (benchmarks/bench_compile.py).
     scan_unroll=12,
