@@ -163,7 +163,7 @@ def _plan_task(config: ml_collections.ConfigDict) -> tuple[Any, dict[str, Any]]:
 
     if "task" in config:  # a fine-tuning config
         model_config = finetune_task.finetune_model_config(config, presets.get_config(config.model))
-        task = finetune_run._task_class(config)(config, model_config, None, None)
+        task = finetune_run.task_class(config)(config, model_config, None, None)
     else:
         task = pretraining.PretrainingTask(config, config_lib.model_config(config))
     size = config.batch_size

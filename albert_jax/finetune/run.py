@@ -103,10 +103,11 @@ def build_task(config: ml_collections.ConfigDict) -> FinetuneTask:
             f"tokenizer {tokenizer_path} has {tokenizer.vocab_size} pieces but the model "
             f"embedding has vocab_size={model_config.vocab_size}; use the tokenizer the "
             "checkpoint was trained with (--config.tokenizer)")
-    return _task_class(config)(config, model_config, tokenizer, pretrained)
+    return task_class(config)(config, model_config, tokenizer, pretrained)
 
 
-def _task_class(config: ml_collections.ConfigDict) -> type[FinetuneTask]:
+def task_class(config: ml_collections.ConfigDict) -> type[FinetuneTask]:
+    """The Task class of a fine-tuning config's `task` (GLUE task names, race, squad)."""
     return {"race": RaceTask, "squad": SquadTask}.get(config.task, GlueTask)
 
 
@@ -168,7 +169,7 @@ def evaluate(workdir: str, split: str) -> list[str]:
     model_config, params = checkpoint.load(os.fspath(run / loop.BEST_SUBDIR), best["step"],
                                            mesh=mesh)
     tokenizer = Tokenizer.load(os.fspath(run / TOKENIZER_FILE))
-    task = _task_class(config)(config, model_config, tokenizer, None)
+    task = task_class(config)(config, model_config, tokenizer, None)
     eval_step = jax.jit(step_lib.make_eval_step(task), out_shardings=sharding.replicated(mesh))
     batch_sharding = sharding.batch_sharding(mesh)
     eval_splits = task.prediction_splits(split)
