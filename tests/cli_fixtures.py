@@ -1,7 +1,7 @@
 """The real `albert-jax` command line for tests: run it, and tiny pretraining data built with it.
 
   result = cli("finetune", "--config=...", f"--workdir={tmp_path}")    # a CompletedProcess
-  flags = build_demo_pretraining_data(tmp_path, environment)          # --config=... flags
+  flags = config_flags(build_demo_pretraining_data(tmp_path, environment))  # --config=...
 """
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from albert_jax.data import corpus
 
@@ -23,21 +24,29 @@ def cli(*arguments: str, timeout: int = 600,
                           timeout=timeout, env=environment or dict(os.environ))
 
 
-def build_demo_pretraining_data(root: Path, environment: dict[str, str] | None = None
-                                ) -> list[str]:
-    """A tokenizer (400 pieces) and a dataset (seq 64) built in `root` by `albert-jax tokenizer
-    train` and `albert-jax data build` from 400 demo documents; returns the config flags that
-    name them (configs/pretrain.py:runlocal plus the data overrides)."""
+# The data settings of the tiny pretraining runs (on top of configs/pretrain.py:runlocal).
+DEMO_DATA = {"data.vocab_size": 400, "seq_len": 64, "data.dupe_factor": 2,
+             "data.eval_fraction": 0.05}
+
+
+def config_flags(settings: dict[str, Any]) -> list[str]:
+    """configs/pretrain.py:runlocal with `--config.<key>=<value>` for every setting."""
+    return (["--config=configs/pretrain.py:runlocal"]
+            + [f"--config.{key}={value}" for key, value in settings.items()])
+
+
+def build_demo_pretraining_data(root: Path, environment: dict[str, str] | None = None,
+                                num_documents: int = 400,
+                                changes: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A tokenizer and a dataset built in `root` by `albert-jax tokenizer train` and `albert-jax
+    data build` from the first `num_documents` demo documents, with DEMO_DATA updated by
+    `changes`; returns the settings that name them (`config_flags` makes the flags)."""
     text = "\n\n".join("\n".join(document) for _, document in
-                       zip(range(400), corpus.demo_documents()))
+                       zip(range(num_documents), corpus.demo_documents()))
     (root / "corpus.txt").write_text(text + "\n")
-    flags = ["--config=configs/pretrain.py:runlocal",
-             f"--config.data.corpus={root / 'corpus.txt'}",
-             f"--config.data.tokenizer={root / 'spm.model'}",
-             f"--config.data.dir={root / 'data'}", "--config.data.vocab_size=400",
-             "--config.seq_len=64", "--config.data.dupe_factor=2",
-             "--config.data.eval_fraction=0.05"]
+    settings = {"data.corpus": str(root / "corpus.txt"), "data.tokenizer": str(root / "spm.model"),
+                "data.dir": str(root / "data"), **DEMO_DATA, **(changes or {})}
     for command in (["tokenizer", "train"], ["data", "build"]):
-        result = cli(*command, *flags, environment=environment)
+        result = cli(*command, *config_flags(settings), environment=environment)
         assert result.returncode == 0, result.stderr[-3000:]
-    return flags
+    return settings

@@ -15,7 +15,7 @@ from albert_jax.data import corpus
 from albert_jax.finetune import glue, race, run as finetune_run
 from configs import glue as glue_config, race as race_config
 from finetune_fixtures import write_glue_task, write_race
-from cli_fixtures import CLI, REPO, cli
+from cli_fixtures import CLI, REPO, build_demo_pretraining_data, cli, config_flags
 
 
 
@@ -23,19 +23,13 @@ from cli_fixtures import CLI, REPO, cli
 def pretrained(tmp_path_factory) -> Path:
     """A pretraining workdir of the tiny model (6 steps) with its own tokenizer."""
     root = tmp_path_factory.mktemp("pretrained")
-    text = "\n\n".join("\n".join(document) for _, document in
-                       zip(range(300), corpus.demo_documents()))
-    (root / "corpus.txt").write_text(text + "\n")
-    flags = ["--config=configs/pretrain.py:runlocal", f"--config.data.corpus={root / 'corpus.txt'}",
-             f"--config.data.tokenizer={root / 'spm.model'}", f"--config.data.dir={root / 'data'}",
-             "--config.data.vocab_size=400", "--config.data.dupe_factor=1"]
-    for command, extra in ((["tokenizer", "train"], []), (["data", "build"], []),
-                           (["pretrain"], ["--config.model=tiny", "--config.total_steps=6",
-                                           "--config.model_overrides.vocab_size=400",
-                                           "--config.batch_size=8", "--config.eval_batch_size=8",
-                                           f"--workdir={root / 'workdir'}"])):
-        result = cli(*command, *flags, *extra)
-        assert result.returncode == 0, result.stderr[-3000:]
+    settings = build_demo_pretraining_data(root, num_documents=300,
+                                           changes={"data.dupe_factor": 1})
+    result = cli("pretrain", *config_flags(settings), "--config.model=tiny",
+                 "--config.total_steps=6", "--config.model_overrides.vocab_size=400",
+                 "--config.batch_size=8", "--config.eval_batch_size=8",
+                 f"--workdir={root / 'workdir'}")
+    assert result.returncode == 0, result.stderr[-3000:]
     assert (root / "workdir" / "spiece.model").exists()  # the tokenizer travels with the run
     return root / "workdir"
 

@@ -30,9 +30,9 @@ import pytest  # noqa: E402
 
 from albert_jax import pretraining  # noqa: E402
 from albert_jax import config as config_lib, distributed  # noqa: E402
-from albert_jax.data import corpus  # noqa: E402
 from albert_jax.model import AlbertForPreTraining  # noqa: E402
 from albert_jax.train import checkpoint, loop, optim, sharding, state as state_lib  # noqa: E402
+from cli_fixtures import build_demo_pretraining_data, config_flags  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-m", "albert_jax.cli"]
@@ -47,23 +47,8 @@ RUN = {"model": "tiny", "batch_size": 8, "log_every_steps": 1, "total_steps": ST
 @pytest.fixture(scope="module")
 def data_settings(tmp_path_factory) -> dict:
     """Tokenizer + dataset built by the real CLI from 300 demo documents (seq 64, vocab 400)."""
-    root = tmp_path_factory.mktemp("multihost_data")
-    text = "\n\n".join("\n".join(document) for _, document in
-                       zip(range(300), corpus.demo_documents()))
-    (root / "corpus.txt").write_text(text + "\n")
-    settings = {"data.corpus": str(root / "corpus.txt"), "data.tokenizer": str(root / "spm.model"),
-                "data.dir": str(root / "data"), "data.vocab_size": 400, "seq_len": 64,
-                "data.dupe_factor": 2, "data.eval_fraction": 0.05}
-    for command in (["tokenizer", "train"], ["data", "build"]):
-        result = subprocess.run(CLI + command + config_flags(settings), cwd=REPO,
-                                capture_output=True, text=True, timeout=300)
-        assert result.returncode == 0, result.stderr[-3000:]
-    return settings
-
-
-def config_flags(settings: dict) -> list[str]:
-    return (["--config=configs/pretrain.py:runlocal"]
-            + [f"--config.{key}={value}" for key, value in settings.items()])
+    return build_demo_pretraining_data(tmp_path_factory.mktemp("multihost_data"),
+                                       num_documents=300)
 
 
 def run_config(settings: dict):

@@ -30,7 +30,7 @@ import pytest
 
 from albert_jax.model import get_config
 from albert_jax.train import checkpoint, integrity, optim, state as state_lib, workdir_lock
-from cli_fixtures import build_demo_pretraining_data
+from cli_fixtures import build_demo_pretraining_data, config_flags
 
 REPO = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-m", "albert_jax.cli"]
@@ -283,7 +283,8 @@ def environment(tmp_path_factory) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def data_flags(tmp_path_factory, environment) -> list[str]:
-    return build_demo_pretraining_data(tmp_path_factory.mktemp("reliability_data"), environment)
+    return config_flags(build_demo_pretraining_data(tmp_path_factory.mktemp("reliability_data"),
+                                                    environment))
 
 
 def pretrain_flags(data_flags: list[str], workdir: Path, **overrides) -> list[str]:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_fixtures import build_demo_pretraining_data
+from cli_fixtures import build_demo_pretraining_data, config_flags
 
 REPO = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-m", "albert_jax.cli"]
@@ -20,7 +20,7 @@ CLI = [sys.executable, "-m", "albert_jax.cli"]
 
 @pytest.fixture(scope="module")
 def data_flags(tmp_path_factory) -> list[str]:
-    return build_demo_pretraining_data(tmp_path_factory.mktemp("pretrain_data"))
+    return config_flags(build_demo_pretraining_data(tmp_path_factory.mktemp("pretrain_data")))
 
 
 def run_flags(data_flags: list[str], workdir: Path, **overrides) -> list[str]:
