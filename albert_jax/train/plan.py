@@ -38,7 +38,7 @@ import ml_collections
 import numpy as np
 
 from albert_jax.errors import ConfigError
-from albert_jax.train import flops, optim, sharding
+from albert_jax.train import flops, optim, sharding, validation
 from albert_jax.train import state as state_lib
 from albert_jax.train import step as step_lib
 from albert_jax.train.task import Task
@@ -181,17 +181,6 @@ def _bytes_per_device(tree: Any) -> int:
 BuildTask = Callable[[ml_collections.ConfigDict], tuple[Task, dict[str, jax.ShapeDtypeStruct]]]
 
 
-def check_batch(config: ml_collections.ConfigDict, mesh_shape: tuple[int, int, int]) -> None:
-    """ConfigError unless the batch (and each microbatch) splits evenly over data x fsdp."""
-    data, fsdp, _ = mesh_shape
-    if config.batch_size % (data * fsdp):
-        raise ConfigError(f"config batch_size={config.batch_size} is not divisible by the data x "
-                          f"fsdp mesh axes ({data} x {fsdp}); change batch_size or config.mesh")
-    if config.num_microbatches < 1:
-        raise ConfigError(f"config num_microbatches={config.num_microbatches} must be >= 1")
-    step_lib.check_microbatches(config.batch_size, config.num_microbatches, data * fsdp)
-
-
 def measure(config: ml_collections.ConfigDict, build_task: BuildTask,
             target: Target) -> Measurement:
     """Compiles the train step of `config` for `target`; what each device holds.
@@ -199,8 +188,8 @@ def measure(config: ml_collections.ConfigDict, build_task: BuildTask,
     `build_task(config)` gives the task and its train batch as ShapeDtypeStructs of the global
     batch ([batch_size, ...]); the config is validated (mesh, batch split) before compiling.
     """
+    validation.check_run(config, len(target.devices))
     mesh_shape = sharding.mesh_shape(config.mesh, len(target.devices))
-    check_batch(config, mesh_shape)
     task, batch_spec = build_task(config)
     mesh = sharding.make_mesh(config.mesh, list(target.devices))
     optimizer, learning_rate_fn = optim.make_optimizer(config.optim, config.total_steps)

@@ -31,6 +31,9 @@ Metrics = dict[str, jax.Array]
 def check_microbatches(batch_size: int, num_microbatches: int, batch_devices: int) -> None:
     """ConfigError unless `batch_size` splits into `num_microbatches` microbatches that each
     split evenly over the `batch_devices` (data x fsdp) devices."""
+    if batch_size % batch_devices:
+        raise ConfigError(f"config batch_size={batch_size} is not divisible by the data x fsdp "
+                          f"mesh axes ({batch_devices} devices); change batch_size or config.mesh")
     if batch_size % num_microbatches:
         raise ConfigError(f"config batch_size={batch_size} is not divisible by num_microbatches="
                           f"{num_microbatches}; make num_microbatches a divisor of batch_size")

@@ -37,8 +37,9 @@ def check_numbers(config: ml_collections.ConfigDict) -> None:
         optim.make_optimizer(config.optim, config.total_steps)  # every optim.* value
 
 
-def check_run(config: ml_collections.ConfigDict) -> None:
-    """`check_numbers`, then the mesh over this job's devices and the batch split over it."""
+def check_run(config: ml_collections.ConfigDict, num_devices: int | None = None) -> None:
+    """`check_numbers`, then the mesh over `num_devices` (default: this job's devices) and the
+    batch split over it."""
     check_numbers(config)
-    data, fsdp, _ = sharding.mesh_shape(config.mesh, jax.device_count())
+    data, fsdp, _ = sharding.mesh_shape(config.mesh, num_devices or jax.device_count())
     step_lib.check_microbatches(config.batch_size, config.num_microbatches, data * fsdp)
