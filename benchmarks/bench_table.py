@@ -17,7 +17,8 @@ Cases (the shapes of ../shared/peers, random weights, nothing downloaded):
   infer_base   forward only of the pretraining model, batch 32, seq 128 (ours: MLM logits at 20
                masked positions, as training computes them; HF: at all 128, as it only can).
   finetune     sequence classification (2 labels, classifier dropout 0.1), batch 8, seq 128:
-               our AlbertForSequenceClassification + AdamW (SPEC 6.4) against
+               our fine-tuning step as `albert-jax finetune` runs it (configs/glue.py MRPC,
+               GlueTask, AdamW of SPEC 6.4 with clipping, train/step.py, state donated) against
                FlaxAlbertForSequenceClassification + optax.adamw.
   compile      lower + compile time of the fp32 train step at L=12 and L=48 (ours and HF), and
                the temporary bytes with full remat at both depths.
@@ -36,7 +37,7 @@ import platform
 import statistics
 import sys
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import jax
 import jax.numpy as jnp
@@ -45,10 +46,15 @@ import numpy as np
 import optax
 
 from albert_jax import pretraining
-from albert_jax.model import AlbertForSequenceClassification, get_config
+from albert_jax.finetune.task import GlueTask, finetune_model_config
+from albert_jax.model import get_config
 from albert_jax.train import flops, optim, sharding
 from albert_jax.train import state as state_lib
 from albert_jax.train import step as step_lib
+from configs import glue as glue_config
+
+if TYPE_CHECKING:
+    from albert_jax.model import ModelConfig
 
 SEQ_LEN = 128
 MAX_PREDICTIONS = 20
@@ -154,7 +160,7 @@ def hf_pretraining_batch(ours: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
             "sentence_order_label": ours["next_sentence_labels"][:, 0]}
 
 
-def hf_config(model_config: ml_collections.ConfigDict, **overrides: Any) -> Any:
+def hf_config(model_config: ModelConfig, **overrides: Any) -> Any:
     """HF's AlbertConfig of our model config (tanh GELU = HF "gelu_new", SPEC 11)."""
     return AlbertConfig(
         vocab_size=model_config.vocab_size, embedding_size=model_config.embedding_size,
@@ -171,9 +177,9 @@ def hf_config(model_config: ml_collections.ConfigDict, **overrides: Any) -> Any:
 # Our steps.
 
 
-def _optim_config(name: str) -> ml_collections.ConfigDict:
+def _lamb_config() -> ml_collections.ConfigDict:
     return ml_collections.ConfigDict(dict(
-        name=name, lr=1e-4, warmup_steps=10, schedule="reference", power=1.0,
+        name="lamb", lr=1e-4, warmup_steps=10, schedule="reference", power=1.0,
         weight_decay=0.01, beta_1=0.9, beta_2=0.999, epsilon=1e-6, clip_norm=1.0))
 
 
@@ -182,13 +188,13 @@ def _single_device_mesh() -> jax.sharding.Mesh:
                               devices=jax.devices()[:1])
 
 
-def ours_train(name: str, model_config: ml_collections.ConfigDict, batch: int) -> Contender:
+def ours_train(name: str, model_config: ModelConfig, batch: int) -> Contender:
     """Our pretraining step (train/step.py) with the reference LAMB, params donated."""
     run_config = ml_collections.ConfigDict(dict(
         seq_len=SEQ_LEN, init_from="",
         data=dict(max_predictions=MAX_PREDICTIONS, sentence_objective="sop")))
     task = pretraining.PretrainingTask(run_config, model_config)
-    optimizer, lr_fn = optim.make_optimizer(_optim_config("lamb"), total_steps=1000)
+    optimizer, lr_fn = optim.make_optimizer(_lamb_config(), total_steps=1000)
     state = state_lib.init_train_state(task.model, optimizer, _single_device_mesh(),
                                        jax.random.PRNGKey(0), task.init_inputs())
     train_step = jax.jit(step_lib.make_train_step(task, optimizer, lr_fn), donate_argnums=(0,))
@@ -204,7 +210,7 @@ def ours_train(name: str, model_config: ml_collections.ConfigDict, batch: int) -
     return Contender(name, run, compile_s, peak_bytes(compiled))
 
 
-def ours_forward(name: str, model_config: ml_collections.ConfigDict, batch: int) -> Contender:
+def ours_forward(name: str, model_config: ModelConfig, batch: int) -> Contender:
     """Our pretraining model's forward (deterministic): MLM logits at the masked positions."""
     run_config = ml_collections.ConfigDict(dict(
         seq_len=SEQ_LEN, init_from="",
@@ -219,26 +225,35 @@ def ours_forward(name: str, model_config: ml_collections.ConfigDict, batch: int)
                      peak_bytes(compiled))
 
 
-def ours_finetune(name: str, model_config: ml_collections.ConfigDict, batch: int) -> Contender:
-    """AlbertForSequenceClassification + AdamW (SPEC 6.4), cross-entropy, dropout 0.1."""
-    model = AlbertForSequenceClassification(model_config, num_labels=2, classifier_dropout=0.1)
+def ours_finetune(name: str, model_config: ModelConfig, batch: int) -> Contender:
+    """The fine-tuning path of `albert-jax finetune`: configs/glue.py (MRPC, 2 labels, backbone
+    dropout 0, classifier dropout 0.1), GlueTask, AdamW with clipping from `make_optimizer`
+    (SPEC 6.4), train/step.py's step with the state donated, as train/loop.py jits it."""
+    config = glue_config.get_config("task=mrpc")
+    config.seq_len, config.batch_size = SEQ_LEN, batch
+    task = GlueTask(config, finetune_model_config(config, model_config), tokenizer=None,
+                    pretrained=None)
+    optimizer, lr_fn = optim.make_optimizer(config.optim, config.total_steps)
+    mesh = _single_device_mesh()
+    state = state_lib.init_train_state(task.model, optimizer, mesh, jax.random.PRNGKey(0),
+                                       task.init_inputs())
+    train_step = jax.jit(step_lib.make_train_step(task, optimizer, lr_fn, mesh=mesh),
+                         donate_argnums=(0,))
     inputs = pretraining_batch(batch, model_config.vocab_size)
     features = jax.device_put({"input_ids": inputs["input_ids"],
                                "segment_ids": inputs["segment_ids"],
                                "input_mask": inputs["input_mask"],
-                               "labels": inputs["next_sentence_labels"][:, 0]})
-    params = model.init(jax.random.PRNGKey(0), features["input_ids"], features["segment_ids"],
-                        features["input_mask"])["params"]
-    params = jax.tree.map(jnp.asarray, sharding.unbox(params))
-    optimizer, _ = optim.make_optimizer(_optim_config("adamw"), total_steps=1000)
+                               "labels": inputs["next_sentence_labels"][:, 0],
+                               "example_weight": np.ones(batch, np.float32)})
+    rng = jax.random.PRNGKey(1)
+    compiled, compile_s = compile_timed(train_step, state, features, rng)
+    holder = {"state": state}
 
-    def loss_fn(params: Any, batch: dict[str, jax.Array], rng: jax.Array) -> jax.Array:
-        logits = model.apply({"params": params}, batch["input_ids"], batch["segment_ids"],
-                             batch["input_mask"], deterministic=False, rngs={"dropout": rng})
-        return optax.softmax_cross_entropy_with_integer_labels(logits, batch["labels"]).mean()
+    def run() -> None:
+        holder["state"], metrics = compiled(holder["state"], features, rng)
+        jax.block_until_ready(metrics)
 
-    return _donating_contender(name, _train_step(loss_fn, optimizer), params,
-                               optimizer.init(params), features)
+    return Contender(name, run, compile_s, peak_bytes(compiled))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -247,7 +262,7 @@ def ours_finetune(name: str, model_config: ml_collections.ConfigDict, batch: int
 
 def _train_step(loss_fn: Callable, optimizer: optax.GradientTransformation) -> Callable:
     """(params, opt_state, batch, rng) -> (params, opt_state, loss, rng): one plain optax step
-    of `loss_fn(params, batch, dropout_rng)`, the same for every fine-tuning contender."""
+    of `loss_fn(params, batch, dropout_rng)`, as ../shared/peers/bench_hf_flax.py runs HF."""
     def train_step(params, opt_state, batch, rng):
         rng, dropout_rng = jax.random.split(rng)
         loss, grads = jax.value_and_grad(loss_fn)(params, batch, dropout_rng)
@@ -272,7 +287,7 @@ def _donating_contender(name: str, train_step: Callable, params: Any, opt_state:
     return Contender(name, run, compile_s, peak_bytes(compiled))
 
 
-def hf_train(name: str, model_config: ml_collections.ConfigDict, batch: int) -> Contender:
+def hf_train(name: str, model_config: ModelConfig, batch: int) -> Contender:
     """FlaxAlbertForPreTraining + optax.lamb: MLM CE over all positions with -100 ignored."""
     model = FlaxAlbertForPreTraining(hf_config(model_config), input_shape=(1, SEQ_LEN), seed=0)
     data = {key: jnp.asarray(value) for key, value in
@@ -296,7 +311,7 @@ def hf_train(name: str, model_config: ml_collections.ConfigDict, batch: int) -> 
                                optimizer.init(params), data)
 
 
-def hf_forward(name: str, model_config: ml_collections.ConfigDict, batch: int) -> Contender:
+def hf_forward(name: str, model_config: ModelConfig, batch: int) -> Contender:
     model = FlaxAlbertForPreTraining(hf_config(model_config), input_shape=(1, SEQ_LEN), seed=0)
     data = {key: jnp.asarray(value) for key, value in
             hf_pretraining_batch(pretraining_batch(batch, model_config.vocab_size)).items()}
@@ -312,7 +327,7 @@ def hf_forward(name: str, model_config: ml_collections.ConfigDict, batch: int) -
                      peak_bytes(compiled))
 
 
-def hf_finetune(name: str, model_config: ml_collections.ConfigDict, batch: int) -> Contender:
+def hf_finetune(name: str, model_config: ModelConfig, batch: int) -> Contender:
     model = FlaxAlbertForSequenceClassification(
         hf_config(model_config, classifier_dropout_prob=0.1, num_labels=2),
         input_shape=(1, SEQ_LEN), seed=0)
@@ -357,11 +372,11 @@ def _speed_rows(case: str, contenders: list[Contender], repeats: int, steps: int
     return rows
 
 
-def train_case(case: str, model_config: ml_collections.ConfigDict, batch: int, repeats: int,
+def train_case(case: str, model_config: ModelConfig, batch: int, repeats: int,
                steps: int, ceiling: float, with_bf16: bool) -> list[dict[str, Any]]:
     contenders = [ours_train("ours fp32 LAMB", model_config, batch)]
     if with_bf16:
-        bf16 = get_config("albert-base-v2", **dict(model_config.items(), dtype="bfloat16"))
+        bf16 = get_config("albert-base-v2", **dict(model_config.to_dict(), dtype="bfloat16"))
         contenders.append(ours_train("ours bf16 LAMB", bf16, batch))
     if HF_MISSING is None:
         contenders.append(hf_train("HF Flax fp32 optax.lamb", model_config, batch))
@@ -372,7 +387,7 @@ def train_case(case: str, model_config: ml_collections.ConfigDict, batch: int, r
                        ceiling)
 
 
-def infer_case(model_config: ml_collections.ConfigDict, repeats: int, steps: int,
+def infer_case(model_config: ModelConfig, repeats: int, steps: int,
                ceiling: float) -> list[dict[str, Any]]:
     batch = 32
     contenders = [ours_forward("ours fp32 forward", model_config, batch)]
@@ -385,14 +400,18 @@ def infer_case(model_config: ml_collections.ConfigDict, repeats: int, steps: int
                        {"ours fp32 forward": forward_flops}, ceiling)
 
 
-def finetune_case(model_config: ml_collections.ConfigDict, repeats: int,
+def finetune_case(model_config: ModelConfig, repeats: int,
                   steps: int, ceiling: float) -> list[dict[str, Any]]:
     batch = 8
     contenders = [ours_finetune("ours fp32 AdamW", model_config, batch)]
     if HF_MISSING is None:
         contenders.append(hf_finetune("HF Flax fp32 optax.adamw", model_config, batch))
+    # The backbone at every position, no masked-LM head (GlueTask.flops_per_example).
+    finetune_flops = (flops.TRAIN_FLOPS_PER_FORWARD * batch
+                      * flops.forward_flops_per_sequence(model_config, SEQ_LEN, 0))
     return _speed_rows("finetune", contenders, repeats, steps,
-                       None if HF_MISSING else "HF Flax fp32 optax.adamw", {}, ceiling)
+                       None if HF_MISSING else "HF Flax fp32 optax.adamw",
+                       {"ours fp32 AdamW": finetune_flops}, ceiling)
 
 
 def compile_case() -> list[dict[str, Any]]:

@@ -1,0 +1,306 @@
+"""A/B of model-side speed changes, measured without editing albert_jax/model: each variant is
+a subclass of a model module put in the module's place while its contender is traced and
+compiled, then taken out.
+
+  .venv/bin/python -m benchmarks.ab_model_variants [--case=finetune|train] [--repeats=5]
+      [--variants=layernorm_vjp,layernorm_fast_variance,dot_product_attention,cls_only_last_layer]
+
+Contenders, interleaved as in bench_table (A, B, C, ... per round, medians of per-round ratios):
+our current step, our step with each variant, and HuggingFace Flax. The case is bench_table's
+`finetune` (GlueTask + AdamW, albert-base, batch 8, seq 128) or `train_base` (fp32 LAMB).
+Before timing, each variant's loss and gradients are checked against the current model's on the
+same batch (max relative difference printed), so a faster variant that changes the numerics shows.
+
+Variants (why: the fine-tuning profile in benchmarks/RESULTS.md):
+  layernorm_vjp            the same two-pass float32 forward (SPEC 3.2.3), with the closed-form
+                           backward dx = (g - mean(g) - x_hat * mean(g * x_hat)) / sigma as a
+                           custom VJP instead of autodiff through mean and variance.
+  layernorm_fast_variance  variance as E[x^2] - E[x]^2 in one pass (flax nn.LayerNorm's default,
+                           what HF Flax runs), autodiff backward.
+  dot_product_attention    scores, softmax and context through jax.nn.dot_product_attention.
+  cls_only_last_layer      (finetune only) the last layer at [CLS] only, the one position the
+                           classifier reads: see `last_layer_at_cls`.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import functools
+import math
+from typing import Any, Iterator
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from albert_jax import pretraining
+from albert_jax.finetune.task import GlueTask
+from albert_jax.model import albert as albert_lib
+from albert_jax.model import encoder, get_config, layers
+from benchmarks import bench_table
+from configs import glue as glue_config
+
+# ---------------------------------------------------------------------------------------------
+# LayerNorm variants: subclasses of layers.LayerNorm (same parameters and names).
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
+def _layer_norm(x: jax.Array, scale: jax.Array, bias: jax.Array, epsilon: float) -> jax.Array:
+    return _layer_norm_forward(x, scale, bias, epsilon)[0]
+
+
+def _layer_norm_forward(x, scale, bias, epsilon):
+    mean = jnp.mean(x, axis=-1, keepdims=True)
+    centered = x - mean
+    inverse_std = jax.lax.rsqrt(jnp.mean(jnp.square(centered), axis=-1, keepdims=True) + epsilon)
+    normed = centered * inverse_std
+    return normed * scale + bias, (normed, inverse_std, scale)
+
+
+def _layer_norm_backward(epsilon, saved, upstream):
+    del epsilon
+    normed, inverse_std, scale = saved
+    batch_axes = tuple(range(upstream.ndim - 1))
+    scaled = upstream * scale
+    grad_x = inverse_std * (scaled - jnp.mean(scaled, axis=-1, keepdims=True)
+                            - normed * jnp.mean(scaled * normed, axis=-1, keepdims=True))
+    return (grad_x, jnp.sum(upstream * normed, axis=batch_axes),
+            jnp.sum(upstream, axis=batch_axes))
+
+
+_layer_norm.defvjp(_layer_norm_forward, _layer_norm_backward)
+
+
+def _layer_norm_params(module: layers.LayerNorm, features: int) -> tuple[jax.Array, jax.Array]:
+    scale = module.param("scale", nn.with_logical_partitioning(nn.initializers.ones,
+                                                               (module.axis_name,)),
+                         (features,), jnp.float32)
+    bias = module.param("bias", nn.with_logical_partitioning(nn.initializers.zeros,
+                                                             (module.axis_name,)),
+                        (features,), jnp.float32)
+    return scale, bias
+
+
+class LayerNormVJP(layers.LayerNorm):
+    @nn.compact
+    def __call__(self, inputs: jax.Array) -> jax.Array:
+        scale, bias = _layer_norm_params(self, inputs.shape[-1])
+        return _layer_norm(inputs.astype(jnp.float32), scale, bias,
+                           self.epsilon).astype(self.dtype)
+
+
+class LayerNormFastVariance(layers.LayerNorm):
+    @nn.compact
+    def __call__(self, inputs: jax.Array) -> jax.Array:
+        scale, bias = _layer_norm_params(self, inputs.shape[-1])
+        x = inputs.astype(jnp.float32)
+        mean = jnp.mean(x, axis=-1, keepdims=True)
+        variance = jnp.maximum(jnp.mean(jnp.square(x), axis=-1, keepdims=True)
+                               - jnp.square(mean), 0.0)
+        normed = (x - mean) * jax.lax.rsqrt(variance + self.epsilon)
+        return (normed * scale + bias).astype(self.dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# Attention through jax.nn.dot_product_attention: a subclass of encoder.AttentionBlock.
+
+
+class DotProductAttentionBlock(encoder.AttentionBlock):
+    @nn.compact
+    def __call__(self, hidden: jax.Array, attention_bias: jax.Array) -> jax.Array:
+        config = self.config
+        dtype = config.compute_dtype
+        batch, seq, width = hidden.shape
+        heads = config.num_attention_heads
+        head_dim = width // heads
+        init = layers.truncated_normal(config.initializer_range)
+
+        def project(name: str) -> jax.Array:
+            out = layers.Dense(width, ("hidden", "heads"), init, dtype=dtype, name=name)(hidden)
+            return out.reshape(batch, seq, heads, head_dim)
+
+        query, key, value = project("query"), project("key"), project("value")
+        if config.attention_probs_dropout_prob > 0 or config.hidden_dropout_prob > 0:
+            raise ValueError("the dot_product_attention variant is measured without dropout")
+        context = jax.nn.dot_product_attention(query, key, value, bias=attention_bias,
+                                               scale=1.0 / math.sqrt(head_dim))
+        output = layers.Dense(width, ("heads", "hidden"), init, dtype=dtype,
+                              name="output")(context.reshape(batch, seq, width).astype(dtype))
+        return layers.LayerNorm(config.layer_norm_eps, "hidden", dtype=dtype,
+                                name="LayerNorm")(output + hidden)
+
+
+# Classification reads the last layer at [CLS] only (SPEC 3.2.7: pooled = tanh(dense(h[:, 0])))
+# so the last layer needs keys and values at every position but queries, the attention output,
+# both LayerNorms and the FFN at position 0 only: ~84 % of the last layer's matmuls, ~7 % of
+# albert-base's, skipped. The same idea as gathering the masked positions before the MLM head.
+
+
+def _plain_layer_norm(x: jax.Array, params: dict[str, jax.Array], epsilon: float) -> jax.Array:
+    mean = jnp.mean(x, axis=-1, keepdims=True)
+    variance = jnp.mean(jnp.square(x - mean), axis=-1, keepdims=True)
+    return (x - mean) * jax.lax.rsqrt(variance + epsilon) * params["scale"] + params["bias"]
+
+
+def _dense(x: jax.Array, params: dict[str, jax.Array]) -> jax.Array:
+    return jnp.dot(x, params["kernel"], preferred_element_type=jnp.float32) + params["bias"]
+
+
+def last_layer_at_cls(config: Any, params: dict[str, Any], hidden: jax.Array,
+                      attention_bias: jax.Array) -> jax.Array:
+    """The shared block (float32, no dropout) with queries at position 0 only.
+
+    hidden [batch, seq, hidden] (the input of the last layer), attention_bias [batch, 1, 1, seq]
+    -> the last layer's output at position 0, [batch, hidden].
+    """
+    batch, seq, width = hidden.shape
+    heads = config.num_attention_heads
+    head_dim = width // heads
+    attention, ffn = params["attention"], params["ffn"]
+    cls = hidden[:, :1]
+    query = _dense(cls, attention["query"]).reshape(batch, 1, heads, head_dim)
+    key = _dense(hidden, attention["key"]).reshape(batch, seq, heads, head_dim)
+    value = _dense(hidden, attention["value"]).reshape(batch, seq, heads, head_dim)
+    scores = jnp.einsum("bqnd,bknd->bnqk", query, key) / math.sqrt(head_dim) + attention_bias
+    context = jnp.einsum("bnqk,bknd->bqnd", jax.nn.softmax(scores, axis=-1), value)
+    attended = _plain_layer_norm(_dense(context.reshape(batch, 1, width), attention["output"])
+                                 + cls, attention["LayerNorm"], config.layer_norm_eps)
+    inner = layers.activation(config.hidden_act)(_dense(attended, ffn["intermediate"]))
+    output = _plain_layer_norm(_dense(inner, ffn["output"]) + attended, ffn["LayerNorm"],
+                               config.layer_norm_eps)
+    return output[:, 0]
+
+
+class ClsOnlyLastLayerModel(albert_lib.AlbertModel):
+    """AlbertModel whose last layer is computed at [CLS] only; returns (None, pooled)."""
+
+    def setup(self) -> None:
+        config = self.config
+        if (config.sharing, config.num_hidden_groups, config.inner_group_num) != ("all", 1, 1) \
+                or config.hidden_dropout_prob > 0 or config.attention_probs_dropout_prob > 0 \
+                or config.dtype != "float32":
+            raise ValueError("the cls_only_last_layer variant covers ALBERT sharing, one group, "
+                             "float32, no backbone dropout")
+        self.embeddings = albert_lib.Embeddings(config)
+        # The first L-1 layers: the same parameters (shared blocks under group_0).
+        self.encoder = encoder.Encoder(
+            dataclasses.replace(config, num_hidden_layers=config.num_hidden_layers - 1))
+        self.pooler = layers.Dense(config.hidden_size, ("hidden", "hidden_out"),
+                                   layers.truncated_normal(config.initializer_range),
+                                   dtype=config.compute_dtype)
+
+    def __call__(self, input_ids: jax.Array, segment_ids: jax.Array | None = None,
+                 input_mask: jax.Array | None = None,
+                 deterministic: bool = True) -> tuple[None, jax.Array]:
+        embedded = self.embeddings(input_ids, segment_ids, deterministic)
+        hidden = self.encoder(embedded, input_mask, deterministic)
+        shared = nn.unbox(self.encoder.variables["params"]["group_0"]["inner_group_0"])
+        attention_bias = ((1.0 - input_mask.astype(jnp.float32)) * -10000.0)[:, None, None, :]
+        cls = last_layer_at_cls(self.config, shared, hidden, attention_bias)
+        return None, jnp.tanh(self.pooler(cls).astype(jnp.float32))
+
+
+# variant -> (module whose global is replaced, the global's name, the replacement). The model
+# looks these names up when it is traced, so the replacement holds for what is traced inside.
+VARIANTS: dict[str, tuple[Any, str, type]] = {
+    "layernorm_vjp": (layers, "LayerNorm", LayerNormVJP),
+    "layernorm_fast_variance": (layers, "LayerNorm", LayerNormFastVariance),
+    "dot_product_attention": (encoder, "AttentionBlock", DotProductAttentionBlock),
+    "cls_only_last_layer": (albert_lib, "AlbertModel", ClsOnlyLastLayerModel),
+}
+
+
+@contextlib.contextmanager
+def patched(variant: str | None) -> Iterator[None]:
+    """`variant`'s modules in place of the model's while the block runs (None: unpatched).
+    "a+b" applies variants a and b together."""
+    with contextlib.ExitStack() as stack:
+        for name in (variant.split("+") if variant else []):
+            module, attribute, replacement = VARIANTS[name]
+            stack.callback(setattr, module, attribute, getattr(module, attribute))
+            setattr(module, attribute, replacement)
+        yield
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def loss_and_grads(case: str, variant: str | None) -> tuple[float, list[np.ndarray]]:
+    """Loss and gradients of the case's model on bench_table's batch, with `variant` patched."""
+    config = get_config("albert-base-v2")
+    batch = bench_table.pretraining_batch(8, config.vocab_size)
+    with patched(variant):
+        if case == "finetune":
+            model = GlueTask(glue_config.get_config("task=mrpc"), config, tokenizer=None,
+                             pretrained=None).model
+            inputs = (batch["input_ids"], batch["segment_ids"], batch["input_mask"])
+            labels = batch["next_sentence_labels"][:, 0]
+        else:
+            model = pretraining.AlbertForPreTraining(config)
+            inputs = (batch["input_ids"], batch["segment_ids"], batch["input_mask"],
+                      batch["masked_lm_positions"])
+            labels = batch["masked_lm_ids"]
+        params = jax.tree.map(jnp.asarray, nn.unbox(
+            model.init(jax.random.PRNGKey(0), *inputs)["params"]))
+
+        def loss_fn(params: Any) -> jax.Array:
+            logits = model.apply({"params": params}, *inputs)
+            logits = logits if case == "finetune" else logits[0]
+            log_probs = jax.nn.log_softmax(logits.astype(jnp.float32))
+            return -jnp.mean(jnp.take_along_axis(log_probs, labels[..., None], -1))
+
+        loss, grads = jax.jit(jax.value_and_grad(loss_fn))(params)
+    return float(loss), [np.asarray(leaf) for leaf in jax.tree.leaves(grads)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--case", default="finetune", choices=("finetune", "train"))
+    parser.add_argument("--variants", default=",".join(VARIANTS),
+                        help="comma-separated; a+b measures a and b together")
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    variants = args.variants.split(",")
+    unknown = sorted({name for variant in variants for name in variant.split("+")} - set(VARIANTS))
+    if unknown:
+        parser.error(f"unknown variant(s) {unknown}; choose from {sorted(VARIANTS)}")
+    if args.case == "train" and "cls_only_last_layer" in args.variants:
+        parser.error("cls_only_last_layer is for --case=finetune: pretraining reads every position")
+
+    reference_loss, reference_grads = loss_and_grads(args.case, None)
+    for variant in variants:
+        loss, grads = loss_and_grads(args.case, variant)
+        # Leaves whose gradient is zero up to rounding (the attention key bias: softmax does
+        # not see a per-query constant) are left out: their relative difference is noise.
+        largest = max(np.linalg.norm(g) for g in reference_grads)
+        worst = max(float(np.linalg.norm(a - b) / np.linalg.norm(b))
+                    for a, b in zip(grads, reference_grads) if np.linalg.norm(b) > 1e-6 * largest)
+        print(f"{variant}: loss {loss:.6f} vs {reference_loss:.6f}; largest relative gradient "
+              f"difference over the leaves (||g - g_ref|| / ||g_ref||) {worst:.1e}", flush=True)
+
+    config = get_config("albert-base-v2")
+    build = bench_table.ours_finetune if args.case == "finetune" else bench_table.ours_train
+    contenders = [build("current", config, 8)]
+    for variant in variants:
+        with patched(variant):
+            contenders.append(build(variant, config, 8))
+    if bench_table.HF_MISSING is None:
+        hf_build = bench_table.hf_finetune if args.case == "finetune" else bench_table.hf_train
+        contenders.append(hf_build("HF Flax", config, 8))
+    times = bench_table.interleave(contenders, args.repeats, 1)
+    print(f"{args.case}, albert-base batch 8 seq 128, {args.repeats} interleaved rounds, medians")
+    for contender in contenders:
+        own = times[contender.name]
+        line = f"{contender.name:34s} {np.median(own):7.3f} s"
+        if contender.name != "current":
+            line += f"   current / this {bench_table.median_ratio(times['current'], own):.3f}x"
+        if "HF Flax" in times and contender.name != "HF Flax":
+            line += f"   vs HF {bench_table.median_ratio(times['HF Flax'], own):.3f}x"
+        print(line, flush=True)
+
+
+if __name__ == "__main__":
+    main()
