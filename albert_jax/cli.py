@@ -156,8 +156,6 @@ def _checkpoint_verify() -> None:
 def _plan_task(config: ml_collections.ConfigDict) -> tuple[Any, dict[str, Any]]:
     """The task of a pretraining or fine-tuning config and its train batch as shapes: no data,
     tokenizer or checkpoint is read (a fine-tuning architecture is config.model's preset)."""
-    import jax
-    import jax.numpy as jnp
     from albert_jax.finetune import task as finetune_task
     from albert_jax.model import presets
 
@@ -166,21 +164,7 @@ def _plan_task(config: ml_collections.ConfigDict) -> tuple[Any, dict[str, Any]]:
         task = finetune_run.task_class(config)(config, model_config, None, None)
     else:
         task = pretraining.PretrainingTask(config, config_lib.model_config(config))
-    size = config.batch_size
-    ints = lambda *shape: jax.ShapeDtypeStruct((size, *shape), jnp.int32)
-    floats = lambda *shape: jax.ShapeDtypeStruct((size, *shape), jnp.float32)
-    inputs = ints(*task.init_inputs()[0].shape[1:])  # [batch, seq] or RACE's [batch, 4, seq]
-    batch = {"input_ids": inputs, "segment_ids": inputs, "input_mask": inputs}
-    if "task" not in config:  # SPEC 1.5 features
-        predictions = config.data.max_predictions
-        batch.update(masked_lm_positions=ints(predictions), masked_lm_ids=ints(predictions),
-                     masked_lm_weights=floats(predictions), next_sentence_labels=ints(1))
-    elif config.task == "squad":
-        batch.update(example_weight=floats(), start_positions=ints(), end_positions=ints(),
-                     p_mask=inputs, is_impossible=ints())
-    else:
-        batch.update(example_weight=floats(), labels=floats() if config.task == "stsb" else ints())
-    return task, batch
+    return task, task.train_batch_spec(config.batch_size)
 
 
 def _plan() -> None:

@@ -46,7 +46,7 @@ def model_overrides_placeholder() -> ml_collections.ConfigDict:
         {key: config_dict.placeholder(type(value)) for key, value in fields.items()})
 
 
-def model_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+def model_config(config: ml_collections.ConfigDict) -> presets.ModelConfig:
     """The validated model config of a run: the preset, its overrides, and compute_dtype."""
     overrides = {key: value for key, value in config.model_overrides.items() if value is not None}
     if "compute_dtype" in config:

@@ -19,7 +19,7 @@ import numpy as np
 from etils import epath
 
 from albert_jax.data import pipeline
-from albert_jax.model import AlbertForPreTraining
+from albert_jax.model import AlbertForPreTraining, ModelConfig, example_inputs
 from albert_jax.train import checkpoint, flops
 from albert_jax.train.task import Batch, HostBatch, Task
 
@@ -71,10 +71,9 @@ def metrics_from_sums(sums: dict[str, jax.Array], sentence_objective: str) -> di
 
 
 def init_inputs(seq_len: int, max_predictions: int) -> tuple[jax.Array, ...]:
-    """`AlbertForPreTraining.init`'s inputs, batch 1: input_ids, token_type_ids,
-    attention_mask [1, seq] and masked_lm_positions [1, max_predictions]."""
-    ids = jnp.zeros((1, seq_len), jnp.int32)
-    return ids, ids, jnp.ones((1, seq_len), jnp.int32), jnp.zeros((1, max_predictions), jnp.int32)
+    """`AlbertForPreTraining.init`'s inputs, batch 1: input_ids, segment_ids, input_mask
+    [1, seq] and masked_lm_positions [1, max_predictions]."""
+    return (*example_inputs((1, seq_len)), jnp.zeros((1, max_predictions), jnp.int32))
 
 
 class PretrainingTask(Task):
@@ -83,7 +82,7 @@ class PretrainingTask(Task):
     eval_splits = (EVAL_SPLIT,)
 
     def __init__(self, config: ml_collections.ConfigDict,
-                 model_config: ml_collections.ConfigDict) -> None:
+                 model_config: ModelConfig) -> None:
         self.config = config
         self.model_config = model_config
         self.model = AlbertForPreTraining(model_config)
@@ -129,6 +128,16 @@ class PretrainingTask(Task):
 
     def train_iterator(self) -> Any:
         return pipeline.make_iterator(self.config, "train")
+
+    def train_batch_spec(self, batch_size: int) -> dict[str, jax.ShapeDtypeStruct]:
+        # SPEC 1.5 features (data/builder.py example_features).
+        seq, predictions = self.config.seq_len, self.config.data.max_predictions
+        ints = lambda *shape: jax.ShapeDtypeStruct((batch_size, *shape), jnp.int32)
+        return {"input_ids": ints(seq), "segment_ids": ints(seq), "input_mask": ints(seq),
+                "token_boundary": ints(seq),
+                "masked_lm_positions": ints(predictions), "masked_lm_ids": ints(predictions),
+                "masked_lm_weights": jax.ShapeDtypeStruct((batch_size, predictions), jnp.float32),
+                "next_sentence_labels": ints(1)}
 
     def eval_batches(self, split: str) -> Iterator[HostBatch]:
         iterator = pipeline.make_iterator(self.config, split, repeat=False)

@@ -33,7 +33,7 @@ import optax
 
 from albert_jax.model import AlbertForPreTraining, get_config, heads, layers
 from albert_jax.model.albert import Embeddings
-from albert_jax.model.encoder import AttentionBlock, FeedForwardBlock, compute_dtype
+from albert_jax.model.encoder import AttentionBlock, FeedForwardBlock
 
 SEQ_LEN = 128
 MAX_PREDICTIONS = 20
@@ -51,7 +51,7 @@ class LoopEncoder(nn.Module):
         config = self.config
         hidden = layers.Dense(config.hidden_size, ("embedding", "hidden"),
                               layers.truncated_normal(config.initializer_range),
-                              dtype=compute_dtype(config),
+                              dtype=config.compute_dtype,
                               name="embedding_hidden_mapping_in")(embedded)
         attention_bias = ((1.0 - attention_mask.astype(jnp.float32)) * -10000.0)[:, None, None, :]
         attention = AttentionBlock(config, name="attention")

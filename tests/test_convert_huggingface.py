@@ -9,7 +9,6 @@ import os
 
 import flax.linen as nn
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import traverse_util
@@ -23,6 +22,7 @@ from albert_jax.convert.huggingface import model_config_from_hf  # noqa: E402
 from albert_jax.convert.tf_checkpoint import param_shapes  # noqa: E402
 from albert_jax.errors import ConfigError
 from albert_jax.model import AlbertForPreTraining, AlbertModel, get_config  # noqa: E402
+from albert_jax.pretraining import init_inputs as pretraining_init_inputs  # noqa: E402
 
 BASE = dict(vocab_size=64, embedding_size=16, hidden_size=32, num_hidden_layers=2,
             num_attention_heads=4, intermediate_size=48, max_position_embeddings=24,
@@ -99,9 +99,8 @@ def _random_params(config, seed: int) -> dict:
 
 def _assert_same_tree(actual, config, part=None) -> None:
     """`actual` has exactly the tree, shapes and dtype of AlbertForPreTraining(config).init."""
-    ids = jax.ShapeDtypeStruct((1, 4), np.int32)
-    expected = jax.eval_shape(lambda i: nn.unbox(AlbertForPreTraining(config).init(
-        jax.random.PRNGKey(0), i, i, i, i)["params"]), ids)
+    expected = jax.eval_shape(lambda: nn.unbox(AlbertForPreTraining(config).init(
+        jax.random.PRNGKey(0), *pretraining_init_inputs(4, 2))["params"]))
     expected = expected[part] if part else expected
     assert jax.tree.structure(actual) == jax.tree.structure(expected)
     for a, e in zip(jax.tree.leaves(actual), jax.tree.leaves(expected)):
@@ -219,7 +218,7 @@ def test_embedding_mapping_when_e_equals_h(tmp_path):
     reference_layout = get_config("tiny", embedding_size=32)
     assert not reference_layout.always_project_embeddings
     ours = nn.unbox(AlbertForPreTraining(reference_layout).init(
-        jax.random.PRNGKey(0), *[jnp.ones((1, 8), jnp.int32)] * 3, jnp.zeros((1, 2), jnp.int32))["params"])
+        jax.random.PRNGKey(0), *pretraining_init_inputs(8, 2))["params"])
     assert "embedding_hidden_mapping_in" not in ours["albert"]["encoder"]
     save_huggingface(reference_layout, ours, str(tmp_path / "exported"))
     tensors = load_file(os.path.join(tmp_path / "exported", "model.safetensors"))

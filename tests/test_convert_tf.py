@@ -10,7 +10,8 @@ import pytest
 
 from albert_jax.convert import load_tf_checkpoint, save_tf_checkpoint
 from albert_jax.errors import ConfigError
-from albert_jax.model import AlbertForPreTraining
+from albert_jax.model import AlbertForPreTraining, example_inputs
+from albert_jax.pretraining import init_inputs as pretraining_init_inputs
 
 # --------------------------------------------------------------------------------------------
 # ALBERT variables by the SPEC 4.1 / 4.2 tables, and SPEC 3.2 in NumPy.
@@ -131,9 +132,8 @@ def _write(tmp_path, fields: dict, variables: dict, prefix: str = "model.ckpt-12
 
 
 def _expected_tree(config):
-    ids = jax.ShapeDtypeStruct((1, 4), np.int32)
-    return jax.eval_shape(lambda i: nn.unbox(AlbertForPreTraining(config).init(
-        jax.random.PRNGKey(0), i, i, i, i)["params"]), ids)
+    return jax.eval_shape(lambda: nn.unbox(AlbertForPreTraining(config).init(
+        jax.random.PRNGKey(0), *pretraining_init_inputs(4, 2))["params"]))
 
 
 @pytest.mark.parametrize("name", sorted(VARIANTS))
@@ -218,21 +218,21 @@ def test_fine_tuned_heads_load_under_our_task_models_names(tmp_path):
                                   AlbertForSequenceClassification)
     from albert_jax.convert.tf_checkpoint import model_config_from_albert_json
     config = model_config_from_albert_json(TINY)
-    ids = np.zeros((1, 8), np.int32)  # longer than v2's top-5 beam
+    inputs = example_inputs((1, 8))  # longer than v2's top-5 beam
     rng = np.random.default_rng(3)
     H = TINY["hidden_size"]
     cases = {
         "glue": ({"output_weights": (3, H), "output_bias": (3,)},
-                 AlbertForSequenceClassification(config, num_labels=3), (ids, ids, ids)),
+                 AlbertForSequenceClassification(config, num_labels=3), inputs),
         "squad_v1": ({"cls/squad/output_weights": (2, H), "cls/squad/output_bias": (2,)},
-                     AlbertForQuestionAnswering(config), (ids, ids, ids)),
+                     AlbertForQuestionAnswering(config), inputs),
         "squad_v2": ({"start_logits/dense/kernel": (H, 1), "start_logits/dense/bias": (1,),
                       "end_logits/dense_0/kernel": (2 * H, H), "end_logits/dense_0/bias": (H,),
                       "end_logits/LayerNorm/gamma": (H,), "end_logits/LayerNorm/beta": (H,),
                       "end_logits/dense_1/kernel": (H, 1), "end_logits/dense_1/bias": (1,),
                       "answer_class/dense_0/kernel": (2 * H, H),
                       "answer_class/dense_0/bias": (H,), "answer_class/dense_1/kernel": (H, 1)},
-                     AlbertForQuestionAnsweringV2(config), (ids, ids, ids, ids)),
+                     AlbertForQuestionAnsweringV2(config), (*inputs, inputs[0])),
     }
     for name, (head, model, inputs) in cases.items():
         variables = _reference_variables(TINY, heads=False)

@@ -9,11 +9,15 @@ import subprocess
 import time
 from pathlib import Path
 
+import ml_collections
+import numpy as np
 import pytest
 
+from albert_jax import config as config_lib, pretraining
 from albert_jax.data import corpus
 from albert_jax.finetune import glue, race, run as finetune_run
-from configs import glue as glue_config, race as race_config
+from configs import glue as glue_config, race as race_config, squad as squad_config
+import squad_fixtures
 from finetune_fixtures import write_glue_task, write_race
 from cli_fixtures import CLI, REPO, build_demo_pretraining_data, cli, config_flags
 
@@ -214,3 +218,30 @@ def test_bad_input_gets_one_line_errors(pretrained, tmp_path):
     message = error_of("--config=configs/glue.py:task=rte,runlocal",
                        f"--config.init_from={pretrained}")
     assert "train.tsv" in message and ":2" in message or "line 2" in message
+
+
+def _shapes(tree) -> dict:
+    return {key: (tuple(value.shape), np.dtype(value.dtype)) for key, value in tree.items()}
+
+
+def test_train_batch_spec_is_the_batch_the_iterator_yields(pretrained, tmp_path):
+    """What `albert-jax plan` compiles for (Task.train_batch_spec) is, key for key, the shape
+    and dtype of a real train batch: pretraining, GLUE classification, STS-B, RACE, SQuAD."""
+    saved = ml_collections.ConfigDict(json.loads((pretrained / "config.json").read_text()))
+    tasks = [pretraining.PretrainingTask(saved, config_lib.model_config(saved))]
+    for task in ("mrpc", "stsb"):
+        data_path = write_glue_task(str(tmp_path / task), task, num_train=12, num_dev=6, seed=1)
+        tasks.append(finetune_run.build_task(small_config(glue_config, f"task={task}",
+                                                          Path(data_path), pretrained)))
+    race_path = write_race(str(tmp_path / "race"), articles_per_level=2, questions_per_article=2)
+    tasks.append(finetune_run.build_task(small_config(race_config, "", Path(race_path),
+                                                      pretrained, max_qa_length=8)))
+    for version in ("1.1", "2.0"):
+        config = squad_config.get_config(f"version={version},runlocal")
+        config.data.train_file = config.data.dev_file = squad_fixtures.write_squad_file(
+            tmp_path, f"v{version}", "train")
+        config.init_from, config.seq_len, config.batch_size = str(pretrained), 64, 8
+        tasks.append(finetune_run.build_task(config))
+    for task in tasks:
+        batch = next(iter(task.train_iterator()))
+        assert _shapes(task.train_batch_spec(len(batch["input_ids"]))) == _shapes(batch), task

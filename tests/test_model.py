@@ -23,11 +23,12 @@ import flax
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 import pytest
 
-from albert_jax.model import AlbertForPreTraining, AlbertModel, get_config, layers
+from albert_jax.model import (AlbertForPreTraining, AlbertModel, ModelConfig, example_inputs,
+                              get_config, layers)
+from albert_jax.pretraining import init_inputs as pretraining_init_inputs
 
 GOLDEN_DIR = pathlib.Path(__file__).parent / "golden"
 REGENERATE_GOLDEN = os.environ.get("ALBERT_JAX_REGENERATE_GOLDEN") == "1"
@@ -76,13 +77,12 @@ def pretraining_heads_count(vocab: int, embedding: int, hidden: int) -> int:
     return (hidden * embedding + embedding) + 2 * embedding + vocab + (2 * hidden + 2)
 
 
-def abstract_params(config: ml_collections.ConfigDict, pretraining: bool = True) -> Params:
+def abstract_params(config: ModelConfig, pretraining: bool = True) -> Params:
     """The params tree as boxed ShapeDtypeStructs, via jax.eval_shape (nothing allocated)."""
-    ids = jnp.zeros((1, 4), jnp.int32)
     if pretraining:
-        model, args = AlbertForPreTraining(config), (ids, ids, ids, jnp.zeros((1, 2), jnp.int32))
+        model, args = AlbertForPreTraining(config), pretraining_init_inputs(4, 2)
     else:
-        model, args = AlbertModel(config), (ids, ids, ids)
+        model, args = AlbertModel(config), example_inputs((1, 4))
     return jax.eval_shape(lambda: model.init(jax.random.key(0), *args))["params"]
 
 
@@ -261,7 +261,7 @@ REFERENCE_ACTIVATIONS: dict[str, Callable[[Any, Any], Any]] = {
 }
 
 
-def reference_pretraining(xp: Any, params: Params, config: ml_collections.ConfigDict,
+def reference_pretraining(xp: Any, params: Params, config: ModelConfig,
                           input_ids: np.ndarray, token_type_ids: np.ndarray,
                           attention_mask: np.ndarray, masked_lm_positions: np.ndarray
                           ) -> dict[str, Any]:
@@ -340,7 +340,7 @@ def reference_pretraining(xp: Any, params: Params, config: ml_collections.Config
                 sop_logits=sop_logits)
 
 
-def random_params(config: ml_collections.ConfigDict, seed: int) -> Params:
+def random_params(config: ModelConfig, seed: int) -> Params:
     """AlbertForPreTraining params of `config`, every leaf drawn at random (nothing compiled).
 
     Not the model's init on purpose: it gives zero biases, unit LayerNorm scales and 0.02
@@ -363,7 +363,7 @@ def random_params(config: ml_collections.ConfigDict, seed: int) -> Params:
     return flax.traverse_util.unflatten_dict(out)
 
 
-def make_batch(config: ml_collections.ConfigDict, batch: int = 2, seq: int = 7,
+def make_batch(config: ModelConfig, batch: int = 2, seq: int = 7,
                predictions: int = 3, seed: int = 0) -> dict[str, np.ndarray]:
     """Random ids and segments; example 1 has its last 2 positions padded."""
     rng = np.random.default_rng(seed)
@@ -377,7 +377,7 @@ def make_batch(config: ml_collections.ConfigDict, batch: int = 2, seq: int = 7,
     )
 
 
-def run_pretraining(config: ml_collections.ConfigDict, params: Params,
+def run_pretraining(config: ModelConfig, params: Params,
                     batch: dict[str, np.ndarray], **kwargs: Any) -> dict[str, jax.Array]:
     """AlbertForPreTraining.__call__, with the backbone outputs captured on the way."""
     (mlm_logits, sop_logits), state = AlbertForPreTraining(config).apply(
@@ -568,7 +568,7 @@ def test_dropout_is_random_and_reproducible() -> None:
     assert float(jnp.max(jnp.abs(other - first))) > 1e-3
 
 
-def record_dropout_masks(config: ml_collections.ConfigDict, params: Params,
+def record_dropout_masks(config: ModelConfig, params: Params,
                          batch: dict[str, np.ndarray], seed: int) -> list[np.ndarray]:
     """The keep-masks of every dropout application, in execution order.
 
@@ -669,7 +669,7 @@ def test_out_of_range_token_id_under_jit_gives_nan() -> None:
         assert np.isfinite(np.asarray(value[2])).all(), name  # the valid example is untouched
 
 
-def pretraining_loss(config: ml_collections.ConfigDict, params: Params,
+def pretraining_loss(config: ModelConfig, params: Params,
                      batch: dict[str, np.ndarray]) -> jax.Array:
     """SPEC 5.3-5.5 with all weights 1: mean MLM cross-entropy + mean SOP cross-entropy."""
     outputs = run_pretraining(config, params, batch)

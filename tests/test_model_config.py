@@ -1,18 +1,18 @@
 """Model presets (SPEC 7.1), config validation, and the run config -> model config path."""
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import pathlib
 from types import ModuleType
 
-import ml_collections
 import pytest
 from absl import flags
 from ml_collections import config_flags
 
 from albert_jax import config as run_config
 from albert_jax.errors import ConfigError
-from albert_jax.model import PRESETS, from_dict, get_config
+from albert_jax.model import PRESETS, ModelConfig, from_dict, get_config
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 PRETRAIN_CONFIG = REPO / "configs" / "pretrain.py"
@@ -33,10 +33,11 @@ def test_the_preset_table_is_exactly_the_documented_names() -> None:
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
-def test_every_preset_builds_a_locked_valid_config(name: str) -> None:
+def test_every_preset_builds_a_frozen_valid_config(name: str) -> None:
     config = get_config(name)
-    assert isinstance(config, ml_collections.ConfigDict)
-    assert config.is_locked
+    assert isinstance(config, ModelConfig)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.hidden_size = 8  # a model config never changes under a running model
     assert config.hidden_size % config.num_attention_heads == 0
     assert config.dtype == "float32" and config.remat_policy == "none"
     # Every official checkpoint (and BERT, whose TF "gelu" is the same function) uses the tanh

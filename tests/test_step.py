@@ -90,9 +90,7 @@ def test_padded_predictions_contribute_nothing():
 
 def _state_and_step(num_microbatches: int, optimizer: optax.GradientTransformation):
     task = pretraining_task()
-    ids = jnp.ones((1, 16), jnp.int32)
-    params = nn.unbox(task.model.init(jax.random.PRNGKey(0), ids, ids, ids,
-                                      jnp.zeros((1, 4), jnp.int32))["params"])
+    params = nn.unbox(task.model.init(jax.random.PRNGKey(0), *task.init_inputs())["params"])
     state = TrainState(step=jnp.int32(0), params=params, opt_state=optimizer.init(params))
     train_step = jax.jit(step_lib.make_train_step(task, optimizer, lambda step: 1e-3,
                                                   num_microbatches=num_microbatches))
@@ -134,9 +132,7 @@ def test_step_lowers_the_loss_on_a_repeated_batch():
 def test_eval_step_sums_add_up_over_batches():
     task = pretraining_task()
     batch = synthetic_batch(np.random.default_rng(5), 8, 16, 4, 128)
-    ids = jnp.ones((1, 16), jnp.int32)
-    params = nn.unbox(task.model.init(jax.random.PRNGKey(0), ids, ids, ids,
-                                      jnp.zeros((1, 4), jnp.int32))["params"])
+    params = nn.unbox(task.model.init(jax.random.PRNGKey(0), *task.init_inputs())["params"])
     eval_step = jax.jit(step_lib.make_eval_step(task))
     whole = pretraining.metrics_from_sums(eval_step(params, batch)[0], "sop")
     halves = [eval_step(params, {k: v[i:i + 4] for k, v in batch.items()})[0] for i in (0, 4)]

@@ -22,14 +22,13 @@ import json
 import os
 from typing import Any
 
-import ml_collections
 import numpy as np
 from flax import traverse_util
 from safetensors.numpy import load_file, save_file
 
 from albert_jax.convert.tf_checkpoint import match_variables, param_shapes
 from albert_jax.errors import ConfigError
-from albert_jax.model import from_dict
+from albert_jax.model import ModelConfig, from_dict
 from albert_jax.model.presets import group_of_layer
 
 _FROM_HF_ACTIVATION = {"gelu": "gelu_exact", "gelu_new": "gelu_tanh",
@@ -92,7 +91,7 @@ class FinetunedHead:
                     label2id={label: index for index, label in enumerate(self.labels)})
 
 
-def _check_grouping(config: ml_collections.ConfigDict, source: str) -> None:
+def _check_grouping(config: ModelConfig, source: str) -> None:
     layers, groups = config.num_hidden_layers, config.num_hidden_groups
     differ = [layer for layer in range(layers)
               if int(layer / (layers / groups)) != group_of_layer(layer, layers, groups)]
@@ -105,7 +104,7 @@ def _check_grouping(config: ml_collections.ConfigDict, source: str) -> None:
 
 
 def model_config_from_hf(fields: dict[str, Any], source: str = "config.json"
-                         ) -> ml_collections.ConfigDict:
+                         ) -> ModelConfig:
     """Our model config from a transformers AlbertConfig dict, computing what HF computes."""
     if fields.get("model_type", "albert") != "albert":
         raise ConfigError(f"{source}: model_type={fields['model_type']!r}, expected 'albert'")
@@ -123,7 +122,7 @@ def model_config_from_hf(fields: dict[str, Any], source: str = "config.json"
     return config
 
 
-def _hf_name_map(config: ml_collections.ConfigDict) -> dict[str, tuple[tuple[str, ...], bool]]:
+def _hf_name_map(config: ModelConfig) -> dict[str, tuple[tuple[str, ...], bool]]:
     """HF (PyTorch) parameter name -> (our param path, transpose?) (SPEC 4.5)."""
     names: dict[str, tuple[tuple[str, ...], bool]] = {}
 
@@ -194,7 +193,7 @@ def _read_file(path: str) -> dict[str, np.ndarray]:
             for name, tensor in state.items()}
 
 
-def _pop_tied_decoder(tensors: dict[str, np.ndarray], config: ml_collections.ConfigDict
+def _pop_tied_decoder(tensors: dict[str, np.ndarray], config: ModelConfig
                           ) -> list[str]:
     """Removes the tied decoder copies HF keeps beyond ours (SPEC 4.2), checking that dropping
     them loses nothing."""
@@ -213,7 +212,7 @@ def _pop_tied_decoder(tensors: dict[str, np.ndarray], config: ml_collections.Con
     return problems
 
 
-def load_huggingface(path: str) -> tuple[ml_collections.ConfigDict, dict[str, Any]]:
+def load_huggingface(path: str) -> tuple[ModelConfig, dict[str, Any]]:
     """(model config, params) from a transformers `save_pretrained` ALBERT directory.
 
     Reads config.json and the weights of AlbertForPreTraining, AlbertForMaskedLM or AlbertModel.
@@ -277,16 +276,16 @@ def _pop_finetuned_head(tensors: dict[str, np.ndarray], architectures: list[str]
     return {}
 
 
-def hf_config_dict(config: ml_collections.ConfigDict, architecture: str) -> dict[str, Any]:
+def hf_config_dict(config: ModelConfig, architecture: str) -> dict[str, Any]:
     """The transformers AlbertConfig dict (config.json) that computes what `config` computes."""
-    fields = {key: config[key] for key in _HF_DEFAULTS}
+    fields = {key: getattr(config, key) for key in _HF_DEFAULTS}
     fields["hidden_act"] = _TO_HF_ACTIVATION[config.hidden_act]
     return dict(fields, architectures=[architecture], model_type="albert",
                 position_embedding_type="absolute", classifier_dropout_prob=0.1,
                 pad_token_id=0, bos_token_id=2, eos_token_id=3, torch_dtype="float32")
 
 
-def save_huggingface(config: ml_collections.ConfigDict, params: dict[str, Any], path: str,
+def save_huggingface(config: ModelConfig, params: dict[str, Any], path: str,
                      head: FinetunedHead | None = None) -> None:
     """Writes config.json + model.safetensors that `transformers` loads with nothing missing.
 

@@ -13,14 +13,13 @@ from typing import Any, Mapping
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 from absl import logging
 from flax import traverse_util
 
 from albert_jax.convert.tf_bundle import read_tf_checkpoint, tf_checkpoint_shapes
 from albert_jax.errors import ConfigError
-from albert_jax.model import AlbertForPreTraining, from_dict
+from albert_jax.model import AlbertForPreTraining, ModelConfig, from_dict
 
 
 # SPEC 3.1: the reference AlbertConfig defaults, used for keys a config json leaves out.
@@ -38,7 +37,7 @@ _SKIPPED_SUFFIXES = ("/adam_m", "/adam_v")
 
 
 def model_config_from_albert_json(fields: Mapping[str, Any], source: str = "config"
-                                  ) -> ml_collections.ConfigDict:
+                                  ) -> ModelConfig:
     """Our model config from the fields of a reference albert_config.json (SPEC 3.1)."""
     if "vocab_size" not in fields:
         raise ConfigError(f"{source}: vocab_size is required (the reference has no default)")
@@ -55,7 +54,7 @@ def model_config_from_albert_json(fields: Mapping[str, Any], source: str = "conf
     return from_dict(dict(values, layer_norm_eps=1e-12, sharing="all"))  # SPEC 3.2.3
 
 
-def param_shapes(config: ml_collections.ConfigDict) -> dict[tuple[str, ...], tuple[int, ...]]:
+def param_shapes(config: ModelConfig) -> dict[tuple[str, ...], tuple[int, ...]]:
     """Flattened path -> shape of `AlbertForPreTraining(config)` params (no arrays allocated)."""
     model = AlbertForPreTraining(config)
 
@@ -67,7 +66,7 @@ def param_shapes(config: ml_collections.ConfigDict) -> dict[tuple[str, ...], tup
     return {path: tuple(leaf.shape) for path, leaf in traverse_util.flatten_dict(abstract).items()}
 
 
-def _tf_name_map(config: ml_collections.ConfigDict) -> dict[str, tuple[tuple[str, ...], bool]]:
+def _tf_name_map(config: ModelConfig) -> dict[str, tuple[tuple[str, ...], bool]]:
     """Reference variable name -> (our param path, transpose?) for SPEC 4.1 and 4.2."""
     names: dict[str, tuple[tuple[str, ...], bool]] = {}
 
@@ -112,7 +111,7 @@ def _tf_name_map(config: ml_collections.ConfigDict) -> dict[str, tuple[tuple[str
     return names
 
 
-def _finetuned_head_shapes(config: ml_collections.ConfigDict, stored_shapes: Mapping[str, tuple[int, ...]]
+def _finetuned_head_shapes(config: ModelConfig, stored_shapes: Mapping[str, tuple[int, ...]]
                            ) -> dict[str, tuple[tuple[str, ...], bool, tuple[int, ...]]]:
     """Reference name -> (our path, transpose?, the shape it must have) of the fine-tuned head a
     checkpoint holds (SPEC 4.3), if any: the GLUE/RACE classifier `output_weights` [labels, H]
@@ -194,7 +193,7 @@ def _resolve_prefix(path: str) -> str:
 
 
 def load_tf_checkpoint(checkpoint_path: str, config_path: str
-                       ) -> tuple[ml_collections.ConfigDict, dict[str, Any]]:
+                       ) -> tuple[ModelConfig, dict[str, Any]]:
     """(model config, params) from a reference TF1 checkpoint and its albert_config.json.
 
     checkpoint_path: the checkpoint prefix (`.../model.ckpt-best`), its `.index` file, or a

@@ -21,11 +21,11 @@ import json
 import os
 from typing import Any
 
-import ml_collections
 from etils import epath
 
 from albert_jax.convert import load_huggingface, load_tf_checkpoint
 from albert_jax.errors import ConfigError
+from albert_jax.model import ModelConfig
 from albert_jax.pretraining import TOKENIZER_FILE
 from albert_jax.train import checkpoint, loop
 
@@ -37,7 +37,7 @@ class Pretrained:
     """model_config: the checkpoint's architecture; backbone: the `albert` params (numpy or
     jax arrays); tokenizer: a SentencePiece model path that came with it, or None."""
 
-    model_config: ml_collections.ConfigDict
+    model_config: ModelConfig
     backbone: dict[str, Any]
     tokenizer: str | None
     kind: str  # "workdir", "orbax", "huggingface", "tf"

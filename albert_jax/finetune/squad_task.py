@@ -32,7 +32,8 @@ from albert_jax.finetune import squad, squad_eval, squad_postprocess
 from albert_jax.finetune.pretrained import Pretrained
 from albert_jax.finetune.squad import FeatureInfo, SquadExample
 from albert_jax.finetune.task import FinetuneTask
-from albert_jax.model import AlbertForQuestionAnswering, AlbertForQuestionAnsweringV2, heads
+from albert_jax.model import (AlbertForQuestionAnswering, AlbertForQuestionAnsweringV2, ModelConfig,
+                              example_inputs, heads)
 from albert_jax.train.task import Batch, Selection
 
 METRICS_FILE = "metrics.json"
@@ -67,7 +68,7 @@ class SquadTask(FinetuneTask):
 
     eval_splits = ("dev",)
 
-    def __init__(self, config: ml_collections.ConfigDict, model_config: ml_collections.ConfigDict,
+    def __init__(self, config: ml_collections.ConfigDict, model_config: ModelConfig,
                  tokenizer: Tokenizer, pretrained: Pretrained | None) -> None:
         super().__init__(config, model_config, tokenizer, pretrained)
         self.version = config.version
@@ -138,10 +139,17 @@ class SquadTask(FinetuneTask):
 
     # --- Model -----------------------------------------------------------------------------------
     def init_inputs(self) -> tuple[jax.Array, ...]:
-        ids = jnp.zeros((1, self.config.seq_len), jnp.int32)
+        inputs = example_inputs((1, self.config.seq_len))
         if self.version == "v1.1":
-            return ids, ids, jnp.ones_like(ids)
-        return ids, ids, jnp.ones_like(ids), ids  # p_mask
+            return inputs
+        return *inputs, jnp.zeros((1, self.config.seq_len), jnp.int32)  # p_mask
+
+    def train_batch_spec(self, batch_size: int) -> dict[str, jax.ShapeDtypeStruct]:
+        spec = super().train_batch_spec(batch_size)
+        del spec["labels"]
+        ints = jax.ShapeDtypeStruct((batch_size,), jnp.int32)
+        return dict(spec, start_positions=ints, end_positions=ints, is_impossible=ints,
+                    p_mask=spec["input_ids"])
 
     def apply(self, params: Any, batch: Batch, *, train: bool, rng: jax.Array | None) -> Any:
         rngs = {"dropout": rng} if train and rng is not None else {}

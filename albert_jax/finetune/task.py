@@ -30,7 +30,8 @@ from albert_jax.errors import ConfigError
 from albert_jax.finetune import features, glue, metrics, race
 from albert_jax.finetune.pretrained import Pretrained
 from albert_jax.pretraining import TOKENIZER_FILE
-from albert_jax.model import AlbertForMultipleChoice, AlbertForSequenceClassification, presets
+from albert_jax.model import (AlbertForMultipleChoice, AlbertForSequenceClassification, ModelConfig,
+                              example_inputs, presets)
 from albert_jax.train import flops
 from albert_jax.train.task import Batch, HostBatch, Selection, Task
 
@@ -65,7 +66,7 @@ def padded(arrays: dict[str, np.ndarray], multiple: int) -> dict[str, np.ndarray
 
 
 def finetune_model_config(config: ml_collections.ConfigDict,
-                          base: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+                          base: ModelConfig) -> ModelConfig:
     """The model config a fine-tuning run trains: `base` (the checkpoint's architecture) with the
     task's dropout (SPEC 8.2 "ALBERT DR"), the compute dtype and `model_overrides`."""
     fields = base.to_dict()
@@ -87,7 +88,7 @@ class FinetuneTask(Task):
     name: str
     test_splits: tuple[str, ...] = ()
 
-    def __init__(self, config: ml_collections.ConfigDict, model_config: ml_collections.ConfigDict,
+    def __init__(self, config: ml_collections.ConfigDict, model_config: ModelConfig,
                  tokenizer: Tokenizer, pretrained: Pretrained | None) -> None:
         self.config = config
         self.model_config = model_config
@@ -145,6 +146,14 @@ class FinetuneTask(Task):
                                 prefetch=self.config.data.prefetch,
                                 num_workers=self.config.data.num_workers)
 
+    def train_batch_spec(self, batch_size: int) -> dict[str, jax.ShapeDtypeStruct]:
+        """input_ids, segment_ids, input_mask [batch, seq] (RACE: [batch, 4, seq]), int32;
+        example_weight [batch] float32; labels [batch] int32."""
+        inputs = jax.ShapeDtypeStruct((batch_size, *self.init_inputs()[0].shape[1:]), jnp.int32)
+        return {"input_ids": inputs, "segment_ids": inputs, "input_mask": inputs,
+                "example_weight": jax.ShapeDtypeStruct((batch_size,), jnp.float32),
+                "labels": jax.ShapeDtypeStruct((batch_size,), jnp.int32)}
+
     def eval_batches(self, split: str) -> Iterator[HostBatch]:
         if split not in self._eval_sources:
             self._eval_sources[split] = ArraySource(padded(self.eval_features(split),
@@ -177,8 +186,7 @@ class FinetuneTask(Task):
         return dict(params, albert=jax.tree_util.tree_map_with_path(place, params["albert"]))
 
     def init_inputs(self) -> tuple[jax.Array, ...]:
-        ids = jnp.zeros((1, self.config.seq_len), jnp.int32)
-        return ids, ids, jnp.ones_like(ids)
+        return example_inputs((1, self.config.seq_len))
 
     def apply(self, params: Any, batch: Batch, *, train: bool, rng: jax.Array | None) -> jax.Array:
         rngs = {"dropout": rng} if train and rng is not None else {}
@@ -231,7 +239,7 @@ def _real(predictions: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 class GlueTask(FinetuneTask):
     """One GLUE task (`config.task`): sentence or pair classification, STS-B regression."""
 
-    def __init__(self, config: ml_collections.ConfigDict, model_config: ml_collections.ConfigDict,
+    def __init__(self, config: ml_collections.ConfigDict, model_config: ModelConfig,
                  tokenizer: Tokenizer, pretrained: Pretrained | None) -> None:
         super().__init__(config, model_config, tokenizer, pretrained)
         self.name = config.task
@@ -275,6 +283,12 @@ class GlueTask(FinetuneTask):
     def eval_features(self, split: str) -> dict[str, np.ndarray]:
         return features.classification_features(self.eval_set(split).examples, self.tokenizer,
                                                 self.config.seq_len, self.labels)
+
+    def train_batch_spec(self, batch_size: int) -> dict[str, jax.ShapeDtypeStruct]:
+        spec = super().train_batch_spec(batch_size)
+        if self.labels is None:  # STS-B: a similarity score
+            spec["labels"] = jax.ShapeDtypeStruct((batch_size,), jnp.float32)
+        return spec
 
     # STS-B is a regression: one output, mean squared error (SPEC 8.2).
     def loss_sums(self, outputs: jax.Array, batch: Batch) -> dict[str, jax.Array]:
@@ -323,7 +337,7 @@ class RaceTask(FinetuneTask):
     test_splits = ("test",)
     selection = Selection("dev", metrics.BEST_METRIC["race"])
 
-    def __init__(self, config: ml_collections.ConfigDict, model_config: ml_collections.ConfigDict,
+    def __init__(self, config: ml_collections.ConfigDict, model_config: ModelConfig,
                  tokenizer: Tokenizer, pretrained: Pretrained | None) -> None:
         super().__init__(config, model_config, tokenizer, pretrained)
         self.model = AlbertForMultipleChoice(model_config,
@@ -353,8 +367,11 @@ class RaceTask(FinetuneTask):
         return self._features(split)
 
     def init_inputs(self) -> tuple[jax.Array, ...]:
-        ids = jnp.zeros((1, NUM_CHOICES, self.config.seq_len), jnp.int32)
-        return ids, ids, jnp.ones_like(ids)
+        return example_inputs((1, NUM_CHOICES, self.config.seq_len))
+
+    def train_batch_spec(self, batch_size: int) -> dict[str, jax.ShapeDtypeStruct]:
+        return dict(super().train_batch_spec(batch_size),
+                    level=jax.ShapeDtypeStruct((batch_size,), jnp.int32))
 
     def predictions(self, outputs: jax.Array, batch: Batch) -> dict[str, jax.Array]:
         return dict(super().predictions(outputs, batch), level=batch["level"])

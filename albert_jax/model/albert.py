@@ -10,14 +10,31 @@ Parameter tree of `AlbertModel` (the backbone; every task model holds it under `
 """
 from __future__ import annotations
 
+from typing import Any
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 
 from albert_jax.model import heads, layers
-from albert_jax.model.encoder import Encoder, compute_dtype
+from albert_jax.model.encoder import Encoder
+from albert_jax.model.presets import ModelConfig
+
+
+def example_inputs(shape: tuple[int, ...]) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(input_ids, segment_ids, input_mask) of `shape` ([batch, seq], or [batch, choices, seq]
+    for multiple choice), int32: what `init` and `jax.eval_shape` need, every position real."""
+    ids = jnp.zeros(shape, jnp.int32)
+    return ids, ids, jnp.ones(shape, jnp.int32)
+
+
+def abstract_backbone_params(config: ModelConfig) -> Any:
+    """The backbone's parameter tree as shapes boxed with their logical axis names
+    (`nn.Partitioned`), nothing allocated: where each loaded weight goes on a mesh."""
+    model = AlbertModel(config)
+    return jax.eval_shape(lambda rng: model.init(rng, *example_inputs((1, 1)))["params"],
+                          jax.random.key(0))
 
 
 def _check_ids(name: str, ids: jax.Array, limit: int, config_key: str) -> None:
@@ -44,11 +61,11 @@ def _lookup(table: layers.Embed, ids: jax.Array) -> jax.Array:
 class Embeddings(nn.Module):
     """SPEC 3.2.1-3: word + token type + position, all of width E, then LayerNorm and dropout."""
 
-    config: ml_collections.ConfigDict
+    config: ModelConfig
 
     def setup(self) -> None:
         config = self.config
-        dtype = compute_dtype(config)
+        dtype = config.compute_dtype
         init = layers.truncated_normal(config.initializer_range)
         self.word_embeddings = layers.Embed(config.vocab_size, config.embedding_size,
                                             ("vocab", "embedding"), init, dtype=dtype)
@@ -60,13 +77,13 @@ class Embeddings(nn.Module):
         self.LayerNorm = layers.LayerNorm(config.layer_norm_eps, "embedding", dtype=dtype)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
-    def __call__(self, input_ids: jax.Array, token_type_ids: jax.Array,
+    def __call__(self, input_ids: jax.Array, segment_ids: jax.Array,
                  deterministic: bool = True) -> jax.Array:
-        """input_ids, token_type_ids [batch, seq] -> [batch, seq, embedding]."""
+        """input_ids, segment_ids [batch, seq] -> [batch, seq, embedding]."""
         seq = input_ids.shape[1]
         embedded = (_lookup(self.word_embeddings, input_ids)
-                    + _lookup(self.token_type_embeddings, token_type_ids)
-                    + self.position_embeddings.embedding[None, :seq].astype(compute_dtype(self.config)))
+                    + _lookup(self.token_type_embeddings, segment_ids)
+                    + self.position_embeddings.embedding[None, :seq].astype(self.config.compute_dtype))
         embedded = nn.with_logical_constraint(embedded, layers.SEQUENCE_EMBEDDING)
         embedded = self.LayerNorm(embedded)
         if self.config.hidden_dropout_prob > 0:
@@ -77,7 +94,7 @@ class Embeddings(nn.Module):
 class AlbertModel(nn.Module):
     """The backbone: (sequence_output [batch, seq, hidden], pooled_output [batch, hidden])."""
 
-    config: ml_collections.ConfigDict
+    config: ModelConfig
 
     def setup(self) -> None:
         config = self.config
@@ -85,12 +102,14 @@ class AlbertModel(nn.Module):
         self.encoder = Encoder(config)
         self.pooler = layers.Dense(config.hidden_size, ("hidden", "hidden_out"),
                                    layers.truncated_normal(config.initializer_range),
-                                   dtype=compute_dtype(config))
+                                   dtype=config.compute_dtype)
 
-    def __call__(self, input_ids: jax.Array, token_type_ids: jax.Array | None = None,
-                 attention_mask: jax.Array | None = None,
+    def __call__(self, input_ids: jax.Array, segment_ids: jax.Array | None = None,
+                 input_mask: jax.Array | None = None,
                  deterministic: bool = True) -> tuple[jax.Array, jax.Array]:
-        """input_ids, token_type_ids, attention_mask (1 real, 0 padding) [batch, seq]."""
+        """input_ids, segment_ids (0 first segment, 1 second), input_mask (1 real, 0 padding),
+        all [batch, seq]. The names are the data's (the reference's features); HuggingFace
+        calls the last two token_type_ids and attention_mask."""
         config = self.config
         if input_ids.ndim != 2:
             raise ValueError(f"input_ids must be [batch, seq], got shape {input_ids.shape}")
@@ -99,14 +118,14 @@ class AlbertModel(nn.Module):
             raise ValueError(f"sequence length {seq} exceeds model config max_position_embeddings="
                              f"{config.max_position_embeddings}; truncate the input or use a model "
                              "with more positions")
-        if token_type_ids is None:
-            token_type_ids = jnp.zeros_like(input_ids)
-        if attention_mask is None:
-            attention_mask = jnp.ones_like(input_ids)
+        if segment_ids is None:
+            segment_ids = jnp.zeros_like(input_ids)
+        if input_mask is None:
+            input_mask = jnp.ones_like(input_ids)
         _check_ids("input_ids", input_ids, config.vocab_size, "vocab_size")
-        _check_ids("token_type_ids", token_type_ids, config.type_vocab_size, "type_vocab_size")
-        embedded = self.embeddings(input_ids, token_type_ids, deterministic)
-        sequence_output = self.encoder(embedded, attention_mask, deterministic)
+        _check_ids("segment_ids", segment_ids, config.type_vocab_size, "type_vocab_size")
+        embedded = self.embeddings(input_ids, segment_ids, deterministic)
+        sequence_output = self.encoder(embedded, input_mask, deterministic)
         # SPEC 3.2.7: pooled = tanh(dense(sequence_output[:, 0])).
         pooled_output = jnp.tanh(self.pooler(sequence_output[:, 0]).astype(jnp.float32))
         return sequence_output, pooled_output.astype(sequence_output.dtype)
@@ -123,40 +142,37 @@ class AlbertForPreTraining(nn.Module):
              seq_relationship: {dense}}.
     """
 
-    config: ml_collections.ConfigDict
+    config: ModelConfig
 
-    def setup(self) -> None:
-        self.albert = AlbertModel(self.config)
-        self.predictions = heads.MaskedLMHead(self.config)
-        # SPEC 5.4: on the pooled output, no dropout.
-        self.seq_relationship = heads.ClassifierHead(self.config, num_labels=2)
-
-    def __call__(self, input_ids: jax.Array, token_type_ids: jax.Array,
-                 attention_mask: jax.Array, masked_lm_positions: jax.Array,
-                 deterministic: bool = True) -> tuple[jax.Array, jax.Array]:
+    @nn.compact
+    def __call__(self, input_ids: jax.Array, segment_ids: jax.Array, input_mask: jax.Array,
+                 masked_lm_positions: jax.Array, deterministic: bool = True
+                 ) -> tuple[jax.Array, jax.Array]:
         """[batch, seq] inputs and masked_lm_positions [batch, predictions]
         -> (mlm_logits [batch, predictions, vocab], sop_logits [batch, 2]), float32."""
-        sequence_output, pooled_output = self.albert(input_ids, token_type_ids, attention_mask,
-                                                     deterministic)
-        mlm_logits = self.predictions(sequence_output, masked_lm_positions,
-                                      self.albert.attend_word_embeddings)
-        sop_logits = self.seq_relationship(pooled_output)
+        albert = AlbertModel(self.config, name="albert")
+        sequence_output, pooled_output = albert(input_ids, segment_ids, input_mask, deterministic)
+        mlm_logits = heads.MaskedLMHead(self.config, name="predictions")(
+            sequence_output, masked_lm_positions, albert.attend_word_embeddings)
+        # SPEC 5.4: on the pooled output, no dropout.
+        sop_logits = heads.ClassifierHead(self.config, num_labels=2, name="seq_relationship")(
+            pooled_output)
         return mlm_logits, sop_logits
 
 
 class AlbertForSequenceClassification(nn.Module):
     """GLUE (SPEC 8.2): pooled -> dropout -> dense; num_labels=1 is regression (STS-B)."""
 
-    config: ml_collections.ConfigDict
+    config: ModelConfig
     num_labels: int
     classifier_dropout: float = 0.1
 
     @nn.compact
-    def __call__(self, input_ids: jax.Array, token_type_ids: jax.Array,
-                 attention_mask: jax.Array, deterministic: bool = True) -> jax.Array:
+    def __call__(self, input_ids: jax.Array, segment_ids: jax.Array,
+                 input_mask: jax.Array, deterministic: bool = True) -> jax.Array:
         """[batch, seq] inputs -> logits [batch, num_labels]."""
-        _, pooled = AlbertModel(self.config, name="albert")(input_ids, token_type_ids,
-                                                            attention_mask, deterministic)
+        _, pooled = AlbertModel(self.config, name="albert")(input_ids, segment_ids,
+                                                            input_mask, deterministic)
         return heads.ClassifierHead(self.config, self.num_labels, self.classifier_dropout,
                                     name="classifier")(pooled, deterministic)
 
@@ -168,14 +184,14 @@ class AlbertForQuestionAnswering(nn.Module):
     reference's cls/squad/* (SPEC 4.3).
     """
 
-    config: ml_collections.ConfigDict
+    config: ModelConfig
 
     @nn.compact
-    def __call__(self, input_ids: jax.Array, token_type_ids: jax.Array,
-                 attention_mask: jax.Array, deterministic: bool = True
+    def __call__(self, input_ids: jax.Array, segment_ids: jax.Array,
+                 input_mask: jax.Array, deterministic: bool = True
                  ) -> tuple[jax.Array, jax.Array]:
         sequence_output, _ = AlbertModel(self.config, name="albert")(
-            input_ids, token_type_ids, attention_mask, deterministic)
+            input_ids, segment_ids, input_mask, deterministic)
         return heads.SquadV1Head(self.config, name="squad")(sequence_output)
 
 
@@ -186,21 +202,21 @@ class AlbertForQuestionAnsweringV2(nn.Module):
     LayerNorm, dense_1}, answer_class: {dense_0, dense_1 (no bias)}}} (SPEC 4.3 names).
     """
 
-    config: ml_collections.ConfigDict
+    config: ModelConfig
     start_n_top: int = 5
     end_n_top: int = 5
     answer_class_dropout: float = 0.1
 
     @nn.compact
-    def __call__(self, input_ids: jax.Array, token_type_ids: jax.Array,
-                 attention_mask: jax.Array, p_mask: jax.Array,
+    def __call__(self, input_ids: jax.Array, segment_ids: jax.Array,
+                 input_mask: jax.Array, p_mask: jax.Array,
                  start_positions: jax.Array | None = None,
                  deterministic: bool = True) -> dict[str, jax.Array]:
         """[batch, seq] inputs, p_mask [batch, seq] (1 = cannot be in the answer), gold
         start_positions [batch] for the training outputs (else the top-k beam); see
         `heads.SquadV2Head` for the returned dict."""
         sequence_output, _ = AlbertModel(self.config, name="albert")(
-            input_ids, token_type_ids, attention_mask, deterministic)
+            input_ids, segment_ids, input_mask, deterministic)
         return heads.SquadV2Head(self.config, self.start_n_top, self.end_n_top,
                                  self.answer_class_dropout, name="squad")(
             sequence_output, p_mask, start_positions, deterministic)
@@ -209,16 +225,16 @@ class AlbertForQuestionAnsweringV2(nn.Module):
 class AlbertForMultipleChoice(nn.Module):
     """RACE (SPEC 8.4): [batch, choices, seq] -> pooled -> dropout -> dense(1) -> [batch, choices]."""
 
-    config: ml_collections.ConfigDict
+    config: ModelConfig
     classifier_dropout: float = 0.1
 
     @nn.compact
-    def __call__(self, input_ids: jax.Array, token_type_ids: jax.Array,
-                 attention_mask: jax.Array, deterministic: bool = True) -> jax.Array:
+    def __call__(self, input_ids: jax.Array, segment_ids: jax.Array,
+                 input_mask: jax.Array, deterministic: bool = True) -> jax.Array:
         batch, choices, seq = input_ids.shape
         flat = lambda x: x.reshape(batch * choices, seq)
         _, pooled = AlbertModel(self.config, name="albert")(
-            flat(input_ids), flat(token_type_ids), flat(attention_mask), deterministic)
+            flat(input_ids), flat(segment_ids), flat(input_mask), deterministic)
         logits = heads.ClassifierHead(self.config, 1, self.classifier_dropout,
                                       name="classifier")(pooled, deterministic)
         return logits.reshape(batch, choices)

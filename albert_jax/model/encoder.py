@@ -18,33 +18,21 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import ml_collections
 
 from albert_jax.model import layers
-from albert_jax.model.presets import group_of_layer
-
-REMAT_POLICIES = {
-    "full": jax.checkpoint_policies.nothing_saveable,
-    "dots": jax.checkpoint_policies.checkpoint_dots,
-    "dots_no_batch": jax.checkpoint_policies.checkpoint_dots_with_no_batch_dims,
-}
-
-
-def compute_dtype(config: ml_collections.ConfigDict) -> Any:
-    return jnp.dtype(config.dtype)
-
+from albert_jax.model.presets import REMAT_POLICIES, ModelConfig, group_of_layer
 
 class AttentionBlock(nn.Module):
     """Self-attention half of the post-LN block (SPEC 3.2.6): LN(x + dense(attend(x)))."""
 
-    config: ml_collections.ConfigDict
+    config: ModelConfig
     deterministic: bool = True
 
     @nn.compact
     def __call__(self, hidden: jax.Array, attention_bias: jax.Array) -> jax.Array:
         """hidden [batch, seq, hidden], attention_bias [batch, 1, 1, seq] -> [batch, seq, hidden]."""
         config = self.config
-        dtype = compute_dtype(config)
+        dtype = config.compute_dtype
         batch, seq, width = hidden.shape
         heads = config.num_attention_heads
         head_dim = width // heads
@@ -80,14 +68,14 @@ class AttentionBlock(nn.Module):
 class FeedForwardBlock(nn.Module):
     """FFN half of the post-LN block (SPEC 3.2.6): LN(a + dense(act(dense(a))))."""
 
-    config: ml_collections.ConfigDict
+    config: ModelConfig
     deterministic: bool = True
 
     @nn.compact
     def __call__(self, hidden: jax.Array) -> jax.Array:
         """[batch, seq, hidden] -> [batch, seq, hidden]."""
         config = self.config
-        dtype = compute_dtype(config)
+        dtype = config.compute_dtype
         init = layers.truncated_normal(config.initializer_range)
         hidden = nn.with_logical_constraint(hidden, layers.SEQUENCE_HIDDEN)
         inner = layers.Dense(config.intermediate_size, ("hidden", "mlp"), init, dtype=dtype,
@@ -103,7 +91,7 @@ class FeedForwardBlock(nn.Module):
         return nn.with_logical_constraint(output, layers.SEQUENCE_HIDDEN)
 
 
-def _shares(config: ml_collections.ConfigDict) -> tuple[bool, bool]:
+def _shares(config: ModelConfig) -> tuple[bool, bool]:
     """(attention shared, FFN shared) for the config's sharing mode."""
     return config.sharing in ("all", "attention"), config.sharing in ("all", "ffn")
 
@@ -111,7 +99,7 @@ def _shares(config: ml_collections.ConfigDict) -> tuple[bool, bool]:
 class InnerGroup(nn.Module):
     """The parameter scope of one inner group: its attention and/or FFN halves."""
 
-    config: ml_collections.ConfigDict
+    config: ModelConfig
     with_attention: bool
     with_ffn: bool
     deterministic: bool = True
@@ -127,9 +115,13 @@ class SharedGroup(nn.Module):
     """Holds the shared halves of one group under inner_group_{i}/{attention,ffn}.
 
     Called only at init, to create the parameters; the scanned body applies them functionally.
+    Why not the usual `nn.scan(..., variable_broadcast="params")`: nn.scan takes one policy per
+    collection, so a body could not hold broadcast (shared) and stacked (per-layer) params at
+    once, which the paper's shared-attention and shared-FFN modes need. The shared halves live
+    here instead and enter the scan as a broadcast input; one mechanism serves every mode.
     """
 
-    config: ml_collections.ConfigDict
+    config: ModelConfig
 
     @nn.compact
     def __call__(self, hidden: jax.Array, attention_bias: jax.Array) -> jax.Array:
@@ -149,7 +141,7 @@ class LayerBody(nn.Module):
     `shared_params` holds, per inner group, the parameters of the shared halves.
     """
 
-    config: ml_collections.ConfigDict
+    config: ModelConfig
     deterministic: bool = True
 
     @nn.compact
@@ -161,7 +153,8 @@ class LayerBody(nn.Module):
         dropout_rng = self.make_rng("dropout") if uses_dropout and not self.deterministic else None
 
         def rngs(index: int) -> dict[str, jax.Array]:
-            # A distinct dropout key for each functionally applied half of this layer.
+            # A module applied functionally (parent=None) does not draw from the scan's split
+            # "dropout" stream, so each shared half gets this layer's key folded with its index.
             return {} if dropout_rng is None else {"dropout": jax.random.fold_in(dropout_rng, index)}
 
         for inner in range(config.inner_group_num):
@@ -187,14 +180,14 @@ class LayerBody(nn.Module):
 class Encoder(nn.Module):
     """Embedding projection E -> H (SPEC 3.2.4) and the L layer applications (SPEC 3.2.5)."""
 
-    config: ml_collections.ConfigDict
+    config: ModelConfig
 
     @nn.compact
-    def __call__(self, embedded: jax.Array, attention_mask: jax.Array,
+    def __call__(self, embedded: jax.Array, input_mask: jax.Array,
                  deterministic: bool = True) -> jax.Array:
-        """embedded [batch, seq, embedding], attention_mask [batch, seq] -> [batch, seq, hidden]."""
+        """embedded [batch, seq, embedding], input_mask [batch, seq] -> [batch, seq, hidden]."""
         config = self.config
-        dtype = compute_dtype(config)
+        dtype = config.compute_dtype
         hidden = embedded
         if config.embedding_size != config.hidden_size or config.always_project_embeddings:
             # The reference creates no projection when E == H (SPEC 3.2.4); HF does (SPEC 11.2).
@@ -203,7 +196,7 @@ class Encoder(nn.Module):
                                   name="embedding_hidden_mapping_in")(hidden)
         hidden = nn.with_logical_constraint(hidden, layers.SEQUENCE_HIDDEN)
         # SPEC 3.2.6: adder (1 - mask) * -10000 on the keys; every query position attends.
-        attention_bias = ((1.0 - attention_mask.astype(jnp.float32)) * -10000.0)[:, None, None, :]
+        attention_bias = ((1.0 - input_mask.astype(jnp.float32)) * -10000.0)[:, None, None, :]
 
         num_layers, num_groups = config.num_hidden_layers, config.num_hidden_groups
         for group in range(num_groups):

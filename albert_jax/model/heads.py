@@ -6,10 +6,9 @@ from typing import Callable
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import ml_collections
 
 from albert_jax.model import layers
-from albert_jax.model.encoder import compute_dtype
+from albert_jax.model.presets import ModelConfig
 
 
 def gather_positions(sequence: jax.Array, positions: jax.Array) -> jax.Array:
@@ -24,7 +23,7 @@ class MaskedLMHead(nn.Module):
     (as the reference does; HF computes all S, SPEC 11.4).
     """
 
-    config: ml_collections.ConfigDict
+    config: ModelConfig
 
     @nn.compact
     def __call__(self, sequence_output: jax.Array, masked_lm_positions: jax.Array,
@@ -33,7 +32,7 @@ class MaskedLMHead(nn.Module):
         -> logits [batch, predictions, vocab] (float32). `attend` is the tied word-embedding
         projection [..., embedding] -> [..., vocab]."""
         config = self.config
-        dtype = compute_dtype(config)
+        dtype = config.compute_dtype
         hidden = nn.with_logical_constraint(gather_positions(sequence_output, masked_lm_positions),
                                             layers.SEQUENCE_HIDDEN)
         hidden = layers.Dense(config.embedding_size, ("hidden", "embedding"),
@@ -58,7 +57,7 @@ class ClassifierHead(nn.Module):
     GLUE uses dropout 0.1 (SPEC 8.2); STS-B regression is num_labels=1.
     """
 
-    config: ml_collections.ConfigDict
+    config: ModelConfig
     num_labels: int
     dropout_rate: float = 0.0
 
@@ -68,7 +67,7 @@ class ClassifierHead(nn.Module):
             pooled_output = nn.Dropout(self.dropout_rate)(pooled_output, deterministic=deterministic)
         logits = layers.Dense(self.num_labels, ("hidden_out", "classes"),
                               layers.truncated_normal(self.config.initializer_range),
-                              dtype=compute_dtype(self.config), name="dense")(pooled_output)
+                              dtype=self.config.compute_dtype, name="dense")(pooled_output)
         return logits.astype(jnp.float32)
 
 
@@ -91,11 +90,11 @@ class SquadV1Head(nn.Module):
     as the reference stores cls/squad/output_weights.
     """
 
-    config: ml_collections.ConfigDict
+    config: ModelConfig
 
     @nn.compact
     def __call__(self, sequence_output: jax.Array) -> tuple[jax.Array, jax.Array]:
-        dtype = compute_dtype(self.config)
+        dtype = self.config.compute_dtype
         output_weights = self.param(
             "output_weights", nn.with_logical_partitioning(
                 layers.truncated_normal(self.config.initializer_range), ("classes", "hidden")),
@@ -153,13 +152,13 @@ class _ConcatDense(nn.Module):
 class _SquadStartLogits(nn.Module):
     """start_logits/dense: [batch, seq, hidden] -> [batch, seq] (before masking), float32."""
 
-    config: ml_collections.ConfigDict
+    config: ModelConfig
 
     @nn.compact
     def __call__(self, sequence_output: jax.Array) -> jax.Array:
         logits = layers.Dense(1, ("hidden", "classes"),
                               layers.truncated_normal(self.config.initializer_range),
-                              dtype=compute_dtype(self.config), name="dense")(sequence_output)
+                              dtype=self.config.compute_dtype, name="dense")(sequence_output)
         return logits[..., 0].astype(jnp.float32)
 
 
@@ -170,12 +169,12 @@ class _SquadEndLogits(nn.Module):
     at k candidate starts) -> [batch, k, seq] (before masking), float32.
     """
 
-    config: ml_collections.ConfigDict
+    config: ModelConfig
 
     @nn.compact
     def __call__(self, sequence_output: jax.Array, start_features: jax.Array) -> jax.Array:
         config = self.config
-        dtype = compute_dtype(config)
+        dtype = config.compute_dtype
         init = layers.truncated_normal(config.initializer_range)
         hidden = _ConcatDense(config.hidden_size, init, dtype=dtype, name="dense_0")(
             sequence_output[:, None, :, :], start_features[:, :, None, :])  # [batch, k, seq, H]
@@ -191,14 +190,14 @@ class _SquadAnswerClass(nn.Module):
     """answer_class: dense_1(dropout(tanh(dense_0([start_feature ; cls_feature])))), no bias on
     dense_1: [batch, hidden] twice -> cls_logits [batch], float32 (log-odds of no answer)."""
 
-    config: ml_collections.ConfigDict
+    config: ModelConfig
     dropout_rate: float
 
     @nn.compact
     def __call__(self, start_feature: jax.Array, cls_feature: jax.Array,
                  deterministic: bool) -> jax.Array:
         config = self.config
-        dtype = compute_dtype(config)
+        dtype = config.compute_dtype
         init = layers.truncated_normal(config.initializer_range)
         hidden = jnp.tanh(_ConcatDense(config.hidden_size, init, dtype=dtype, name="dense_0")(
             start_feature, cls_feature)).astype(dtype)
@@ -228,7 +227,7 @@ class SquadV2Head(nn.Module):
     the j-th end of the i-th start), cls_logits [batch]. All float32 / int32.
     """
 
-    config: ml_collections.ConfigDict
+    config: ModelConfig
     start_n_top: int = 5
     end_n_top: int = 5
     dropout_rate: float = 0.1

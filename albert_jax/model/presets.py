@@ -1,15 +1,17 @@
-"""The one table of model presets, and the validated model config built from it.
+"""The model config (a frozen dataclass), the one table of presets, and their validation.
 
-A model config is a locked `ml_collections.ConfigDict` with the fields of the reference
-`AlbertConfig` (SPEC 3.1) plus our own: `sharing` (paper Table 4), `remat_policy` and
-`dtype` (compute dtype; parameters are always float32) and `scan_unroll` (groups of at most
-this many layers are unrolled, deeper ones scanned).
+`ModelConfig` has the fields of the reference `AlbertConfig` (SPEC 3.1) plus our own: `sharing`
+(paper Table 4), `remat_policy` and `dtype` (compute dtype; parameters are always float32) and
+`scan_unroll` (groups of at most this many layers are unrolled, deeper ones scanned). It is
+frozen and validated when built, so a model module can trust every field.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+import dataclasses
+from typing import Any, Callable, Mapping
 
-import ml_collections
+import jax
+import jax.numpy as jnp
 
 from albert_jax.errors import ConfigError
 
@@ -20,41 +22,66 @@ ACTIVATIONS = ("gelu_tanh", "gelu_exact", "relu")
 #   all: attention and FFN shared (ALBERT); attention: only attention shared (FFN per layer);
 #   ffn: only FFN shared (attention per layer); none: nothing shared (BERT).
 SHARING_MODES = ("all", "attention", "ffn", "none")
-REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch")
+# What the backward pass may keep from the forward pass of each layer (None: everything).
+REMAT_POLICIES: dict[str, Callable[..., bool] | None] = {
+    "none": None,
+    "full": jax.checkpoint_policies.nothing_saveable,
+    "dots": jax.checkpoint_policies.checkpoint_dots,
+    "dots_no_batch": jax.checkpoint_policies.checkpoint_dots_with_no_batch_dims,
+}
 DTYPES = ("float32", "bfloat16")
 
-# Every field with its default (SPEC 3.1 defaults, except those the presets always set).
-_DEFAULTS: dict[str, Any] = dict(
-    vocab_size=30000,
-    embedding_size=128,
-    hidden_size=768,
-    num_hidden_layers=12,
-    num_hidden_groups=1,
-    inner_group_num=1,
-    num_attention_heads=12,
-    intermediate_size=3072,
-    hidden_act="gelu_tanh",
-    hidden_dropout_prob=0.0,
-    attention_probs_dropout_prob=0.0,
-    max_position_embeddings=512,
-    type_vocab_size=2,
-    initializer_range=0.02,
-    layer_norm_eps=1e-12,  # SPEC 3.2.3
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """Every field of a model, with its default (SPEC 3.1, except those the presets always set).
+
+    Frozen (a typo or a stray assignment raises) and validated when built: a field that cannot
+    work raises ConfigError naming it. Build one with `get_config` or `from_dict`.
+    """
+
+    vocab_size: int = 30000
+    embedding_size: int = 128
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_hidden_groups: int = 1
+    inner_group_num: int = 1
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu_tanh"
+    hidden_dropout_prob: float = 0.0
+    attention_probs_dropout_prob: float = 0.0
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    initializer_range: float = 0.02
+    layer_norm_eps: float = 1e-12  # SPEC 3.2.3
     # HF applies embedding_hidden_mapping_in even when E == H (SPEC 11.2); the reference has no
     # such layer then (SPEC 3.2.4). True keeps it, so HF models with E == H load exactly.
-    always_project_embeddings=False,
-    sharing="all",
-    remat_policy="none",
-    dtype="float32",
+    always_project_embeddings: bool = False
+    sharing: str = "all"
+    remat_policy: str = "none"
+    dtype: str = "float32"
     # A group of at most this many layers is unrolled whole (unless remat is on: remat needs the
     # rolled scan, encoder.py): XLA then neither zero-fills nor copies the stacked per-layer
     # activations the backward pass reads (~10 % of an albert-base step on CPU,
     # benchmarks/RESULTS.md). A deeper group is scanned one layer per iteration,
     # so its compile time stays that of one layer: partial unrolling (12 layers per iteration
     # at L=48) measured 2.5x the compile time of L=12, full scan 1.0x (benchmarks/bench_compile.py).
-    scan_unroll=12,
-)
+    scan_unroll: int = 12
 
+    def __post_init__(self) -> None:
+        validate(self)
+
+    @property
+    def compute_dtype(self) -> jnp.dtype:
+        """The dtype activations and matmul inputs are computed in (`dtype`)."""
+        return jnp.dtype(self.dtype)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field by name (what config.json and weights-only checkpoints record)."""
+        return dataclasses.asdict(self)
+
+
+_FIELDS = tuple(field.name for field in dataclasses.fields(ModelConfig))
 
 def _albert(hidden: int, layers: int, heads: int, version: int) -> dict[str, Any]:
     # SPEC 7.1: v1 has dropout 0.1 (xxlarge 0), v2 none; both use the tanh GELU (SPEC 3.2.8).
@@ -91,45 +118,35 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-def get_config(name: str, **overrides: Any) -> ml_collections.ConfigDict:
-    """The locked, validated model config of preset `name`, with field `overrides` applied.
+def get_config(name: str, **overrides: Any) -> ModelConfig:
+    """The model config of preset `name`, with field `overrides` applied.
 
     Raises ConfigError naming the preset, key or value that is wrong.
     """
     if name not in PRESETS:
         raise ConfigError(f"unknown model preset {name!r}; choose one of {sorted(PRESETS)}")
-    fields = dict(_DEFAULTS, **PRESETS[name])
-    unknown = sorted(set(overrides) - set(fields))
+    return from_dict(dict(PRESETS[name], **overrides))
+
+
+def from_dict(fields: Mapping[str, Any]) -> ModelConfig:
+    """The model config of `fields` (e.g. a saved config.json); missing fields take defaults."""
+    unknown = sorted(set(fields) - set(_FIELDS))
     if unknown:
-        raise ConfigError(f"unknown model config key(s) {unknown}; known keys: {sorted(fields)}")
-    fields.update(overrides)
-    config = ml_collections.ConfigDict(fields)
-    config.lock()
-    validate(config)
-    return config
+        raise ConfigError(f"unknown model config key(s) {unknown}; known keys: {sorted(_FIELDS)}")
+    return ModelConfig(**fields)
 
 
-def from_dict(fields: Mapping[str, Any]) -> ml_collections.ConfigDict:
-    """A locked, validated model config from a complete mapping (e.g. a saved config.json)."""
-    unknown = sorted(set(fields) - set(_DEFAULTS))
-    if unknown:
-        raise ConfigError(f"unknown model config key(s) {unknown}; known keys: {sorted(_DEFAULTS)}")
-    config = ml_collections.ConfigDict(dict(_DEFAULTS, **fields))
-    config.lock()
-    validate(config)
-    return config
-
-
-def validate(config: ml_collections.ConfigDict) -> None:
+def validate(config: ModelConfig) -> None:
     """Raises ConfigError, naming the key and value, for a model config that cannot work."""
 
     def fail(key: str, why: str) -> None:
-        raise ConfigError(f"model config {key}={config[key]!r}: {why}")
+        raise ConfigError(f"model config {key}={getattr(config, key)!r}: {why}")
 
     for key in ("vocab_size", "embedding_size", "hidden_size", "num_hidden_layers",
                 "num_hidden_groups", "inner_group_num", "num_attention_heads",
                 "intermediate_size", "max_position_embeddings", "type_vocab_size"):
-        if not isinstance(config[key], int) or config[key] < 1:
+        value = getattr(config, key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             fail(key, "must be a positive integer")
     if config.hidden_size % config.num_attention_heads:
         fail("hidden_size", f"must be divisible by num_attention_heads={config.num_attention_heads}")
@@ -143,7 +160,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
     if config.hidden_act not in ACTIVATIONS:
         fail("hidden_act", f"must be one of {ACTIVATIONS} (the reference 'gelu' is 'gelu_tanh')")
     if config.remat_policy not in REMAT_POLICIES:
-        fail("remat_policy", f"must be one of {REMAT_POLICIES}")
+        fail("remat_policy", f"must be one of {tuple(REMAT_POLICIES)}")
     if not isinstance(config.scan_unroll, int) or config.scan_unroll < 1:
         fail("scan_unroll", "must be a positive integer")
     if not isinstance(config.always_project_embeddings, bool):
@@ -151,7 +168,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
     if config.dtype not in DTYPES:
         fail("dtype", f"must be one of {DTYPES}")
     for key in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
-        if not 0.0 <= config[key] < 1.0:
+        if not 0.0 <= getattr(config, key) < 1.0:
             fail(key, "must be in [0, 1)")
     if not config.initializer_range > 0:
         fail("initializer_range", "must be positive")

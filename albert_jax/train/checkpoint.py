@@ -37,8 +37,8 @@ from etils import epath
 from jax.experimental import multihost_utils
 
 from albert_jax import config as config_lib
-from albert_jax.model import AlbertModel, presets
-from albert_jax.train import integrity, sharding, state as state_lib, tree_names
+from albert_jax.model import ModelConfig, abstract_backbone_params, presets
+from albert_jax.train import integrity, sharding, tree_names
 
 STATE, DATA, CONFIG = "state", "data", "config"
 CHECKPOINTS_SUBDIR = "checkpoints"
@@ -388,14 +388,14 @@ def _open(path: str | epath.Path, step: int | None) -> tuple[Checkpointer, int]:
         "says which file")
 
 
-def _model_config(saved_config: dict[str, Any]) -> ml_collections.ConfigDict:
+def _model_config(saved_config: dict[str, Any]) -> ModelConfig:
     """The model config from a saved config: a run config, or a weights-only record."""
     if "model_config" in saved_config:
         return presets.from_dict(saved_config["model_config"])
     return config_lib.model_config(ml_collections.ConfigDict(saved_config))
 
 
-def _load_shardings(saved_params: Any, model_config: ml_collections.ConfigDict,
+def _load_shardings(saved_params: Any, model_config: ModelConfig,
                     mesh: jax.sharding.Mesh | None) -> Any:
     """Where each loaded parameter goes: device 0, or on `mesh` by the logical-axis rules.
 
@@ -405,8 +405,7 @@ def _load_shardings(saved_params: Any, model_config: ml_collections.ConfigDict,
     if mesh is None:
         device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
         return jax.tree.map(lambda _: device, saved_params)
-    ids = jax.numpy.zeros((1, 1), jax.numpy.int32)
-    boxed = {"albert": state_lib.boxed_abstract_params(AlbertModel(model_config), (ids, ids, ids))}
+    boxed = {"albert": abstract_backbone_params(model_config)}
     boxes = tree_names.named_leaves(boxed, is_leaf=sharding.is_boxed)
 
     def placement(path: Any, metadata: Any) -> jax.sharding.NamedSharding:
@@ -419,7 +418,7 @@ def _load_shardings(saved_params: Any, model_config: ml_collections.ConfigDict,
 
 
 def load(path: str, step: int | None = None, *,
-         mesh: jax.sharding.Mesh | None = None) -> tuple[ml_collections.ConfigDict, Any]:
+         mesh: jax.sharding.Mesh | None = None) -> tuple[ModelConfig, Any]:
     """(model config, params) of a run's checkpoint, for inference, evaluation or conversion.
 
     `path`: a workdir, its checkpoints directory, or one checkpoint folder; `step`: None for the
@@ -440,7 +439,7 @@ def load(path: str, step: int | None = None, *,
     return model_config, params
 
 
-def save_weights(directory: str, model_config: ml_collections.ConfigDict, params: Any) -> None:
+def save_weights(directory: str, model_config: ModelConfig, params: Any) -> None:
     """Writes a weights-only checkpoint (step 0) that `load` and `config.init_from` read.
 
     Layout: `<directory>/checkpoints/0/{state,config}`, state = {"step": 0, "params": params},

@@ -9,7 +9,8 @@ import time
 
 import jax
 import jax.numpy as jnp
-import ml_collections
+
+from albert_jax.model import ModelConfig
 
 # A training step is the forward plus two backward matmuls per forward matmul.
 TRAIN_FLOPS_PER_FORWARD = 3.0
@@ -22,7 +23,7 @@ PEAK_FLOPS_BY_DEVICE_KIND = {
 }
 
 
-def forward_flops_per_sequence(model: ml_collections.ConfigDict, seq_len: int,
+def forward_flops_per_sequence(model: ModelConfig, seq_len: int,
                                masked_positions: int) -> float:
     """Forward matmul FLOPs of AlbertForPreTraining for one sequence."""
     hidden, embed, inner = model.hidden_size, model.embedding_size, model.intermediate_size
@@ -36,7 +37,7 @@ def forward_flops_per_sequence(model: ml_collections.ConfigDict, seq_len: int,
     return projection + applications * per_layer + pooler_and_sop + mlm_head
 
 
-def train_flops_per_step(model: ml_collections.ConfigDict, batch_size: int, seq_len: int,
+def train_flops_per_step(model: ModelConfig, batch_size: int, seq_len: int,
                          masked_positions: int) -> float:
     """FLOPs of one optimizer step over the global batch (3x forward)."""
     return (TRAIN_FLOPS_PER_FORWARD * batch_size

@@ -22,8 +22,9 @@ from typing import Any, Iterator
 
 import flax.linen as nn
 import jax
-import ml_collections
 import numpy as np
+
+from albert_jax.model import ModelConfig
 
 Batch = dict[str, jax.Array]
 HostBatch = dict[str, np.ndarray]
@@ -48,7 +49,7 @@ class Task(abc.ABC):
     """
 
     model: nn.Module
-    model_config: ml_collections.ConfigDict
+    model_config: ModelConfig
     eval_splits: tuple[str, ...] = ()
     selection: Selection | None = None
 
@@ -95,6 +96,11 @@ class Task(abc.ABC):
     def train_iterator(self) -> Any:
         """This host's training batches, forever: an iterator with `get_state`/`set_state`
         (a grain DatasetIterator) so a resumed run sees the batches it would have seen."""
+
+    @abc.abstractmethod
+    def train_batch_spec(self, batch_size: int) -> dict[str, jax.ShapeDtypeStruct]:
+        """The global train batch of `batch_size` examples as shapes and dtypes, every key the
+        train iterator yields: what the planner compiles the step for without reading data."""
 
     @abc.abstractmethod
     def eval_batches(self, split: str) -> Iterator[HostBatch]:

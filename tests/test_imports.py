@@ -1,0 +1,92 @@
+"""The package structure drawn from the imports (ARCHITECTURE.md): every import of ours points
+down the layer table, and no module imports itself back through others."""
+import ast
+import pathlib
+
+import pytest
+
+PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "albert_jax"
+
+# ARCHITECTURE.md's table, lowest first: a unit imports only units of strictly lower rows.
+LAYERS = [
+    {"errors", "files", "distributed"},
+    {"model", "data"},
+    {"config"},
+    {"train"},
+    {"convert"},
+    {"pretraining"},
+    {"finetune"},
+    {"cli"},
+]
+RANK = {unit: rank for rank, units in enumerate(LAYERS) for unit in units}
+
+
+def _module_name(path: pathlib.Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: pathlib.Path) -> set[str]:
+    """Every albert_jax module `path` imports, at the top or inside a function."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("albert_jax"):
+            if node.module == "albert_jax":
+                found.update(f"albert_jax.{alias.name}" for alias in node.names)
+            else:
+                found.add(node.module)
+                # `from albert_jax.model import layers` imports the module albert_jax.model.layers.
+                found.update(f"{node.module}.{alias.name}" for alias in node.names
+                             if (PACKAGE.parent / node.module.replace(".", "/")
+                                 / f"{alias.name}.py").exists())
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names if alias.name.startswith("albert_jax."))
+    return found
+
+
+GRAPH = {_module_name(path): _imports(path) for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _unit(module: str) -> str:
+    return module.split(".")[1]
+
+
+def test_every_unit_is_in_the_layer_table():
+    assert {_unit(module) for module in GRAPH if module != "albert_jax"} == set(RANK)
+
+
+@pytest.mark.parametrize("module", sorted(m for m in GRAPH if m != "albert_jax"))
+def test_imports_point_down_the_layers(module):
+    upward = sorted(target for target in GRAPH[module]
+                    if _unit(target) != _unit(module) and RANK[_unit(target)] >= RANK[_unit(module)])
+    assert not upward, f"{module} imports {upward}, which are not below it in ARCHITECTURE.md"
+
+
+def test_no_module_imports_itself_back():
+    # Depth-first search for a cycle over module -> imported module (packages included: a
+    # package's __init__ runs when any of its modules is imported).
+    def package_of(module: str) -> str:
+        return module.rsplit(".", 1)[0]
+
+    edges = {module: {target for target in targets if target in GRAPH}
+             for module, targets in GRAPH.items()}
+    for module in GRAPH:
+        if package_of(module) in GRAPH and package_of(module) != module:
+            edges[module].add(package_of(module))
+    state: dict[str, str] = {}
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = "open"
+        for target in sorted(edges[module]):
+            if target == module or (package_of(target) == module):
+                continue  # a package importing its own modules
+            if state.get(target) == "open":
+                raise AssertionError("import cycle: " + " -> ".join(
+                    path[path.index(target):] + [target]))
+            if target not in state:
+                visit(target, path + [target])
+        state[module] = "done"
+
+    for module in sorted(GRAPH):
+        if module not in state:
+            visit(module, [module])
