@@ -29,9 +29,12 @@ from ml_collections import config_flags
 from etils import epath
 
 from albert_jax import config as config_lib, distributed, pretraining
+from albert_jax.convert import formats
+from albert_jax.data import builder, inspection, tokenizer
 from albert_jax.errors import ConfigError
-from albert_jax.finetune import run as finetune_run, squad_eval
-from albert_jax.train import checkpoint, integrity, loop, workdir_lock
+from albert_jax.finetune import run as finetune_run, squad_eval, task as finetune_task
+from albert_jax.model import presets
+from albert_jax.train import checkpoint, integrity, loop, plan as plan_lib, workdir_lock
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file, e.g. configs/pretrain.py:size=base.",
                                           lock_config=True)
@@ -85,17 +88,14 @@ def _need(flag: flags.FlagHolder, command: str) -> object:
 
 
 def _tokenizer_train() -> None:
-    from albert_jax.data import tokenizer
     tokenizer.train_from_config(_need(_CONFIG, "tokenizer train"))
 
 
 def _data_build() -> None:
-    from albert_jax.data import builder
     builder.build_from_config(_need(_CONFIG, "data build"))
 
 
 def _data_inspect() -> None:
-    from albert_jax.data import inspection
     inspection.inspect_from_config(_need(_CONFIG, "data inspect"), _NUM_EXAMPLES.value)
 
 
@@ -156,9 +156,6 @@ def _checkpoint_verify() -> None:
 def _plan_task(config: ml_collections.ConfigDict) -> tuple[Any, dict[str, Any]]:
     """The task of a pretraining or fine-tuning config and its train batch as shapes: no data,
     tokenizer or checkpoint is read (a fine-tuning architecture is config.model's preset)."""
-    from albert_jax.finetune import task as finetune_task
-    from albert_jax.model import presets
-
     if "task" in config:  # a fine-tuning config
         model_config = finetune_task.finetune_model_config(config, presets.get_config(config.model))
         task = finetune_run.task_class(config)(config, model_config, None, None)
@@ -176,7 +173,6 @@ def _plan() -> None:
         # Before JAX starts its CPU backend: N fake devices (the last flag given wins).
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
                                    + f" --xla_force_host_platform_device_count={_DEVICES.value}")
-    from albert_jax.train import plan as plan_lib
     target = (plan_lib.tpu_target(_TOPOLOGY.value) if _TOPOLOGY.value is not None
               else plan_lib.cpu_target(_DEVICES.value, _HBM_GIB.value, _PEAK_TFLOPS.value))
     result = plan_lib.plan(config, _plan_task, target, mfu=_MFU.value, try_levers=_LEVERS.value)
@@ -189,7 +185,6 @@ def _convert() -> None:
         # A fine-tuned workdir: its best checkpoint, as its task's transformers class.
         finetune_run.export_huggingface(path, _need(_OUTPUT, "convert"))
         return
-    from albert_jax.convert import formats
     formats.convert(source=source, target=target, path=path,
                     output=_need(_OUTPUT, "convert"), config_path=_CONFIG_PATH.value)
 

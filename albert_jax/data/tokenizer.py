@@ -20,7 +20,10 @@ from typing import Iterable, Iterator
 import ml_collections
 import numpy as np
 import sentencepiece as spm
+from etils import epath
 from sentencepiece import sentencepiece_pb2
+
+from albert_jax.data import corpus
 
 SPIECE_UNDERLINE = "\u2581"  # "▁", SentencePiece's word-start marker.
 
@@ -141,7 +144,6 @@ class Tokenizer:
     @classmethod
     def load(cls, path: str, *, lower: bool = True) -> "Tokenizer":
         """Loads a `.model` file (local or any path etils.epath reads, e.g. gs://)."""
-        from etils import epath
         model_path = epath.Path(path)
         if not model_path.exists():
             raise FileNotFoundError(
@@ -328,8 +330,6 @@ def train_from_config(config: ml_collections.ConfigDict) -> None:
 
     Skips (and says so) when the model file already exists, so the demo can be rerun.
     """
-    from albert_jax.data import corpus
-
     model_path = config.data.tokenizer
     if os.path.exists(model_path):
         print(f"tokenizer {model_path} exists; skipping training (delete it to retrain)")
