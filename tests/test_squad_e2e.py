@@ -13,7 +13,7 @@ import pytest
 import squad_fixtures
 from cli_fixtures import CLI, REPO, cli
 from albert_jax.errors import ConfigError
-from albert_jax.finetune import run as finetune_run, squad_eval
+from albert_jax.finetune import run as finetune_run, squad_eval, squad_postprocess
 from configs import squad as squad_config
 
 # Throughput and timing keys of metrics.jsonl, which differ between any two runs.
@@ -132,8 +132,12 @@ def v1_runs(data, tmp_path_factory) -> tuple[Path, Path]:
     return root / "straight", killed
 
 
-def test_v1_overfits_and_evaluate_writes_its_files(v1_runs, data):
+def test_v1_overfits_and_evaluate_writes_its_files(v1_runs, data, monkeypatch):
     workdir, _ = v1_runs
+    calls = []
+    search = squad_postprocess.postprocess_v1
+    monkeypatch.setattr(squad_postprocess, "postprocess_v1",
+                        lambda *args, **kwargs: calls.append(1) or search(*args, **kwargs))
     best = check_best(workdir, "f1")
     last = dev_records(workdir)[200]
     assert set(last) == {"step", "split", "exact_match", "f1"}
@@ -144,6 +148,7 @@ def test_v1_overfits_and_evaluate_writes_its_files(v1_runs, data):
     directory = workdir / "predictions" / "dev"
     assert sorted(Path(path).name for path in written) == [
         "metrics.json", "nbest_predictions.json", "predictions.json"]
+    assert len(calls) == 1  # the metrics and the files come from one n-best search
     dataset = read_json(data / "train-v1.1.json")
     predictions = check_prediction_files(directory, dataset, 20, ("start_logit", "end_logit"))
     # metrics.json is the official v1.1 evaluator's output on predictions.json, for the best

@@ -86,6 +86,7 @@ class SquadTask(FinetuneTask):
             self.selection = Selection("dev", "best_f1")
         self._eval_sets: dict[str, tuple[list[SquadExample], list[FeatureInfo],
                                          dict[str, np.ndarray]]] = {}
+        self._last_postprocess: tuple[str, dict[str, np.ndarray], SquadResult] | None = None
 
     # --- Data ----------------------------------------------------------------------------------
     def examples(self, split: str) -> list[SquadExample]:
@@ -193,7 +194,19 @@ class SquadTask(FinetuneTask):
 
     def postprocess(self, split: str, predictions: dict[str, np.ndarray]) -> SquadResult:
         """Answers of every question of `split` from the gathered per-window `predictions`
-        (padding rows included, any order), and the official evaluation of them."""
+        (padding rows included, any order), and the official evaluation of them.
+
+        `albert-jax evaluate` asks for the metrics and then the files of the same predictions:
+        the last result is kept (with the predictions object it came from, so it cannot be
+        mistaken for another's) and the n-best search over every window runs once."""
+        last = self._last_postprocess
+        if last is not None and last[0] == split and last[1] is predictions:
+            return last[2]
+        result = self._postprocess(split, predictions)
+        self._last_postprocess = (split, predictions, result)
+        return result
+
+    def _postprocess(self, split: str, predictions: dict[str, np.ndarray]) -> SquadResult:
         examples, infos, _ = self._eval_set(split)
         keep = predictions["example_weight"] > 0
         order = np.argsort(predictions["feature_index"][keep], kind="stable")
