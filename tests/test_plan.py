@@ -14,7 +14,7 @@ import pytest
 
 from albert_jax.cli import _plan_task
 from albert_jax.errors import ConfigError
-from albert_jax.train import plan
+from albert_jax.train import flops, plan
 from configs import glue, pretrain, race, squad
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -126,3 +126,12 @@ def test_cli_needs_a_target():
         cwd=REPO, capture_output=True, text=True, timeout=300)
     assert result.returncode != 0
     assert "needs one of --topology" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_peak_flops_are_per_jax_device_in_both_tables():
+    # A v3 chip (123 bf16 TFLOP/s) is two JAX devices: MFU and the planner's step time are per
+    # device, so both tables must hold half the chip's number for v2/v3 and the chip's from v4.
+    assert flops.PEAK_FLOPS_BY_DEVICE_KIND["TPU v3"] == plan.CHIPS["v3"].peak_flops == 61.5e12
+    assert flops.PEAK_FLOPS_BY_DEVICE_KIND["TPU v2"] == plan.CHIPS["v2"].peak_flops == 22.5e12
+    for chip in ("v4", "v5e", "v5p", "v6e"):
+        assert flops.PEAK_FLOPS_BY_DEVICE_KIND[f"TPU {chip}"] == plan.CHIPS[chip].peak_flops

@@ -14,9 +14,11 @@ from albert_jax.model import ModelConfig
 
 # A training step is the forward plus two backward matmuls per forward matmul.
 TRAIN_FLOPS_PER_FORWARD = 3.0
-# Dense bf16 peak FLOP/s per device, from the vendors' data sheets.
+# Dense bf16 peak FLOP/s per JAX device, from the vendors' data sheets. A v2 or v3 chip is two
+# JAX devices (one per TensorCore), so its per-chip 45 / 123 TFLOP/s are halved; from v4 on a
+# device is a whole chip (train/plan.py CHIPS holds the same numbers, tests/test_plan.py checks).
 PEAK_FLOPS_BY_DEVICE_KIND = {
-    "TPU v2": 45e12, "TPU v3": 123e12, "TPU v4": 275e12, "TPU v5 lite": 197e12,
+    "TPU v2": 22.5e12, "TPU v3": 61.5e12, "TPU v4": 275e12, "TPU v5 lite": 197e12,
     "TPU v5e": 197e12, "TPU v5p": 459e12, "TPU v6 lite": 918e12, "TPU v6e": 918e12,
     "NVIDIA A100-SXM4-40GB": 312e12, "NVIDIA A100-SXM4-80GB": 312e12,
     "NVIDIA H100 80GB HBM3": 989e12, "NVIDIA H200": 989e12,
