@@ -28,11 +28,13 @@ exactly the batches the uninterrupted one would have. The trainer saves it besid
 as its own Orbax item, with the handler grain registers with Orbax (grain 0.2.18:
 `grain.checkpoint.CheckpointSave` / `CheckpointRestore`, handler `grain.checkpoint.CheckpointHandler`;
 `grain.python.PyGrainCheckpointSave` is the older alias): `manager.save(step,
-args=ocp.args.Composite(state=..., data=grain.checkpoint.CheckpointSave(iterator)))` and, to
-resume, build a fresh iterator with the same config and pass
-`data=grain.checkpoint.CheckpointRestore(iterator)` to `manager.restore`. Each host writes its
-own `process_<i>-of-<n>.json` (the same position on every host), so a run resumes on the same
-number of hosts.
+args=ocp.args.Composite(state=..., data=grain.checkpoint.CheckpointSave(iterator)))`. Each host
+writes its own `process_<i>-of-<n>.json`. The state counts global batches (and, with
+`num_workers` > 0, each worker's share of them), never a host's rows, so it is the same on every
+host and for any number of hosts: a run saved on n hosts resumes on m with the same data order
+(`train/checkpoint.py` reads the saved state back and calls `set_state` on a fresh iterator of
+the same config). `num_workers` is part of the state's layout: grain cannot restore a state
+saved with another number of workers.
 """
 from __future__ import annotations
 

@@ -2,7 +2,8 @@
 
 Layout: `<workdir>/checkpoints/<step>/{state,data,config}`:
   state   the TrainState pytree (step, params, opt_state), one tensorstore array per leaf
-  data    the grain iterator state, one JSON file per process (grain's Orbax handler)
+  data    the grain iterator state, one JSON file per process (grain's Orbax handler), each the
+          same position in the global batch stream: a run resumes on any process count
   config  the run config as JSON (for a weights-only checkpoint: {"model_config": {...}})
 
 Restore modes: resume (`Checkpointer.restore`: everything, onto the mesh that the
@@ -126,6 +127,42 @@ def _mismatches(saved: Any, wanted: Any, extra_allowed: bool) -> list[str]:
               f"{tuple(leaf.shape)}" for name, leaf in sorted(wanted.items())
               if name in saved and tuple(saved[name].shape) != tuple(leaf.shape)]
     return lines
+
+
+def _saved_data_position(data_dir: epath.Path) -> dict[str, Any]:
+    """The train iterator's state saved in `data_dir`, for this process, at any process count.
+
+    Each saving process wrote its iterator's state as `process_<i>-of-<n>.json` (grain's Orbax
+    handler). Every train iterator of this project comes from `pipeline.make_dataset`: one global
+    stream of batches of which each process reads its rows, so the state is the position in
+    that global stream, the same in every file and for any n (tests/test_multihost.py compares
+    a 2-process run's files with a 1-process run's). A run resumed on the n that saved reads its
+    own file; on another count, each process reads the saved files, which must agree, and goes
+    on with the global batches an uninterrupted run would have seen.
+    """
+    if not data_dir.exists():
+        raise FileNotFoundError(f"the checkpoint in {data_dir.parent} holds no data iterator "
+                                "state (it was saved without one)")
+    process, count = jax.process_index(), jax.process_count()
+    own = data_dir / f"process_{process}-of-{count}.json"
+    if own.exists():
+        return json.loads(own.read_text())
+    saved = {path.name: json.loads(path.read_text())
+             for path in sorted(data_dir.glob("process_*-of-*.json"))}
+    if not saved:
+        raise FileNotFoundError(f"{data_dir} holds no process_<i>-of-<n>.json data iterator "
+                                "state; restore the checkpoint from a copy")
+    saved_count = int(next(iter(saved)).rsplit("-of-", 1)[1].removesuffix(".json"))
+    if any(state != next(iter(saved.values())) for state in saved.values()):
+        raise ValueError(
+            f"the data iterator states in {data_dir} differ between the {saved_count} processes "
+            f"that saved them ({', '.join(saved)}), so a run with process count {count} cannot "
+            f"continue their data order: resume this checkpoint with process count {saved_count}")
+    if process == 0:
+        print(f"Data position: saved with process count {saved_count}, restored with {count}: "
+              "every process saved the same position in the global batch stream, so the run "
+              "goes on with the batches an uninterrupted run would see.", flush=True)
+    return next(iter(saved.values()))
 
 
 def _absolute(path: str | epath.Path) -> epath.Path:
@@ -284,7 +321,8 @@ class Checkpointer:
 
         `abstract_state` is the target: a tree of jax.ShapeDtypeStruct whose `.sharding` says
         where each restored array goes (state.abstract_train_state), so a checkpoint saved on
-        one mesh restores onto another. `data_iterator`, if given, is set to the saved position.
+        one mesh restores onto another. `data_iterator`, if given, is set to the saved position,
+        whatever the number of processes that saved it (`_saved_data_position`).
         """
         step = self.resolve_step(step)
         problems = _mismatches(self._manager.item_metadata(step)[STATE].tree, abstract_state,
@@ -296,15 +334,16 @@ class Checkpointer:
                  "the model or optimizer config changed since it was saved: restore with the "
                  "saved config, or start a new workdir with config.init_from=<this checkpoint> "
                  "(weights only, fresh optimizer)"]))
-        items = {STATE: ocp.args.PyTreeRestore(abstract_state,
-                                               restore_args=_restore_args(abstract_state)),
-                 CONFIG: ocp.args.JsonRestore()}
+        # The data position first: a checkpoint without one fails before the arrays are read.
+        position = (None if data_iterator is None
+                    else _saved_data_position(self.directory / str(step) / DATA))
+        restored = self._manager.restore(step, args=ocp.args.Composite(**{
+            STATE: ocp.args.PyTreeRestore(abstract_state,
+                                          restore_args=_restore_args(abstract_state)),
+            CONFIG: ocp.args.JsonRestore()}))
         if data_iterator is not None:
-            if not (self.directory / str(step) / DATA).exists():
-                raise FileNotFoundError(f"the checkpoint for step {step} in {self.directory} "
-                                        "holds no data iterator state (it was saved without one)")
-            items[DATA] = grain.checkpoint.CheckpointRestore(data_iterator)
-        restored = self._manager.restore(step, args=ocp.args.Composite(**items))
+            data_iterator.set_state(position)
+            data_iterator.start_prefetch()  # as grain's own restore does
         return restored[STATE], restored[CONFIG]
 
     def restore_config(self, step: int | None = None) -> dict[str, Any]:
