@@ -11,8 +11,12 @@ import time
 from pathlib import Path
 
 import pytest
+from etils import epath
 
+from albert_jax import config as config_lib
+from albert_jax.train import loop
 from cli_fixtures import build_demo_pretraining_data, config_flags
+from configs import pretrain as pretrain_config
 
 REPO = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-m", "albert_jax.cli"]
@@ -127,3 +131,15 @@ def test_finished_run_reports_done_and_incompatible_config_is_refused(data_flags
     changed = pretrain(run_flags(data_flags, workdir, total_steps=3, batch_size=16))
     assert changed.returncode != 0
     assert "incompatible config" in changed.stderr and "batch_size" in changed.stderr
+
+
+def test_resume_may_change_how_a_run_runs_but_not_its_data_workers(tmp_path):
+    saved = pretrain_config.get_config("runlocal")
+    (tmp_path / "config.json").write_text(config_lib.to_json(saved))
+    resumed = pretrain_config.get_config("runlocal")
+    resumed.total_steps, resumed.data.prefetch = saved.total_steps * 2, 7
+    loop.check_workdir_config(resumed, epath.Path(tmp_path))  # how it runs: allowed
+    # grain's iterator state has one entry per worker: another count cannot restore it.
+    resumed.data.num_workers = saved.data.num_workers + 2
+    with pytest.raises(ValueError, match=r"data\.num_workers: 0 in the workdir, 2 now"):
+        loop.check_workdir_config(resumed, epath.Path(tmp_path))

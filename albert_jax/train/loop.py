@@ -29,11 +29,12 @@ from albert_jax.train import step as step_lib
 from albert_jax.train import validation, workdir_lock
 from albert_jax.train.task import Task
 
-# Keys that may change when a run resumes: how it is run, not what it computes.
+# Keys that may change when a run resumes: how it is run, not what it computes. Not
+# data.num_workers: grain's saved iterator state has one entry per worker process, and a state
+# saved with one count cannot be set on an iterator with another.
 RESUMABLE_CHANGES = ("total_steps", "mesh", "log_every_steps", "eval_every_steps", "eval_steps",
                      "eval_batch_size", "checkpoint_every_steps", "keep_checkpoints",
-                     "compute_dtype", "num_microbatches", "init_from", "data.num_workers",
-                     "data.prefetch")
+                     "compute_dtype", "num_microbatches", "init_from", "data.prefetch")
 BEST_SUBDIR = "best"
 BEST_FILE = "best.json"
 CONFIG_FILE = "config.json"
