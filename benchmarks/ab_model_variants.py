@@ -3,6 +3,7 @@ a subclass of a model module put in the module's place while its contender is tr
 compiled, then taken out.
 
   .venv/bin/python -m benchmarks.ab_model_variants [--case=finetune|train] [--repeats=5]
+      [--dtype=float32|bfloat16]
       [--variants=layernorm_vjp,layernorm_fast_variance,dot_product_attention,cls_only_last_layer]
 
 Contenders, interleaved as in bench_table (A, B, C, ... per round, medians of per-round ratios):
@@ -20,6 +21,12 @@ Variants (why: the fine-tuning profile in benchmarks/RESULTS.md):
   dot_product_attention    scores, softmax and context through jax.nn.dot_product_attention.
   cls_only_last_layer      (finetune only) the last layer at [CLS] only, the one position the
                            classifier reads: see `last_layer_at_cls`.
+  dense_low_precision_grads   (for --dtype=bfloat16) Dense's backward dots bf16 x bf16 -> f32
+                           through a custom VJP (the cotangent rounded to bf16).
+  dense_compute_dtype_output  (for --dtype=bfloat16) Dense's dot outputs bf16 (rounded before
+                           the bias add), so autodiff's backward dots are bf16 x bf16.
+  attention_low_precision_grads  (for --dtype=bfloat16) the same custom VJP for the attention's
+                           scores and context einsums.
 """
 from __future__ import annotations
 
@@ -202,6 +209,122 @@ class ClsOnlyLastLayerModel(albert_lib.AlbertModel):
         return None, jnp.tanh(self.pooler(cls).astype(jnp.float32))
 
 
+# bf16 compute: XLA on CPU runs the forward dots on bf16 inputs, but the backward dots on float32
+# (the cotangent of a dot with float32 output is float32, and the bf16 operand is converted up),
+# plus ~1,700 standalone converts (benchmarks/RESULTS.md). Two Dense variants that make the
+# backward dots bf16 x bf16 -> float32 as well:
+
+
+@jax.custom_vjp
+def _dot_with_low_precision_grads(x: jax.Array, kernel: jax.Array) -> jax.Array:
+    """x [..., in] @ kernel [in, out] -> float32; the backward dots take the cotangent rounded
+    to the inputs' dtype (bf16 x bf16 -> float32, as the forward)."""
+    return jnp.dot(x, kernel, preferred_element_type=jnp.float32)
+
+
+def _dot_forward(x, kernel):
+    return _dot_with_low_precision_grads(x, kernel), (x, kernel)
+
+
+def _dot_backward(saved, upstream):
+    x, kernel = saved
+    upstream = upstream.astype(x.dtype)
+    grad_x = jnp.dot(upstream, kernel.T, preferred_element_type=jnp.float32)
+    grad_kernel = jnp.dot(x.reshape(-1, x.shape[-1]).T, upstream.reshape(-1, upstream.shape[-1]),
+                          preferred_element_type=jnp.float32)
+    return grad_x.astype(x.dtype), grad_kernel.astype(kernel.dtype)
+
+
+_dot_with_low_precision_grads.defvjp(_dot_forward, _dot_backward)
+
+
+class _DenseVariant(layers.Dense):
+    def kernel_and_bias(self, inputs: jax.Array) -> tuple[jax.Array, jax.Array | None]:
+        kernel = self.param("kernel", nn.with_logical_partitioning(self.kernel_init, self.axes),
+                            (inputs.shape[-1], self.features), jnp.float32)
+        kernel = nn.with_logical_constraint(
+            kernel.astype(self.dtype),
+            tuple(layers._KERNEL_AT_USE.get(axis) for axis in self.axes))
+        bias = None
+        if self.use_bias:
+            bias = self.param("bias", nn.with_logical_partitioning(nn.initializers.zeros,
+                                                                   self.axes[1:]),
+                              (self.features,), jnp.float32)
+        return kernel, bias
+
+
+class DenseLowPrecisionGrads(_DenseVariant):
+    """Forward as layers.Dense; backward dots bf16 x bf16 (custom VJP)."""
+
+    @nn.compact
+    def __call__(self, inputs: jax.Array) -> jax.Array:
+        kernel, bias = self.kernel_and_bias(inputs)
+        outputs = _dot_with_low_precision_grads(inputs.astype(self.dtype), kernel)
+        return (outputs if bias is None else outputs + bias).astype(self.dtype)
+
+
+class DenseComputeDtypeOutput(_DenseVariant):
+    """The dot's output in the compute dtype (bf16: rounded before the bias add, not after), so
+    autodiff's backward dots see a bf16 cotangent."""
+
+    @nn.compact
+    def __call__(self, inputs: jax.Array) -> jax.Array:
+        kernel, bias = self.kernel_and_bias(inputs)
+        outputs = jnp.dot(inputs.astype(self.dtype), kernel, preferred_element_type=self.dtype)
+        return (outputs if bias is None else outputs + bias).astype(self.dtype)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _einsum_with_low_precision_grads(spec: str, a: jax.Array, b: jax.Array) -> jax.Array:
+    """einsum -> float32, whose backward einsums take the cotangent rounded to a's dtype."""
+    return jnp.einsum(spec, a, b, preferred_element_type=jnp.float32)
+
+
+def _einsum_forward(spec, a, b):
+    return _einsum_with_low_precision_grads(spec, a, b), (a, b)
+
+
+def _einsum_backward(spec, saved, upstream):
+    a, b = saved
+    _, backward = jax.vjp(lambda a, b: jnp.einsum(spec, a, b, preferred_element_type=a.dtype),
+                          a, b)
+    return backward(upstream.astype(a.dtype))
+
+
+_einsum_with_low_precision_grads.defvjp(_einsum_forward, _einsum_backward)
+
+
+class AttentionLowPrecisionGrads(encoder.AttentionBlock):
+    """encoder.AttentionBlock (no dropout) with the scores and context einsums' backward dots
+    bf16 x bf16."""
+
+    @nn.compact
+    def __call__(self, hidden: jax.Array, attention_bias: jax.Array) -> jax.Array:
+        config = self.config
+        dtype = config.compute_dtype
+        batch, seq, width = hidden.shape
+        heads = config.num_attention_heads
+        head_dim = width // heads
+        init = layers.truncated_normal(config.initializer_range)
+        if config.attention_probs_dropout_prob > 0 or config.hidden_dropout_prob > 0:
+            raise ValueError("the attention_low_precision_grads variant is measured without "
+                             "dropout")
+
+        def project(name: str) -> jax.Array:
+            out = layers.Dense(width, ("hidden", "heads"), init, dtype=dtype, name=name)(hidden)
+            return out.reshape(batch, seq, heads, head_dim)
+
+        query, key, value = project("query"), project("key"), project("value")
+        scores = _einsum_with_low_precision_grads("bqnd,bknd->bnqk", query, key)
+        probs = jax.nn.softmax(scores * (1.0 / math.sqrt(head_dim)) + attention_bias, axis=-1)
+        context = _einsum_with_low_precision_grads("bnqk,bknd->bqnd", probs.astype(dtype),
+                                                   value).astype(dtype)
+        output = layers.Dense(width, ("heads", "hidden"), init, dtype=dtype,
+                              name="output")(context.reshape(batch, seq, width))
+        return layers.LayerNorm(config.layer_norm_eps, "hidden", dtype=dtype,
+                                name="LayerNorm")(output + hidden)
+
+
 # variant -> (module whose global is replaced, the global's name, the replacement). The model
 # looks these names up when it is traced, so the replacement holds for what is traced inside.
 VARIANTS: dict[str, tuple[Any, str, type]] = {
@@ -209,6 +332,9 @@ VARIANTS: dict[str, tuple[Any, str, type]] = {
     "layernorm_fast_variance": (layers, "LayerNorm", LayerNormFastVariance),
     "dot_product_attention": (encoder, "AttentionBlock", DotProductAttentionBlock),
     "cls_only_last_layer": (albert_lib, "AlbertModel", ClsOnlyLastLayerModel),
+    "dense_low_precision_grads": (layers, "Dense", DenseLowPrecisionGrads),
+    "dense_compute_dtype_output": (layers, "Dense", DenseComputeDtypeOutput),
+    "attention_low_precision_grads": (encoder, "AttentionBlock", AttentionLowPrecisionGrads),
 }
 
 
@@ -227,9 +353,10 @@ def patched(variant: str | None) -> Iterator[None]:
 # ---------------------------------------------------------------------------------------------
 
 
-def loss_and_grads(case: str, variant: str | None) -> tuple[float, list[np.ndarray]]:
+def loss_and_grads(case: str, variant: str | None,
+                   dtype: str) -> tuple[float, list[np.ndarray]]:
     """Loss and gradients of the case's model on bench_table's batch, with `variant` patched."""
-    config = get_config("albert-base-v2")
+    config = get_config("albert-base-v2", dtype=dtype)
     batch = bench_table.pretraining_batch(8, config.vocab_size)
     with patched(variant):
         if case == "finetune":
@@ -262,6 +389,8 @@ def main() -> None:
     parser.add_argument("--variants", default=",".join(VARIANTS),
                         help="comma-separated; a+b measures a and b together")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
+                        help="our compute dtype (HF Flax stays float32)")
     args = parser.parse_args()
     variants = args.variants.split(",")
     unknown = sorted({name for variant in variants for name in variant.split("+")} - set(VARIANTS))
@@ -270,9 +399,9 @@ def main() -> None:
     if args.case == "train" and "cls_only_last_layer" in args.variants:
         parser.error("cls_only_last_layer is for --case=finetune: pretraining reads every position")
 
-    reference_loss, reference_grads = loss_and_grads(args.case, None)
+    reference_loss, reference_grads = loss_and_grads(args.case, None, args.dtype)
     for variant in variants:
-        loss, grads = loss_and_grads(args.case, variant)
+        loss, grads = loss_and_grads(args.case, variant, args.dtype)
         # Leaves whose gradient is zero up to rounding (the attention key bias: softmax does
         # not see a per-query constant) are left out: their relative difference is noise.
         largest = max(np.linalg.norm(g) for g in reference_grads)
@@ -281,7 +410,7 @@ def main() -> None:
         print(f"{variant}: loss {loss:.6f} vs {reference_loss:.6f}; largest relative gradient "
               f"difference over the leaves (||g - g_ref|| / ||g_ref||) {worst:.1e}", flush=True)
 
-    config = get_config("albert-base-v2")
+    config = get_config("albert-base-v2", dtype=args.dtype)
     build = bench_table.ours_finetune if args.case == "finetune" else bench_table.ours_train
     contenders = [build("current", config, 8)]
     for variant in variants:
@@ -289,9 +418,10 @@ def main() -> None:
             contenders.append(build(variant, config, 8))
     if bench_table.HF_MISSING is None:
         hf_build = bench_table.hf_finetune if args.case == "finetune" else bench_table.hf_train
-        contenders.append(hf_build("HF Flax", config, 8))
+        contenders.append(hf_build("HF Flax", get_config("albert-base-v2"), 8))
     times = bench_table.interleave(contenders, args.repeats, 1)
-    print(f"{args.case}, albert-base batch 8 seq 128, {args.repeats} interleaved rounds, medians")
+    print(f"{args.case}, albert-base ({args.dtype}) batch 8 seq 128, {args.repeats} interleaved "
+          "rounds, medians")
     for contender in contenders:
         own = times[contender.name]
         line = f"{contender.name:34s} {np.median(own):7.3f} s"

@@ -231,6 +231,7 @@ def ours_finetune(name: str, model_config: ModelConfig, batch: int) -> Contender
     (SPEC 6.4), train/step.py's step with the state donated, as train/loop.py jits it."""
     config = glue_config.get_config("task=mrpc")
     config.seq_len, config.batch_size = SEQ_LEN, batch
+    config.compute_dtype = model_config.dtype
     task = GlueTask(config, finetune_model_config(config, model_config), tokenizer=None,
                     pretrained=None)
     optimizer, lr_fn = optim.make_optimizer(config.optim, config.total_steps)

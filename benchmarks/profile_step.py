@@ -2,9 +2,12 @@
 one process, each executed op mapped to its HLO instruction and source (the op_name metadata).
 
   .venv/bin/python -m benchmarks.profile_step [--case=finetune|train|bf16] [--steps=3] [--top=25]
+      [--variant=NAME]
 
 Cases: finetune (ours GlueTask + AdamW vs HF Flax + optax.adamw), train (ours LAMB vs HF Flax
 + optax.lamb), bf16 (our LAMB step in fp32 vs bf16 compute); albert-base, batch 8, seq 128.
+--variant=NAME adds our step (the case's last compute dtype) with a model variant of
+benchmarks/ab_model_variants.py.
 
 Printed per contender, in ms per step: wall time; executed-op time by kind (dot: a dot or
 convolution or a YNNPACK/XNNPACK fusion, which also holds some reductions; elementwise,
@@ -27,7 +30,7 @@ from typing import Any
 
 import jax
 
-from benchmarks import bench_table
+from benchmarks import ab_model_variants, bench_table
 
 # Parts of the model, by the source op_name (ours and HF's module names).
 PARTS = (("LayerNorm", r"LayerNorm|layer_norm"),
@@ -101,15 +104,23 @@ def hlo_dtype_counts(text: str) -> dict[str, int]:
     return dict(counts)
 
 
-def contenders_of(case: str) -> list[bench_table.Contender]:
+def contenders_of(case: str, variant: str | None) -> list[bench_table.Contender]:
     base = bench_table.get_config("albert-base-v2")
     if case == "finetune":
-        return [bench_table.ours_finetune("ours", base, 8), bench_table.hf_finetune("HF", base, 8)]
-    if case == "train":
-        return [bench_table.ours_train("ours", base, 8), bench_table.hf_train("HF", base, 8)]
-    bf16 = bench_table.get_config("albert-base-v2", dtype="bfloat16")
-    return [bench_table.ours_train("ours fp32", base, 8),
-            bench_table.ours_train("ours bf16", bf16, 8)]
+        contenders = [bench_table.ours_finetune("ours", base, 8),
+                      bench_table.hf_finetune("HF", base, 8)]
+    elif case == "train":
+        contenders = [bench_table.ours_train("ours", base, 8), bench_table.hf_train("HF", base, 8)]
+    else:
+        base = bench_table.get_config("albert-base-v2", dtype="bfloat16")
+        contenders = [bench_table.ours_train("ours fp32", bench_table.get_config("albert-base-v2"),
+                                             8),
+                      bench_table.ours_train("ours bf16", base, 8)]
+    if variant:
+        build = bench_table.ours_finetune if case == "finetune" else bench_table.ours_train
+        with ab_model_variants.patched(variant):
+            contenders.append(build(f"ours {variant}", base, 8))
+    return contenders
 
 
 def main() -> None:
@@ -119,6 +130,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--out", default="/tmp/albert_jax_profile")
+    parser.add_argument("--variant", default=None,
+                        help="a benchmarks/ab_model_variants.py variant to add as a contender")
     args = parser.parse_args()
 
     # Keep each contender's compiled executable: its HLO names the ops of the trace.
@@ -131,7 +144,7 @@ def main() -> None:
         return compiled, seconds
 
     bench_table.compile_timed = keep_compiled
-    contenders = contenders_of(args.case)
+    contenders = contenders_of(args.case, args.variant)
     bench_table.compile_timed = compile_timed
     os.makedirs(args.out, exist_ok=True)
     hlo = {}
@@ -176,6 +189,8 @@ def main() -> None:
             phase = phase if phase in ("fwd", "bwd") else "rest"
             part = next((label for label, pattern in PARTS
                          if re.search(pattern, info["op_name"])), "other")
+            if part == "matmul" and op_kind != "dot":  # a convert or transpose of an operand
+                part = f"matmul operands ({op_kind})"
             by_kind[op_kind] += event["dur"]
             by_part[(phase, part)] += event["dur"]
             by_op[(op_kind, source)] += event["dur"]
