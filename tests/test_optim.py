@@ -298,3 +298,22 @@ def test_make_optimizer_missing_key():
     del config["clip_norm"]
     with pytest.raises(ConfigError, match="clip_norm"):
         optim.make_optimizer(config, total_steps=50)
+
+
+def test_clipping_keeps_small_gradients_and_optax_state_layout():
+    """SPEC 6.2 (tf.clip_by_global_norm): a gradient with global norm under clip_norm is left as
+    it is; the optimizer state keeps the layout optax's clipping gave it, so train states
+    saved before optim.clip_by_global_norm replaced optax.clip_by_global_norm still restore."""
+    params, shapes = make_tree(6)
+    grads = make_grads(np.random.default_rng(7), shapes)
+    jax_params = nest({k: jnp.asarray(v, jnp.float32) for k, v in params.items()})
+    small = nest({k: jnp.asarray(1e-3 * v, jnp.float32) for k, v in grads.items()})
+    clip = optim.clip_by_global_norm(1.0)
+    clipped, _ = clip.update(small, clip.init(jax_params))
+    jax.tree.map(np.testing.assert_array_equal, clipped, small)
+
+    optimizer, schedule = optim.make_optimizer(optim_config(), total_steps=50)
+    before = optax.chain(optax.clip_by_global_norm(1.0),
+                         optim.lamb(schedule, WEIGHT_DECAY, BETA_1, BETA_2, EPSILON))
+    assert (jax.tree.structure(optimizer.init(jax_params))
+            == jax.tree.structure(before.init(jax_params)))

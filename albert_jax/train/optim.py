@@ -8,7 +8,8 @@ trust ratio to every parameter. Here LAMB is a chain of optax transformations:
   -> trust ratio ||w|| / ||u|| per variable, masked             u *= r   (r = 1 if a norm is 0)
   -> learning rate (a float or a schedule)                      w -= lr * u
 
-Global-norm clipping (SPEC 6.2) is chained in front by `make_optimizer`, not inside `lamb`.
+Global-norm clipping (SPEC 6.2, `clip_by_global_norm`) is chained in front by `make_optimizer`,
+not inside `lamb`.
 
 Masks (SPEC 6.3): the reference runs `re.search` for "LayerNorm", "layer_norm" and "bias" on the
 variable name; a match gets neither weight decay nor the trust ratio. We run the same search on
@@ -116,6 +117,24 @@ def scale_by_masked_trust_ratio() -> optax.GradientTransformation:
             return (update * _trust_ratio(param, update, per_layer)).astype(update.dtype)
 
         return jax.tree_util.tree_map_with_path(scale, updates, params), state
+
+    return optax.GradientTransformation(optax.init_empty_state, update_fn)
+
+
+def clip_by_global_norm(max_norm: float) -> optax.GradientTransformation:
+    """The reference's tf.clip_by_global_norm (SPEC 6.2): g * max_norm / max(||g||, max_norm).
+
+    One scalar factor for all leaves, as TF computes it. optax.clip_by_global_norm divides every
+    element by the norm behind a select, which XLA did not fuse into the optimizer's pass: it
+    wrote the clipped gradients out and read them back (albert-base LAMB update: 944 MB
+    accessed, 755 MB with this; benchmarks/ab_lamb.py). The state is optax's (EmptyState).
+    """
+
+    def update_fn(updates: optax.Updates, state: optax.EmptyState,
+                  params: optax.Params | None = None) -> tuple[optax.Updates, optax.EmptyState]:
+        del params
+        factor = max_norm / jnp.maximum(optax.tree.norm(updates), max_norm)
+        return jax.tree.map(lambda g: (g * factor).astype(g.dtype), updates), state
 
     return optax.GradientTransformation(optax.init_empty_state, update_fn)
 
@@ -271,5 +290,5 @@ def make_optimizer(optim_config: ml_collections.ConfigDict,
         schedule, weight_decay_rate=optim_config.weight_decay, beta_1=optim_config.beta_1,
         beta_2=optim_config.beta_2, epsilon=optim_config.epsilon)
     if optim_config.clip_norm > 0:
-        optimizer = optax.chain(optax.clip_by_global_norm(optim_config.clip_norm), optimizer)
+        optimizer = optax.chain(clip_by_global_norm(optim_config.clip_norm), optimizer)
     return optimizer, schedule
