@@ -162,8 +162,9 @@ class PretrainingTask(Task):
         return {TOKENIZER_FILE: tokenizer.read_bytes()} if tokenizer.exists() else {}
 
     def flops_per_example(self) -> float:
+        predictions = self.config.data.max_predictions
         return flops.forward_flops_per_sequence(self.model_config, self.config.seq_len,
-                                                self.config.data.max_predictions)
+                                                predictions, output_positions=predictions + 1)
 
     def final_report(self, eval_metrics: dict[str, dict[str, float]]) -> None:
         metrics = eval_metrics.get(EVAL_SPLIT, {})

@@ -79,7 +79,8 @@ class LoopAlbertForPreTraining(nn.Module):
             layers.truncated_normal(config.initializer_range), name="pooler")(
                 sequence_output[:, 0]))
         mlm_logits = heads.MaskedLMHead(config, name="predictions")(
-            sequence_output, masked_lm_positions, embeddings.word_embeddings.attend)
+            layers.gather_positions(sequence_output, masked_lm_positions),
+            embeddings.word_embeddings.attend)
         sop_logits = heads.ClassifierHead(config, 2, name="seq_relationship")(pooled_output)
         return mlm_logits, sop_logits
 

@@ -336,8 +336,8 @@ def reference_pretraining(xp: Any, params: Params, config: ModelConfig,
     transformed = layer_norm(act(dense(gathered, head["dense"])), head["LayerNorm"])
     mlm_logits = transformed @ tables["word_embeddings"]["embedding"].T + head["output_bias"]
     sop_logits = dense(pooled, params["seq_relationship"]["dense"])  # SPEC 5.4: no dropout
-    return dict(sequence_output=x, pooled_output=pooled, mlm_logits=mlm_logits,
-                sop_logits=sop_logits)
+    return dict(sequence_output=x, masked_hidden=gathered, pooled_output=pooled,
+                mlm_logits=mlm_logits, sop_logits=sop_logits)
 
 
 def random_params(config: ModelConfig, seed: int) -> Params:
@@ -379,14 +379,19 @@ def make_batch(config: ModelConfig, batch: int = 2, seq: int = 7,
 
 def run_pretraining(config: ModelConfig, params: Params,
                     batch: dict[str, np.ndarray], **kwargs: Any) -> dict[str, jax.Array]:
-    """AlbertForPreTraining.__call__, with the backbone outputs captured on the way."""
+    """AlbertForPreTraining.__call__, with the backbone outputs captured on the way (the hidden
+    states at the masked positions, the only ones its last layer computes), and the backbone
+    alone on every position (sequence_output)."""
+    inputs = batch["input_ids"], batch["token_type_ids"], batch["attention_mask"]
     (mlm_logits, sop_logits), state = AlbertForPreTraining(config).apply(
-        {"params": params}, batch["input_ids"], batch["token_type_ids"], batch["attention_mask"],
-        batch["masked_lm_positions"], capture_intermediates=lambda module, _: isinstance(
-            module, AlbertModel), mutable=["intermediates"], **kwargs)
-    (sequence_output, pooled_output), = state["intermediates"]["albert"]["__call__"]
-    return dict(sequence_output=sequence_output, pooled_output=pooled_output,
-                mlm_logits=mlm_logits, sop_logits=sop_logits)
+        {"params": params}, *inputs, batch["masked_lm_positions"],
+        capture_intermediates=lambda module, _: isinstance(module, AlbertModel),
+        mutable=["intermediates"], **kwargs)
+    (masked_hidden, pooled_output), = state["intermediates"]["albert"]["__call__"]
+    sequence_output, _ = AlbertModel(config).apply({"params": params["albert"]}, *inputs,
+                                                   **kwargs)
+    return dict(sequence_output=sequence_output, masked_hidden=masked_hidden,
+                pooled_output=pooled_output, mlm_logits=mlm_logits, sop_logits=sop_logits)
 
 
 REFERENCE_CASES = {
@@ -415,6 +420,24 @@ def test_matches_unrolled_numpy_reference(case: str) -> None:
         assert value.dtype == jnp.float32
         np.testing.assert_allclose(np.asarray(value), expected[name], rtol=1e-5, atol=1e-5,
                                    err_msg=name)
+
+
+@pytest.mark.parametrize("case", sorted(REFERENCE_CASES))
+@pytest.mark.parametrize("count", [0, 3])
+def test_output_positions_equal_the_full_sequence_gathered(case: str, count: int) -> None:
+    # What the classifiers (count 0: [CLS] alone) and the MLM head (the masked positions) read.
+    config = get_config("tiny", **REFERENCE_CASES[case])
+    batch = make_batch(config)
+    params = random_params(config, seed=3)["albert"]
+    inputs = batch["input_ids"], batch["token_type_ids"], batch["attention_mask"]
+    full_sequence, full_pooled = AlbertModel(config).apply({"params": params}, *inputs)
+    positions = batch["masked_lm_positions"][:, :count]
+    sequence, pooled = jax.jit(lambda p, x: AlbertModel(config).apply(
+        {"params": p}, *x, output_positions=positions))(params, inputs)
+    assert sequence.shape == (2, count, config.hidden_size)
+    np.testing.assert_allclose(sequence, np.asarray(full_sequence)[np.arange(2)[:, None], positions],
+                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(pooled, full_pooled, rtol=1e-5, atol=1e-5)
 
 
 def test_gradients_match_unrolled_reference() -> None:
@@ -569,8 +592,10 @@ def test_dropout_is_random_and_reproducible() -> None:
 
 
 def record_dropout_masks(config: ModelConfig, params: Params,
-                         batch: dict[str, np.ndarray], seed: int) -> list[np.ndarray]:
-    """The keep-masks of every dropout application, in execution order.
+                         batch: dict[str, np.ndarray], seed: int,
+                         pretraining: bool = False) -> list[np.ndarray]:
+    """The keep-masks of every dropout application of the backbone on every position (or, with
+    `pretraining`, of AlbertForPreTraining), in execution order.
 
     An interceptor wraps each nn.Dropout call and sends its keep-mask to the host with an ordered
     debug callback, which runs once per scan iteration: one record per application, not per
@@ -585,9 +610,17 @@ def record_dropout_masks(config: ModelConfig, params: Params,
             jax.debug.callback(lambda kept: masks.append(np.asarray(kept)), out != 0, ordered=True)
         return out
 
+    inputs = batch["input_ids"], batch["token_type_ids"], batch["attention_mask"]
+    rngs = {"dropout": jax.random.key(seed)}
     with nn.intercept_methods(interceptor):
-        jax.block_until_ready(run_pretraining(config, params, batch, deterministic=False,
-                                              rngs={"dropout": jax.random.key(seed)}))
+        if pretraining:
+            outputs = AlbertForPreTraining(config).apply(
+                {"params": params}, *inputs, batch["masked_lm_positions"], deterministic=False,
+                rngs=rngs)
+        else:
+            outputs = AlbertModel(config).apply({"params": params["albert"]}, *inputs,
+                                                deterministic=False, rngs=rngs)
+        jax.block_until_ready(outputs)
     return masks
 
 
@@ -612,6 +645,24 @@ def test_every_layer_draws_its_own_dropout_masks(sharing: str) -> None:
         for a in range(config.num_hidden_layers):
             for b in range(a + 1, config.num_hidden_layers):
                 assert not np.array_equal(per_layer[a][site], per_layer[b][site]), (site, a, b)
+
+
+@pytest.mark.parametrize("sharing,last_layer_rows", [("all", 4), ("none", 7)])
+def test_pretraining_last_layer_runs_at_cls_and_masked_positions(sharing: str,
+                                                                 last_layer_rows: int) -> None:
+    # With both halves shared, the last layer attends from [CLS] and the 3 masked positions only
+    # (keys over all 7); the other modes compute all 7 and gather. Same dropout sites either way.
+    config = get_config("tiny", num_hidden_layers=3, sharing=sharing, hidden_dropout_prob=0.5,
+                        attention_probs_dropout_prob=0.5)
+    batch = make_batch(config)
+    masks = record_dropout_masks(config, random_params(config, seed=11), batch, seed=0,
+                                 pretraining=True)
+    assert len(masks) == 1 + 3 * config.num_hidden_layers
+    assert [m.shape for m in masks[-6:-3]] == [(2, 4, 7, 7), (2, 7, 32), (2, 7, 32)]
+    rows = last_layer_rows
+    assert [m.shape for m in masks[-3:]] == [(2, 4, rows, 7), (2, rows, 32), (2, rows, 32)]
+    for kept in masks[-3:]:
+        assert 0.3 < kept.mean() < 0.7  # rate 0.5: the last layer draws its own masks too
 
 
 # ----------------------------------------------------------------------------------------------

@@ -34,6 +34,7 @@ from albert_jax.finetune.squad import FeatureInfo, SquadExample
 from albert_jax.finetune.task import FinetuneTask
 from albert_jax.model import (AlbertForQuestionAnswering, AlbertForQuestionAnsweringV2, ModelConfig,
                               example_inputs, heads)
+from albert_jax.train import flops
 from albert_jax.train.task import Batch, Selection
 
 METRICS_FILE = "metrics.json"
@@ -151,6 +152,10 @@ class SquadTask(FinetuneTask):
         ints = jax.ShapeDtypeStruct((batch_size,), jnp.int32)
         return dict(spec, start_positions=ints, end_positions=ints, is_impossible=ints,
                     p_mask=spec["input_ids"])
+
+    def flops_per_example(self) -> float:
+        # Every position's span logits: the whole last layer.
+        return flops.forward_flops_per_sequence(self.model_config, self.config.seq_len, 0)
 
     def apply(self, params: Any, batch: Batch, *, train: bool, rng: jax.Array | None) -> Any:
         rngs = {"dropout": rng} if train and rng is not None else {}

@@ -221,8 +221,9 @@ class FinetuneTask(Task):
         return [f"loss {metrics['loss']:.4f}", f"acc {metrics['accuracy']:.3f}"]
 
     def flops_per_example(self) -> float:
-        # The backbone at seq_len, no masked-LM head.
-        return flops.forward_flops_per_sequence(self.model_config, self.config.seq_len, 0)
+        # The backbone at seq_len read at [CLS] alone, no masked-LM head.
+        return flops.forward_flops_per_sequence(self.model_config, self.config.seq_len, 0,
+                                                output_positions=1)
 
     def final_report(self, eval_metrics: dict[str, dict[str, float]]) -> None:
         for split, split_metrics in eval_metrics.items():

@@ -105,11 +105,16 @@ class AlbertModel(nn.Module):
                                    dtype=config.compute_dtype)
 
     def __call__(self, input_ids: jax.Array, segment_ids: jax.Array | None = None,
-                 input_mask: jax.Array | None = None,
-                 deterministic: bool = True) -> tuple[jax.Array, jax.Array]:
+                 input_mask: jax.Array | None = None, deterministic: bool = True,
+                 output_positions: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
         """input_ids, segment_ids (0 first segment, 1 second), input_mask (1 real, 0 padding),
         all [batch, seq]. The names are the data's (the reference's features); HuggingFace
-        calls the last two token_type_ids and attention_mask."""
+        calls the last two token_type_ids and attention_mask.
+
+        output_positions [batch, k]: sequence_output only at those positions, [batch, k, hidden]
+        (k may be 0: a classifier that reads the pooled [CLS] alone), which spares most of the
+        last layer's work (`Encoder`); None: every position.
+        """
         config = self.config
         if input_ids.ndim != 2:
             raise ValueError(f"input_ids must be [batch, seq], got shape {input_ids.shape}")
@@ -125,10 +130,22 @@ class AlbertModel(nn.Module):
         _check_ids("input_ids", input_ids, config.vocab_size, "vocab_size")
         _check_ids("segment_ids", segment_ids, config.type_vocab_size, "type_vocab_size")
         embedded = self.embeddings(input_ids, segment_ids, deterministic)
-        sequence_output = self.encoder(embedded, input_mask, deterministic)
+        if output_positions is None:
+            sequence_output = self.encoder(embedded, input_mask, deterministic)
+            cls_output = sequence_output[:, 0]
+        else:  # [CLS] (position 0) first, for the pooler
+            positions = jnp.concatenate([jnp.zeros((input_ids.shape[0], 1), jnp.int32),
+                                         output_positions.astype(jnp.int32)], axis=1)
+            encoded = self.encoder(embedded, input_mask, deterministic, positions)
+            sequence_output, cls_output = encoded[:, 1:], encoded[:, 0]
         # SPEC 3.2.7: pooled = tanh(dense(sequence_output[:, 0])).
-        pooled_output = jnp.tanh(self.pooler(sequence_output[:, 0]).astype(jnp.float32))
+        pooled_output = jnp.tanh(self.pooler(cls_output).astype(jnp.float32))
         return sequence_output, pooled_output.astype(sequence_output.dtype)
+
+    @staticmethod
+    def cls_only(input_ids: jax.Array) -> jax.Array:
+        """The output_positions of a model that reads the pooled [CLS] alone: [batch, 0]."""
+        return jnp.zeros((input_ids.shape[0], 0), jnp.int32)
 
     def attend_word_embeddings(self, hidden: jax.Array) -> jax.Array:
         """The tied MLM decoder: [..., embedding] -> [..., vocab] float32 logits (SPEC 4.2)."""
@@ -151,9 +168,10 @@ class AlbertForPreTraining(nn.Module):
         """[batch, seq] inputs and masked_lm_positions [batch, predictions]
         -> (mlm_logits [batch, predictions, vocab], sop_logits [batch, 2]), float32."""
         albert = AlbertModel(self.config, name="albert")
-        sequence_output, pooled_output = albert(input_ids, segment_ids, input_mask, deterministic)
+        masked_hidden, pooled_output = albert(input_ids, segment_ids, input_mask, deterministic,
+                                              output_positions=masked_lm_positions)
         mlm_logits = heads.MaskedLMHead(self.config, name="predictions")(
-            sequence_output, masked_lm_positions, albert.attend_word_embeddings)
+            masked_hidden, albert.attend_word_embeddings)
         # SPEC 5.4: on the pooled output, no dropout.
         sop_logits = heads.ClassifierHead(self.config, num_labels=2, name="seq_relationship")(
             pooled_output)
@@ -171,8 +189,9 @@ class AlbertForSequenceClassification(nn.Module):
     def __call__(self, input_ids: jax.Array, segment_ids: jax.Array,
                  input_mask: jax.Array, deterministic: bool = True) -> jax.Array:
         """[batch, seq] inputs -> logits [batch, num_labels]."""
-        _, pooled = AlbertModel(self.config, name="albert")(input_ids, segment_ids,
-                                                            input_mask, deterministic)
+        _, pooled = AlbertModel(self.config, name="albert")(
+            input_ids, segment_ids, input_mask, deterministic,
+            output_positions=AlbertModel.cls_only(input_ids))
         return heads.ClassifierHead(self.config, self.num_labels, self.classifier_dropout,
                                     name="classifier")(pooled, deterministic)
 
@@ -234,7 +253,8 @@ class AlbertForMultipleChoice(nn.Module):
         batch, choices, seq = input_ids.shape
         flat = lambda x: x.reshape(batch * choices, seq)
         _, pooled = AlbertModel(self.config, name="albert")(
-            flat(input_ids), flat(segment_ids), flat(input_mask), deterministic)
+            flat(input_ids), flat(segment_ids), flat(input_mask), deterministic,
+            output_positions=AlbertModel.cls_only(flat(input_ids)))
         logits = heads.ClassifierHead(self.config, 1, self.classifier_dropout,
                                       name="classifier")(pooled, deterministic)
         return logits.reshape(batch, choices)

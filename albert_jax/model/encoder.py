@@ -29,24 +29,32 @@ class AttentionBlock(nn.Module):
     deterministic: bool = True
 
     @nn.compact
-    def __call__(self, hidden: jax.Array, attention_bias: jax.Array) -> jax.Array:
-        """hidden [batch, seq, hidden], attention_bias [batch, 1, 1, seq] -> [batch, seq, hidden]."""
+    def __call__(self, hidden: jax.Array, attention_bias: jax.Array,
+                 query_positions: jax.Array | None = None) -> jax.Array:
+        """hidden [batch, seq, hidden], attention_bias [batch, 1, 1, seq] -> [batch, seq, hidden].
+
+        With query_positions [batch, k], only those positions attend (every position is still a
+        key and a value) and the output is [batch, k, hidden]: the same rows, less work.
+        """
         config = self.config
         dtype = config.compute_dtype
-        batch, seq, width = hidden.shape
+        batch, _, width = hidden.shape
         heads = config.num_attention_heads
         head_dim = width // heads
         init = layers.truncated_normal(config.initializer_range)
         hidden = nn.with_logical_constraint(hidden, layers.SEQUENCE_HIDDEN)
+        queries_from = (hidden if query_positions is None
+                        else layers.gather_positions(hidden, query_positions))
 
-        def project(name: str) -> jax.Array:
+        def project(name: str, inputs: jax.Array) -> jax.Array:
             # Kernel stored 2-D [H, N*D] as in the checkpoint (SPEC 3.2.12); split heads after.
             # (One fused [H, 3 N*D] matmul measured no faster on CPU: benchmarks/RESULTS.md.)
-            out = layers.Dense(width, ("hidden", "heads"), init, dtype=dtype, name=name)(hidden)
-            return nn.with_logical_constraint(out.reshape(batch, seq, heads, head_dim),
+            out = layers.Dense(width, ("hidden", "heads"), init, dtype=dtype, name=name)(inputs)
+            return nn.with_logical_constraint(out.reshape(batch, -1, heads, head_dim),
                                               layers.SEQUENCE_HEADS)
 
-        query, key, value = project("query"), project("key"), project("value")
+        query = project("query", queries_from)
+        key, value = project("key", hidden), project("value", hidden)
         scores = jnp.einsum("bqnd,bknd->bnqk", query, key, preferred_element_type=jnp.float32)
         scores = scores * (1.0 / math.sqrt(head_dim)) + attention_bias
         probs = jax.nn.softmax(scores, axis=-1)
@@ -56,12 +64,12 @@ class AttentionBlock(nn.Module):
         context = jnp.einsum("bnqk,bknd->bqnd", probs.astype(dtype), value,
                              preferred_element_type=jnp.float32).astype(dtype)
         context = nn.with_logical_constraint(context, layers.SEQUENCE_HEADS)
-        context = context.reshape(batch, seq, width)
+        context = context.reshape(batch, -1, width)
         output = layers.Dense(width, ("heads", "hidden"), init, dtype=dtype, name="output")(context)
         if config.hidden_dropout_prob > 0:
             output = nn.Dropout(config.hidden_dropout_prob)(output, deterministic=self.deterministic)
         output = layers.LayerNorm(config.layer_norm_eps, "hidden", dtype=dtype,
-                                  name="LayerNorm")(output + hidden)
+                                  name="LayerNorm")(output + queries_from)
         return nn.with_logical_constraint(output, layers.SEQUENCE_HIDDEN)
 
 
@@ -146,7 +154,11 @@ class LayerBody(nn.Module):
 
     @nn.compact
     def __call__(self, hidden: jax.Array, attention_bias: jax.Array,
-                 shared_params: dict[str, Any]) -> tuple[jax.Array, None]:
+                 shared_params: dict[str, Any], query_positions: jax.Array | None = None
+                 ) -> tuple[jax.Array, None]:
+        """hidden [batch, seq, hidden] -> ([batch, seq, hidden], None); with query_positions
+        [batch, k] (the last application, both halves shared) the last inner group runs at
+        those positions only and the output is [batch, k, hidden]."""
         config = self.config
         share_attention, share_ffn = _shares(config)
         uses_dropout = config.hidden_dropout_prob > 0 or config.attention_probs_dropout_prob > 0
@@ -164,9 +176,11 @@ class LayerBody(nn.Module):
             if not (share_attention and share_ffn):
                 unshared = InnerGroup(config, not share_attention, not share_ffn,
                                       self.deterministic, name=name)
+            last = inner == config.inner_group_num - 1
             if share_attention:
                 hidden = AttentionBlock(config, self.deterministic, parent=None).apply(
-                    {"params": shared["attention"]}, hidden, attention_bias, rngs=rngs(2 * inner))
+                    {"params": shared["attention"]}, hidden, attention_bias,
+                    query_positions if last else None, rngs=rngs(2 * inner))
             else:
                 hidden = unshared.attention(hidden, attention_bias)
             if share_ffn:
@@ -184,8 +198,19 @@ class Encoder(nn.Module):
 
     @nn.compact
     def __call__(self, embedded: jax.Array, input_mask: jax.Array,
-                 deterministic: bool = True) -> jax.Array:
-        """embedded [batch, seq, embedding], input_mask [batch, seq] -> [batch, seq, hidden]."""
+                 deterministic: bool = True, output_positions: jax.Array | None = None
+                 ) -> jax.Array:
+        """embedded [batch, seq, embedding], input_mask [batch, seq] -> [batch, seq, hidden];
+        with output_positions [batch, k], the final hidden states at those positions only,
+        [batch, k, hidden].
+
+        Only the last layer's queries need to be at those positions (its keys and values, and
+        every earlier layer, need all of them). With both halves shared, the last application
+        runs apart from the scan at those positions: a classifier reads [CLS] alone and the MLM
+        head the masked positions, so most of one layer's work is skipped. The other sharing
+        modes compute every position and gather (their last layer's parameters are stacked
+        inside the scan).
+        """
         config = self.config
         dtype = config.compute_dtype
         hidden = embedded
@@ -199,10 +224,13 @@ class Encoder(nn.Module):
         attention_bias = ((1.0 - input_mask.astype(jnp.float32)) * -10000.0)[:, None, None, :]
 
         num_layers, num_groups = config.num_hidden_layers, config.num_hidden_groups
+        apart = output_positions is not None and config.sharing == "all"
         for group in range(num_groups):
             # Layer l uses group int(l / L * G): each group covers a run of consecutive layers.
             length = sum(group_of_layer(layer, num_layers, num_groups) == group
                          for layer in range(num_layers))
+            last_apart = apart and group == num_groups - 1
+            length -= last_apart
             # Remat is only honoured inside a rolled scan: unrolled, full remat saved nothing
             # (albert-base L=12 on CPU: 1102 MiB of temporaries with and without it, also with
             # prevent_cse; rolled: 147 MiB). A run that asks for remat wants the memory.
@@ -214,14 +242,25 @@ class Encoder(nn.Module):
             if self.is_initializing():
                 shared(hidden, attention_bias)
             shared_params = nn.unbox(shared.variables.get("params", {}))
-            stack = nn.scan(
-                body,
-                variable_axes={"params": 0},
-                split_rngs={"params": True, "dropout": True},
-                in_axes=(nn.broadcast, nn.broadcast),
-                length=length,
-                unroll=length if unrolled else 1,
-                metadata_params={nn.PARTITION_NAME: "layers"},
-            )(config, deterministic, name=f"group_{group}_per_layer")
-            hidden, _ = stack(hidden, attention_bias, shared_params)
+            if length:
+                stack = nn.scan(
+                    body,
+                    variable_axes={"params": 0},
+                    split_rngs={"params": True, "dropout": True},
+                    in_axes=(nn.broadcast, nn.broadcast),
+                    length=length,
+                    unroll=length if unrolled else 1,
+                    metadata_params={nn.PARTITION_NAME: "layers"},
+                )(config, deterministic, name=f"group_{group}_per_layer")
+                hidden, _ = stack(hidden, attention_bias, shared_params)
+            if last_apart:
+                # The body holds no parameters of its own when both halves are shared.
+                uses_dropout = (config.hidden_dropout_prob > 0
+                                or config.attention_probs_dropout_prob > 0)
+                rngs = ({"dropout": self.make_rng("dropout")}
+                        if uses_dropout and not deterministic else {})
+                hidden, _ = LayerBody(config, deterministic, parent=None).apply(
+                    {}, hidden, attention_bias, shared_params, output_positions, rngs=rngs)
+        if output_positions is not None and not apart:
+            hidden = layers.gather_positions(hidden, output_positions)
         return hidden

@@ -11,30 +11,25 @@ from albert_jax.model import layers
 from albert_jax.model.presets import ModelConfig
 
 
-def gather_positions(sequence: jax.Array, positions: jax.Array) -> jax.Array:
-    """sequence [batch, seq, hidden], positions [batch, predictions] -> [batch, predictions, hidden]."""
-    return jnp.take_along_axis(sequence, positions[:, :, None].astype(jnp.int32), axis=1)
-
-
 class MaskedLMHead(nn.Module):
-    """SPEC 5.2: gather at masked_lm_positions FIRST, then dense H->E, act, LN, tied decoder + bias.
+    """SPEC 5.2: on the hidden states at masked_lm_positions, dense H->E, act, LN, tied decoder
+    + bias.
 
-    Gathering first computes V logits for the P masked positions only, not for all S positions
-    (as the reference does; HF computes all S, SPEC 11.4).
+    Its input is already gathered at the P masked positions (the backbone computes its last layer
+    there only), so V logits are computed for P positions, not for all S (as the reference does;
+    HF computes all S, SPEC 11.4).
     """
 
     config: ModelConfig
 
     @nn.compact
-    def __call__(self, sequence_output: jax.Array, masked_lm_positions: jax.Array,
+    def __call__(self, masked_hidden: jax.Array,
                  attend: Callable[[jax.Array], jax.Array]) -> jax.Array:
-        """sequence_output [batch, seq, hidden], masked_lm_positions [batch, predictions]
-        -> logits [batch, predictions, vocab] (float32). `attend` is the tied word-embedding
-        projection [..., embedding] -> [..., vocab]."""
+        """masked_hidden [batch, predictions, hidden] -> logits [batch, predictions, vocab]
+        (float32). `attend` is the tied word-embedding projection [..., embedding] -> [..., vocab]."""
         config = self.config
         dtype = config.compute_dtype
-        hidden = nn.with_logical_constraint(gather_positions(sequence_output, masked_lm_positions),
-                                            layers.SEQUENCE_HIDDEN)
+        hidden = nn.with_logical_constraint(masked_hidden, layers.SEQUENCE_HIDDEN)
         hidden = layers.Dense(config.embedding_size, ("hidden", "embedding"),
                               layers.truncated_normal(config.initializer_range), dtype=dtype,
                               name="dense")(hidden)
@@ -244,7 +239,7 @@ class SquadV2Head(nn.Module):
         end_logits_module = _SquadEndLogits(self.config, name="end_logits")
         outputs = {}
         if start_positions is not None:
-            start_features = gather_positions(sequence_output, start_positions[:, None])
+            start_features = layers.gather_positions(sequence_output, start_positions[:, None])
             end_logits = _mask_logits(end_logits_module(sequence_output, start_features)[:, 0],
                                       p_mask)
             outputs["start_log_probs"] = start_log_probs
@@ -252,7 +247,7 @@ class SquadV2Head(nn.Module):
         else:
             start_top_log_probs, start_top_index = jax.lax.top_k(start_log_probs,
                                                                  self.start_n_top)
-            start_features = gather_positions(sequence_output, start_top_index)
+            start_features = layers.gather_positions(sequence_output, start_top_index)
             end_logits = _mask_logits(end_logits_module(sequence_output, start_features),
                                       p_mask[:, None, :])  # [batch, start_n_top, seq]
             end_top_log_probs, end_top_index = jax.lax.top_k(

@@ -29,6 +29,11 @@ _KERNEL_AT_USE = {"hidden": "activation_hidden", "heads": "activation_heads",
                   "mlp": "activation_mlp", "embedding": "activation_embedding"}
 
 
+def gather_positions(sequence: jax.Array, positions: jax.Array) -> jax.Array:
+    """sequence [batch, seq, features], positions [batch, k] -> [batch, k, features]."""
+    return jnp.take_along_axis(sequence, positions[:, :, None].astype(jnp.int32), axis=1)
+
+
 def truncated_normal(stddev: float) -> Initializer:
     """The reference initializer: normal(0, stddev) truncated at two stddevs (SPEC 3.2.10)."""
     return nn.initializers.truncated_normal(stddev=stddev)

@@ -25,25 +25,38 @@ PEAK_FLOPS_BY_DEVICE_KIND = {
 }
 
 
-def forward_flops_per_sequence(model: ModelConfig, seq_len: int,
-                               masked_positions: int) -> float:
-    """Forward matmul FLOPs of AlbertForPreTraining for one sequence."""
+def forward_flops_per_sequence(model: ModelConfig, seq_len: int, masked_positions: int,
+                               output_positions: int | None = None) -> float:
+    """Forward matmul FLOPs of AlbertForPreTraining for one sequence: the FLOPs it computes.
+
+    `output_positions`: how many positions are read from the last layer (pretraining: the masked
+    ones and [CLS]; a classifier: [CLS] alone; None: every one, as SQuAD). With both halves shared
+    the last block runs its queries, attention output and FFN at those positions only
+    (model/encoder.py); the other sharing modes compute every position.
+    """
     hidden, embed, inner = model.hidden_size, model.embedding_size, model.intermediate_size
-    applications = model.num_hidden_layers * model.inner_group_num
+    blocks = model.num_hidden_layers * model.inner_group_num
     projects = embed != hidden or model.always_project_embeddings
     projection = 2 * seq_len * embed * hidden if projects else 0
-    per_layer = (2 * seq_len * (4 * hidden * hidden + 2 * hidden * inner)  # q,k,v,o + FFN
-                 + 2 * 2 * seq_len * seq_len * hidden)  # scores and context
+
+    def block(queries: int) -> int:  # q, o and FFN at the queries; k, v at every position
+        return (2 * (2 * queries + 2 * seq_len) * hidden * hidden + 4 * queries * hidden * inner
+                + 2 * 2 * queries * seq_len * hidden)  # scores and context
+
+    last_queries = seq_len
+    if output_positions is not None and model.sharing == "all":
+        last_queries = min(output_positions, seq_len)
     pooler_and_sop = 2 * hidden * hidden + 2 * hidden * 2
     mlm_head = 2 * masked_positions * (hidden * embed + embed * model.vocab_size)
-    return projection + applications * per_layer + pooler_and_sop + mlm_head
+    return (projection + (blocks - 1) * block(seq_len) + block(last_queries) + pooler_and_sop
+            + mlm_head)
 
 
 def train_flops_per_step(model: ModelConfig, batch_size: int, seq_len: int,
                          masked_positions: int) -> float:
-    """FLOPs of one optimizer step over the global batch (3x forward)."""
+    """FLOPs of one pretraining step over the global batch (3x forward)."""
     return (TRAIN_FLOPS_PER_FORWARD * batch_size
-            * forward_flops_per_sequence(model, seq_len, masked_positions))
+            * forward_flops_per_sequence(model, seq_len, masked_positions, masked_positions + 1))
 
 
 def measured_matmul_peak(size: int = 1024, dtype: str = "float32", repeats: int = 5) -> float:
