@@ -7,12 +7,14 @@ Each case builds its contenders (ours and HuggingFace Flax on the same inputs), 
 runs one warm-up call each, then `--repeats` rounds of A, B, A, B ... (`--steps` calls per turn).
 A ratio is HF seconds / our seconds inside one round; the table gives the median over rounds of
 the step times and of the ratios, so slow phases of the shared machine hit both sides alike.
+MFU (train, inference, fine-tuning) is taken the same way: the fp32 matmul ceiling (5 jitted
+2048^3 dots) runs as one more contender in every round, and MFU is the median over rounds of
+(model FLOPs / step seconds) / that round's ceiling.
 
 Cases (the shapes of ../shared/peers, random weights, nothing downloaded):
   train_base   albert-base-v2 (E128 H768 L12), batch 8, seq 128, 20 masked positions: our train
                step with the reference LAMB (train/optim.py, clipping at 1.0) in fp32 and with
-               bf16 compute, against FlaxAlbertForPreTraining + optax.lamb in fp32. MFU against
-               the fp32 matmul ceiling measured at the start of the run (a jitted 2048^3 dot).
+               bf16 compute, against FlaxAlbertForPreTraining + optax.lamb in fp32.
   train_small  H256, 4 heads, I1024, L6, batch 16: our fp32 LAMB step against HF Flax.
   infer_base   forward only of the pretraining model, batch 32, seq 128 (ours: MLM logits at 20
                masked positions, as training computes them; HF: at all 128, as it only can).
@@ -110,6 +112,25 @@ def matmul_ceiling(dtype: str = "float32", size: int = 2048, repeats: int = 7) -
         matmul(operand, operand).block_until_ready()
         times.append(time.perf_counter() - start)
     return 2.0 * size**3 / statistics.median(times)
+
+
+CEILING = "fp32 matmul ceiling"
+CEILING_SIZE, CEILING_CALLS = 2048, 5
+
+
+def ceiling_contender() -> tuple[Contender, float]:
+    """(CEILING_CALLS jitted [2048, 2048] fp32 dots as one turn, the FLOPs of that turn): timed
+    among a case's contenders, so MFU divides by the ceiling of the same moments."""
+    operand = jnp.ones((CEILING_SIZE, CEILING_SIZE), jnp.float32)
+    matmul = jax.jit(lambda a, b: jnp.dot(a, b, preferred_element_type=jnp.float32))
+    compiled, compile_s = compile_timed(matmul, operand, operand)
+
+    def run() -> None:
+        for _ in range(CEILING_CALLS):
+            compiled(operand, operand).block_until_ready()
+
+    return (Contender(CEILING, run, compile_s, peak_bytes(compiled)),
+            CEILING_CALLS * 2.0 * CEILING_SIZE**3)
 
 
 def interleave(contenders: list[Contender], repeats: int, steps: int) -> dict[str, list[float]]:
@@ -355,9 +376,12 @@ def hf_finetune(name: str, model_config: ModelConfig, batch: int) -> Contender:
 
 
 def _speed_rows(case: str, contenders: list[Contender], repeats: int, steps: int,
-                baseline: str | None, flops_per_step: dict[str, float],
-                ceiling: float) -> list[dict[str, Any]]:
-    times = interleave(contenders, repeats, steps)
+                baseline: str | None, flops_per_step: dict[str, float]) -> list[dict[str, Any]]:
+    """Interleaved timings of `contenders`; for those in `flops_per_step`, MFU per round
+    against the fp32 matmul ceiling timed in the same round (median over rounds)."""
+    ceiling, ceiling_flops = ceiling_contender()
+    times = interleave(contenders + [ceiling], repeats, steps)
+    ceilings = [ceiling_flops / seconds for seconds in times[CEILING]]
     rows = []
     for contender in contenders:
         step_s = statistics.median(times[contender.name])
@@ -368,13 +392,16 @@ def _speed_rows(case: str, contenders: list[Contender], repeats: int, steps: int
             row["speedup_vs_hf"] = median_ratio(times[baseline], times[contender.name])
         if contender.name in flops_per_step:
             row["gflop_per_step"] = flops_per_step[contender.name] / 1e9
-            row["mfu_fp32"] = flops_per_step[contender.name] / step_s / ceiling
+            row["ceiling_gflops"] = statistics.median(ceilings) / 1e9
+            row["mfu_fp32"] = statistics.median(
+                flops_per_step[contender.name] / seconds / peak
+                for seconds, peak in zip(times[contender.name], ceilings))
         rows.append(row)
     return rows
 
 
 def train_case(case: str, model_config: ModelConfig, batch: int, repeats: int,
-               steps: int, ceiling: float, with_bf16: bool) -> list[dict[str, Any]]:
+               steps: int, with_bf16: bool) -> list[dict[str, Any]]:
     contenders = [ours_train("ours fp32 LAMB", model_config, batch)]
     if with_bf16:
         bf16 = get_config("albert-base-v2", **dict(model_config.to_dict(), dtype="bfloat16"))
@@ -384,12 +411,10 @@ def train_case(case: str, model_config: ModelConfig, batch: int, repeats: int,
     train_flops = flops.train_flops_per_step(model_config, batch, SEQ_LEN, MAX_PREDICTIONS)
     return _speed_rows(case, contenders, repeats, steps,
                        None if HF_MISSING else "HF Flax fp32 optax.lamb",
-                       {c.name: train_flops for c in contenders if c.name.startswith("ours")},
-                       ceiling)
+                       {c.name: train_flops for c in contenders if c.name.startswith("ours")})
 
 
-def infer_case(model_config: ModelConfig, repeats: int, steps: int,
-               ceiling: float) -> list[dict[str, Any]]:
+def infer_case(model_config: ModelConfig, repeats: int, steps: int) -> list[dict[str, Any]]:
     batch = 32
     contenders = [ours_forward("ours fp32 forward", model_config, batch)]
     if HF_MISSING is None:
@@ -398,11 +423,10 @@ def infer_case(model_config: ModelConfig, repeats: int, steps: int,
                                                              MAX_PREDICTIONS)
     return _speed_rows("infer_base", contenders, repeats, steps,
                        None if HF_MISSING else "HF Flax fp32 forward",
-                       {"ours fp32 forward": forward_flops}, ceiling)
+                       {"ours fp32 forward": forward_flops})
 
 
-def finetune_case(model_config: ModelConfig, repeats: int,
-                  steps: int, ceiling: float) -> list[dict[str, Any]]:
+def finetune_case(model_config: ModelConfig, repeats: int, steps: int) -> list[dict[str, Any]]:
     batch = 8
     contenders = [ours_finetune("ours fp32 AdamW", model_config, batch)]
     if HF_MISSING is None:
@@ -412,7 +436,7 @@ def finetune_case(model_config: ModelConfig, repeats: int,
                       * flops.forward_flops_per_sequence(model_config, SEQ_LEN, 0))
     return _speed_rows("finetune", contenders, repeats, steps,
                        None if HF_MISSING else "HF Flax fp32 optax.adamw",
-                       {"ours fp32 AdamW": finetune_flops}, ceiling)
+                       {"ours fp32 AdamW": finetune_flops})
 
 
 def compile_case() -> list[dict[str, Any]]:
@@ -446,14 +470,14 @@ def run_cases(cases: list[str], repeats: int, steps: int) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     for case in cases:
         if case == "train_base":
-            rows += train_case(case, base, 8, repeats, steps, ceiling, with_bf16=True)
+            rows += train_case(case, base, 8, repeats, steps, with_bf16=True)
         elif case == "train_small":
             small = get_config("albert-base-v2", **SMALL_OVERRIDES)
-            rows += train_case(case, small, 16, repeats, steps, ceiling, with_bf16=False)
+            rows += train_case(case, small, 16, repeats, steps, with_bf16=False)
         elif case == "infer_base":
-            rows += infer_case(base, repeats, steps, ceiling)
+            rows += infer_case(base, repeats, steps)
         elif case == "finetune":
-            rows += finetune_case(base, repeats, steps, ceiling)
+            rows += finetune_case(base, repeats, steps)
         elif case == "compile":
             rows += compile_case()
         print(f"[{case} done]", file=sys.stderr, flush=True)
@@ -475,13 +499,14 @@ def print_table(result: dict[str, Any]) -> None:
     print(f"machine: {result['machine']}; jax {result['versions']['jax']}, transformers "
           f"{result['versions']['transformers']}")
     print(f"command: {result['command']}")
-    print(f"fp32 matmul ceiling (2048^3, same run): {result['fp32_matmul_ceiling_gflops']:.0f} "
+    print(f"fp32 matmul ceiling (2048^3) at the start: {result['fp32_matmul_ceiling_gflops']:.0f} "
           f"GFLOP/s; {result['repeats']} interleaved rounds of {result['steps_per_repeat']} "
-          "step(s), medians")
+          "step(s), medians; mfu_fp32 per round against the ceiling_gflops timed in that round")
     if result["hf_note"]:
         print(f"NOTE: {result['hf_note']}")
     columns = [("case", "{}"), ("contender", "{}"), ("step_s", "{:.3f}"),
-               ("speedup_vs_hf", "{:.2f}x"), ("mfu_fp32", "{:.1%}"), ("spread", "{:.0%}"),
+               ("speedup_vs_hf", "{:.2f}x"), ("mfu_fp32", "{:.1%}"),
+               ("ceiling_gflops", "{:.0f}"), ("spread", "{:.0%}"),
                ("compile_s", "{:.1f}"), ("compile_ratio_48_12", "{:.2f}x"),
                ("peak_mib", "{:,.0f}"), ("peak_ratio_48_12", "{:.2f}x")]
     print("| " + " | ".join(name for name, _ in columns) + " |")
