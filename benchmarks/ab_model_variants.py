@@ -4,7 +4,7 @@ compiled, then taken out.
 
   .venv/bin/python -m benchmarks.ab_model_variants [--case=finetune|train] [--repeats=5]
       [--dtype=float32|bfloat16]
-      [--variants=layernorm_vjp,layernorm_fast_variance,dot_product_attention,cls_only_last_layer]
+      [--variants=layernorm_vjp,layernorm_fast_variance,dot_product_attention,...]
 
 Contenders, interleaved as in bench_table (A, B, C, ... per round, medians of per-round ratios):
 our current step, our step with each variant, and HuggingFace Flax. The case is bench_table's
@@ -19,8 +19,6 @@ Variants (why: the fine-tuning profile in benchmarks/RESULTS.md):
   layernorm_fast_variance  variance as E[x^2] - E[x]^2 in one pass (flax nn.LayerNorm's default,
                            what HF Flax runs), autodiff backward.
   dot_product_attention    scores, softmax and context through jax.nn.dot_product_attention.
-  cls_only_last_layer      (finetune only) the last layer at [CLS] only, the one position the
-                           classifier reads: see `last_layer_at_cls`.
   dense_low_precision_grads   (for --dtype=bfloat16) Dense's backward dots bf16 x bf16 -> f32
                            through a custom VJP (the cotangent rounded to bf16).
   dense_compute_dtype_output  (for --dtype=bfloat16) Dense's dot outputs bf16 (rounded before
@@ -32,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import functools
 import math
 from typing import Any, Iterator
@@ -44,7 +41,6 @@ import numpy as np
 
 from albert_jax import pretraining
 from albert_jax.finetune.task import GlueTask
-from albert_jax.model import albert as albert_lib
 from albert_jax.model import encoder, get_config, layers
 from benchmarks import bench_table
 from configs import glue as glue_config
@@ -116,97 +112,31 @@ class LayerNormFastVariance(layers.LayerNorm):
 
 class DotProductAttentionBlock(encoder.AttentionBlock):
     @nn.compact
-    def __call__(self, hidden: jax.Array, attention_bias: jax.Array) -> jax.Array:
+    def __call__(self, hidden: jax.Array, attention_bias: jax.Array,
+                 query_positions: jax.Array | None = None) -> jax.Array:
         config = self.config
         dtype = config.compute_dtype
-        batch, seq, width = hidden.shape
+        batch, _, width = hidden.shape
         heads = config.num_attention_heads
         head_dim = width // heads
         init = layers.truncated_normal(config.initializer_range)
+        queries_from = (hidden if query_positions is None
+                        else layers.gather_positions(hidden, query_positions))
 
-        def project(name: str) -> jax.Array:
-            out = layers.Dense(width, ("hidden", "heads"), init, dtype=dtype, name=name)(hidden)
-            return out.reshape(batch, seq, heads, head_dim)
+        def project(name: str, inputs: jax.Array) -> jax.Array:
+            out = layers.Dense(width, ("hidden", "heads"), init, dtype=dtype, name=name)(inputs)
+            return out.reshape(batch, -1, heads, head_dim)
 
-        query, key, value = project("query"), project("key"), project("value")
+        query = project("query", queries_from)
+        key, value = project("key", hidden), project("value", hidden)
         if config.attention_probs_dropout_prob > 0 or config.hidden_dropout_prob > 0:
             raise ValueError("the dot_product_attention variant is measured without dropout")
         context = jax.nn.dot_product_attention(query, key, value, bias=attention_bias,
                                                scale=1.0 / math.sqrt(head_dim))
         output = layers.Dense(width, ("heads", "hidden"), init, dtype=dtype,
-                              name="output")(context.reshape(batch, seq, width).astype(dtype))
+                              name="output")(context.reshape(batch, -1, width).astype(dtype))
         return layers.LayerNorm(config.layer_norm_eps, "hidden", dtype=dtype,
-                                name="LayerNorm")(output + hidden)
-
-
-# Classification reads the last layer at [CLS] only (SPEC 3.2.7: pooled = tanh(dense(h[:, 0])))
-# so the last layer needs keys and values at every position but queries, the attention output,
-# both LayerNorms and the FFN at position 0 only: ~84 % of the last layer's matmuls, ~7 % of
-# albert-base's, skipped. The same idea as gathering the masked positions before the MLM head.
-
-
-def _plain_layer_norm(x: jax.Array, params: dict[str, jax.Array], epsilon: float) -> jax.Array:
-    mean = jnp.mean(x, axis=-1, keepdims=True)
-    variance = jnp.mean(jnp.square(x - mean), axis=-1, keepdims=True)
-    return (x - mean) * jax.lax.rsqrt(variance + epsilon) * params["scale"] + params["bias"]
-
-
-def _dense(x: jax.Array, params: dict[str, jax.Array]) -> jax.Array:
-    return jnp.dot(x, params["kernel"], preferred_element_type=jnp.float32) + params["bias"]
-
-
-def last_layer_at_cls(config: Any, params: dict[str, Any], hidden: jax.Array,
-                      attention_bias: jax.Array) -> jax.Array:
-    """The shared block (float32, no dropout) with queries at position 0 only.
-
-    hidden [batch, seq, hidden] (the input of the last layer), attention_bias [batch, 1, 1, seq]
-    -> the last layer's output at position 0, [batch, hidden].
-    """
-    batch, seq, width = hidden.shape
-    heads = config.num_attention_heads
-    head_dim = width // heads
-    attention, ffn = params["attention"], params["ffn"]
-    cls = hidden[:, :1]
-    query = _dense(cls, attention["query"]).reshape(batch, 1, heads, head_dim)
-    key = _dense(hidden, attention["key"]).reshape(batch, seq, heads, head_dim)
-    value = _dense(hidden, attention["value"]).reshape(batch, seq, heads, head_dim)
-    scores = jnp.einsum("bqnd,bknd->bnqk", query, key) / math.sqrt(head_dim) + attention_bias
-    context = jnp.einsum("bnqk,bknd->bqnd", jax.nn.softmax(scores, axis=-1), value)
-    attended = _plain_layer_norm(_dense(context.reshape(batch, 1, width), attention["output"])
-                                 + cls, attention["LayerNorm"], config.layer_norm_eps)
-    inner = layers.activation(config.hidden_act)(_dense(attended, ffn["intermediate"]))
-    output = _plain_layer_norm(_dense(inner, ffn["output"]) + attended, ffn["LayerNorm"],
-                               config.layer_norm_eps)
-    return output[:, 0]
-
-
-class ClsOnlyLastLayerModel(albert_lib.AlbertModel):
-    """AlbertModel whose last layer is computed at [CLS] only; returns (None, pooled)."""
-
-    def setup(self) -> None:
-        config = self.config
-        if (config.sharing, config.num_hidden_groups, config.inner_group_num) != ("all", 1, 1) \
-                or config.hidden_dropout_prob > 0 or config.attention_probs_dropout_prob > 0 \
-                or config.dtype != "float32":
-            raise ValueError("the cls_only_last_layer variant covers ALBERT sharing, one group, "
-                             "float32, no backbone dropout")
-        self.embeddings = albert_lib.Embeddings(config)
-        # The first L-1 layers: the same parameters (shared blocks under group_0).
-        self.encoder = encoder.Encoder(
-            dataclasses.replace(config, num_hidden_layers=config.num_hidden_layers - 1))
-        self.pooler = layers.Dense(config.hidden_size, ("hidden", "hidden_out"),
-                                   layers.truncated_normal(config.initializer_range),
-                                   dtype=config.compute_dtype)
-
-    def __call__(self, input_ids: jax.Array, segment_ids: jax.Array | None = None,
-                 input_mask: jax.Array | None = None,
-                 deterministic: bool = True) -> tuple[None, jax.Array]:
-        embedded = self.embeddings(input_ids, segment_ids, deterministic)
-        hidden = self.encoder(embedded, input_mask, deterministic)
-        shared = nn.unbox(self.encoder.variables["params"]["group_0"]["inner_group_0"])
-        attention_bias = ((1.0 - input_mask.astype(jnp.float32)) * -10000.0)[:, None, None, :]
-        cls = last_layer_at_cls(self.config, shared, hidden, attention_bias)
-        return None, jnp.tanh(self.pooler(cls).astype(jnp.float32))
+                                name="LayerNorm")(output + queries_from)
 
 
 # bf16 compute: XLA on CPU runs the forward dots on bf16 inputs, but the backward dots on float32
@@ -299,30 +229,34 @@ class AttentionLowPrecisionGrads(encoder.AttentionBlock):
     bf16 x bf16."""
 
     @nn.compact
-    def __call__(self, hidden: jax.Array, attention_bias: jax.Array) -> jax.Array:
+    def __call__(self, hidden: jax.Array, attention_bias: jax.Array,
+                 query_positions: jax.Array | None = None) -> jax.Array:
         config = self.config
         dtype = config.compute_dtype
-        batch, seq, width = hidden.shape
+        batch, _, width = hidden.shape
         heads = config.num_attention_heads
         head_dim = width // heads
         init = layers.truncated_normal(config.initializer_range)
         if config.attention_probs_dropout_prob > 0 or config.hidden_dropout_prob > 0:
             raise ValueError("the attention_low_precision_grads variant is measured without "
                              "dropout")
+        queries_from = (hidden if query_positions is None
+                        else layers.gather_positions(hidden, query_positions))
 
-        def project(name: str) -> jax.Array:
-            out = layers.Dense(width, ("hidden", "heads"), init, dtype=dtype, name=name)(hidden)
-            return out.reshape(batch, seq, heads, head_dim)
+        def project(name: str, inputs: jax.Array) -> jax.Array:
+            out = layers.Dense(width, ("hidden", "heads"), init, dtype=dtype, name=name)(inputs)
+            return out.reshape(batch, -1, heads, head_dim)
 
-        query, key, value = project("query"), project("key"), project("value")
+        query = project("query", queries_from)
+        key, value = project("key", hidden), project("value", hidden)
         scores = _einsum_with_low_precision_grads("bqnd,bknd->bnqk", query, key)
         probs = jax.nn.softmax(scores * (1.0 / math.sqrt(head_dim)) + attention_bias, axis=-1)
         context = _einsum_with_low_precision_grads("bnqk,bknd->bqnd", probs.astype(dtype),
                                                    value).astype(dtype)
         output = layers.Dense(width, ("heads", "hidden"), init, dtype=dtype,
-                              name="output")(context.reshape(batch, seq, width))
+                              name="output")(context.reshape(batch, -1, width))
         return layers.LayerNorm(config.layer_norm_eps, "hidden", dtype=dtype,
-                                name="LayerNorm")(output + hidden)
+                                name="LayerNorm")(output + queries_from)
 
 
 # variant -> (module whose global is replaced, the global's name, the replacement). The model
@@ -331,7 +265,6 @@ VARIANTS: dict[str, tuple[Any, str, type]] = {
     "layernorm_vjp": (layers, "LayerNorm", LayerNormVJP),
     "layernorm_fast_variance": (layers, "LayerNorm", LayerNormFastVariance),
     "dot_product_attention": (encoder, "AttentionBlock", DotProductAttentionBlock),
-    "cls_only_last_layer": (albert_lib, "AlbertModel", ClsOnlyLastLayerModel),
     "dense_low_precision_grads": (layers, "Dense", DenseLowPrecisionGrads),
     "dense_compute_dtype_output": (layers, "Dense", DenseComputeDtypeOutput),
     "attention_low_precision_grads": (encoder, "AttentionBlock", AttentionLowPrecisionGrads),
@@ -396,8 +329,6 @@ def main() -> None:
     unknown = sorted({name for variant in variants for name in variant.split("+")} - set(VARIANTS))
     if unknown:
         parser.error(f"unknown variant(s) {unknown}; choose from {sorted(VARIANTS)}")
-    if args.case == "train" and "cls_only_last_layer" in args.variants:
-        parser.error("cls_only_last_layer is for --case=finetune: pretraining reads every position")
 
     reference_loss, reference_grads = loss_and_grads(args.case, None, args.dtype)
     for variant in variants:
