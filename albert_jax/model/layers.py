@@ -29,6 +29,43 @@ _KERNEL_AT_USE = {"hidden": "activation_hidden", "heads": "activation_heads",
                   "mlp": "activation_mlp", "embedding": "activation_embedding"}
 
 
+@jax.custom_vjp
+def _low_precision_dot(inputs: jax.Array, kernel: jax.Array) -> jax.Array:
+    """inputs [..., in] @ kernel [in, out] -> float32, both operands in the compute dtype; the
+    backward dots take the cotangent rounded to that dtype too (bf16 x bf16 -> float32, like the
+    forward). Plain autodiff would run them in float32: the cotangent of a float32-output dot is
+    float32, which made bf16 no faster than fp32 (benchmarks/RESULTS.md, "bf16 on CPU")."""
+    return jnp.dot(inputs, kernel, preferred_element_type=jnp.float32)
+
+
+def _low_precision_dot_forward(inputs: jax.Array, kernel: jax.Array
+                               ) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+    return _low_precision_dot(inputs, kernel), (inputs, kernel)
+
+
+def _low_precision_dot_backward(saved: tuple[jax.Array, jax.Array], upstream: jax.Array
+                                ) -> tuple[jax.Array, jax.Array]:
+    inputs, kernel = saved
+    upstream = upstream.astype(inputs.dtype)
+    grad_inputs = jnp.dot(upstream, kernel.T, preferred_element_type=jnp.float32)
+    grad_kernel = jnp.dot(inputs.reshape(-1, inputs.shape[-1]).T,
+                          upstream.reshape(-1, upstream.shape[-1]),
+                          preferred_element_type=jnp.float32)
+    return grad_inputs.astype(inputs.dtype), grad_kernel.astype(kernel.dtype)
+
+
+_low_precision_dot.defvjp(_low_precision_dot_forward, _low_precision_dot_backward)
+
+
+def matmul(inputs: jax.Array, kernel: jax.Array, dtype: Any) -> jax.Array:
+    """inputs [..., in] @ kernel [in, out] in the compute `dtype`, accumulated and returned in
+    float32. Below float32 the backward dots run in `dtype` as well (fp32 accumulation)."""
+    inputs, kernel = inputs.astype(dtype), kernel.astype(dtype)
+    if jnp.dtype(dtype) == jnp.float32:
+        return jnp.dot(inputs, kernel, preferred_element_type=jnp.float32)
+    return _low_precision_dot(inputs, kernel)
+
+
 def gather_positions(sequence: jax.Array, positions: jax.Array) -> jax.Array:
     """sequence [batch, seq, features], positions [batch, k] -> [batch, k, features]."""
     return jnp.take_along_axis(sequence, positions[:, :, None].astype(jnp.int32), axis=1)
@@ -57,7 +94,7 @@ class Dense(nn.Module):
                             (inputs.shape[-1], self.features), jnp.float32)
         kernel = nn.with_logical_constraint(
             kernel.astype(self.dtype), tuple(_KERNEL_AT_USE.get(axis) for axis in self.axes))
-        outputs = jnp.dot(inputs.astype(self.dtype), kernel, preferred_element_type=jnp.float32)
+        outputs = matmul(inputs, kernel, self.dtype)
         if self.use_bias:
             bias = self.param("bias", nn.with_logical_partitioning(nn.initializers.zeros,
                                                                    self.axes[1:]),
@@ -86,8 +123,7 @@ class Embed(nn.Module):
 
     def attend(self, query: jax.Array) -> jax.Array:
         """[..., features] -> [..., num_embeddings] logits against the table, in float32."""
-        return jnp.dot(query.astype(self.dtype), self.embedding.T.astype(self.dtype),
-                       preferred_element_type=jnp.float32)
+        return matmul(query, self.embedding.T, self.dtype)
 
 
 class LayerNorm(nn.Module):
