@@ -11,6 +11,7 @@ import pytest
 
 from albert_jax.errors import ConfigError
 from albert_jax.model import AlbertForPreTraining, get_config
+from albert_jax.pretraining import init_inputs as pretraining_init_inputs
 from albert_jax.train import optim, tree_names
 
 BETA_1, BETA_2, EPSILON, WEIGHT_DECAY = 0.9, 0.999, 1e-6, 0.01
@@ -145,8 +146,7 @@ def test_optax_lamb_differs_from_reference():
 
 def pretraining_params():
     model = AlbertForPreTraining(get_config("tiny"))
-    ids = jnp.zeros((1, 8), jnp.int32)
-    return jax.eval_shape(lambda rng: model.init(rng, ids, ids, ids, jnp.zeros((1, 2), jnp.int32)),
+    return jax.eval_shape(lambda rng: model.init(rng, *pretraining_init_inputs(8, 2)),
                           jax.random.key(0))["params"]
 
 
