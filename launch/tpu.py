@@ -159,6 +159,9 @@ def up(gcloud: Gcloud, tpu: Tpu, *, create: Sequence[str], setup: Sequence[str],
     delete = tpu_commands.delete(tpu)
     created = False
     previous_handler = signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    # Ctrl-C (SIGINT) raises KeyboardInterrupt, whose unwinding deletes the TPU, even when `up`
+    # was started with SIGINT ignored, as a non-interactive shell does for a command run with `&`.
+    previous_interrupt_handler = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         for attempt in range(max_retries + 1):
             if attempt:
@@ -190,6 +193,7 @@ def up(gcloud: Gcloud, tpu: Tpu, *, create: Sequence[str], setup: Sequence[str],
         return status or 1  # a run stopped by the last preemption exits 0, unfinished
     finally:
         signal.signal(signal.SIGTERM, previous_handler)
+        signal.signal(signal.SIGINT, previous_interrupt_handler)
         if created and keep:
             print("# Kept (--keep); delete it with:", flush=True)
             command_line.show(delete, prefix="$ ")
