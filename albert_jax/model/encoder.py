@@ -99,6 +99,12 @@ class FeedForwardBlock(nn.Module):
         return nn.with_logical_constraint(output, layers.SEQUENCE_HIDDEN)
 
 
+def _draws_dropout(config: ModelConfig, deterministic: bool) -> bool:
+    """Whether a layer application needs a "dropout" key: some dropout rate and training."""
+    return not deterministic and (config.hidden_dropout_prob > 0
+                                  or config.attention_probs_dropout_prob > 0)
+
+
 def _shares(config: ModelConfig) -> tuple[bool, bool]:
     """(attention shared, FFN shared) for the config's sharing mode."""
     return config.sharing in ("all", "attention"), config.sharing in ("all", "ffn")
@@ -161,8 +167,8 @@ class LayerBody(nn.Module):
         those positions only and the output is [batch, k, hidden]."""
         config = self.config
         share_attention, share_ffn = _shares(config)
-        uses_dropout = config.hidden_dropout_prob > 0 or config.attention_probs_dropout_prob > 0
-        dropout_rng = self.make_rng("dropout") if uses_dropout and not self.deterministic else None
+        dropout_rng = (self.make_rng("dropout") if _draws_dropout(config, self.deterministic)
+                       else None)
 
         def rngs(index: int) -> dict[str, jax.Array]:
             # A module applied functionally (parent=None) does not draw from the scan's split
@@ -255,10 +261,8 @@ class Encoder(nn.Module):
                 hidden, _ = stack(hidden, attention_bias, shared_params)
             if last_apart:
                 # The body holds no parameters of its own when both halves are shared.
-                uses_dropout = (config.hidden_dropout_prob > 0
-                                or config.attention_probs_dropout_prob > 0)
                 rngs = ({"dropout": self.make_rng("dropout")}
-                        if uses_dropout and not deterministic else {})
+                        if _draws_dropout(config, deterministic) else {})
                 hidden, _ = LayerBody(config, deterministic, parent=None).apply(
                     {}, hidden, attention_bias, shared_params, output_positions, rngs=rngs)
         if output_positions is not None and not apart:
