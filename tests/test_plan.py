@@ -5,6 +5,7 @@ The model is `tiny` with the pretraining vocabulary (V=30000): its word embeddin
 its parameters, as in albert-base, so splitting the train state over fsdp is measurable, and at
 batch 256 x 64 its activations dominate the temporaries, as at the paper's batch.
 """
+import importlib.util
 import json
 import os
 import subprocess
@@ -135,3 +136,86 @@ def test_peak_flops_are_per_jax_device_in_both_tables():
     assert flops.PEAK_FLOPS_BY_DEVICE_KIND["TPU v2"] == plan.CHIPS["v2"].peak_flops == 22.5e12
     for chip in ("v4", "v5e", "v5p", "v6e"):
         assert flops.PEAK_FLOPS_BY_DEVICE_KIND[f"TPU {chip}"] == plan.CHIPS[chip].peak_flops
+
+
+# The head of a TPU memory report as the v5e compiler writes it (xxlarge, v5e:2x2, 1 sequence a
+# chip): the default memory space is HBM, vmem is the core's scratchpad and not HBM.
+TPU_MEMORY_REPORT = """Memory Space: default (color=0)
+Total bytes: 5136237568 (4.78GiB)
+  cumulative_size;       size;       offset; used_by_n_values; shapes_list
+  ------------------------------------------------------------
+  256.00MiB(  8%);  256.00MiB;   1631879168;                4; f32[1,512,4096], 3×f32[4096,16384]
+  512.00MiB( 16%);  256.00MiB;   2168750080;               10; 10×f32[16384,4096]
+  832.00MiB( 25%);   64.00MiB;   1640267776;                3; f32[512,4096], 2×f32[64,512,512]
+
+
+Memory Space: vmem (color=1)
+Total bytes: 8589934592 (8.00GiB)
+  cumulative_size;       size;       offset; used_by_n_values; shapes_list
+  ------------------------------------------------------------
+    8.00GiB(100%);    8.00GiB;     25165824;                3; 3×f32[32768,65536]
+"""
+
+
+def test_memory_report_reads_the_hbm_section_only(tmp_path):
+    (tmp_path / "module_0000.jit_train_step.memory-usage-report.txt").write_text(
+        TPU_MEMORY_REPORT)
+    total, largest = plan._memory_report(str(tmp_path))
+    assert total == 5136237568
+    assert [row["bytes"] for row in largest] == [256 * 2**20, 256 * 2**20, 64 * 2**20]
+    assert largest[1]["shapes"] == "10×f32[16384,4096]"
+
+
+def test_a_refusal_is_counted_once():
+    # XLA's "HLO temporaries (26.05G)" is its report's total, arguments included (measured:
+    # 2.49 GiB of arguments + 23.56 GiB of temporaries); the planner adds nothing to it.
+    refusal = ("RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required for HLO "
+               "temporaries (26.05G) exceeds available HBM (15.75G).")
+    assert plan._refused_peak(refusal, report_total=None) == int(26.05 * 2**30)
+    assert plan._refused_peak(refusal, report_total=27973594112) == 27973594112
+    with pytest.raises(RuntimeError, match="left no memory report"):
+        plan._refused_peak("RESOURCE_EXHAUSTED: something else", report_total=None)
+
+
+def test_a_libtpu_held_by_another_process_is_one_line(monkeypatch):
+    from jax.experimental import topologies
+
+    def locked(**_):
+        raise RuntimeError('ABORTED: Internal error when accessing libtpu multi-process lockfile. '
+                           'Run "$ sudo rm /tmp/libtpu_lockfile".')
+
+    monkeypatch.setenv("TPU_LIBRARY_PATH", "/nonexistent/libtpu.so")  # as if installed
+    monkeypatch.setattr(topologies, "get_topology_desc", locked)
+    with pytest.raises(ConfigError, match="another process on this machine has libtpu loaded.*"
+                                          "ALLOW_MULTIPLE_LIBTPU_LOAD=1"):
+        plan.tpu_target("v5e:2x2")
+
+
+def tpu_plan(batch_size: int) -> dict:
+    """`albert-jax plan --topology=v5e:2x2 --json` of the tiny model at seq 512."""
+    result = subprocess.run(
+        [sys.executable, "-m", "albert_jax.cli", "plan", "--config=configs/pretrain.py:model=tiny",
+         "--topology=v5e:2x2", f"--config.batch_size={batch_size}", "--config.seq_len=512",
+         "--config.model_overrides.max_position_embeddings=512", "--nolevers", "--json"],
+        cwd=REPO, capture_output=True, text=True, timeout=600,
+        env=dict(os.environ, ALLOW_MULTIPLE_LIBTPU_LOAD="1"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,
+                    reason="needs the [tpu] extra (libtpu compiles for abstract TPU devices)")
+def test_tpu_peak_is_the_compilers_total_for_accepted_and_refused_programs():
+    accepted, refused = tpu_plan(batch_size=16), tpu_plan(batch_size=16384)
+    for result in (accepted, refused):
+        state = result["param_bytes_per_device"] + result["opt_state_bytes_per_device"]
+        # Arguments: the state once and this chip's quarter of the batch (at most 6 int32
+        # fields of seq_len: ids, segments, mask, token boundaries, masked positions/ids).
+        batch_bytes = result["batch_size"] // 4 * 512 * 4 * 6
+        assert state < result["argument_bytes_per_device"] <= state + batch_bytes
+        assert (result["peak_bytes_per_device"]
+                == result["argument_bytes_per_device"] + result["temp_bytes_per_device"])
+    assert accepted["fits"] and accepted["peak_bytes_per_device"] <= 15.75 * 2**30
+    assert not refused["fits"] and refused["peak_bytes_per_device"] > 15.75 * 2**30
+    # 1024x the sequences: the activations, not the state, make the difference.
+    assert refused["temp_bytes_per_device"] > 100 * accepted["temp_bytes_per_device"]

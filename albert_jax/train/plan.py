@@ -6,13 +6,25 @@ train state is abstract (shapes and shardings), the batch is `jax.ShapeDtypeStru
 `jit(...).lower(...).compile()` gives XLA's own plan of the bytes each device holds:
 
   parameters, optimizer state   the train state's shards on one device (from its shardings)
-  temporaries                   `memory_analysis().temp_size_in_bytes`: activations, gradients,
-                                gathered weights, everything the step makes and frees
-  peak                          arguments + outputs - donated (aliased) outputs + temporaries
+  peak                          on TPU, the TPU compiler's own total: the "Total bytes" of its
+                                memory report (`*memory-usage-report.txt`, asked for with
+                                `xla_dump_to`), arguments and temporaries, the number it holds
+                                against HBM; on CPU, arguments + outputs - donated (aliased)
+                                outputs + `memory_analysis().temp_size_in_bytes`
+  temporaries                   activations, gradients, gathered weights, everything the step
+                                makes and frees: on TPU the peak less the arguments
+
+Why the report and not `memory_analysis()` on TPU: the compiler decides what fits by the
+report's total (a refusal's "HLO temporaries (X)" is that total, and counts the arguments:
+measured, xxlarge on v5e:2x2 at 16 sequences a chip, 26.05G = 2.49 GiB of arguments + 23.56 GiB
+of temporaries in its buffer assignment), while `memory_analysis()` counts 0.1-0.7 GiB more
+temporaries than the buffer assignment holds (base and xxlarge on v5e:2x2), so its sum could
+exceed the chip's HBM in a program the compiler accepted. One source for accepted and refused
+programs keeps "fits" and the peak consistent.
 
 A TPU compile that does not fit raises RESOURCE_EXHAUSTED and returns no executable; the
-memory report XLA dumps on the way (`*memory-usage-report.txt`, asked for with `xla_dump_to`)
-still says the total and the largest buffers with their shapes, so "does not fit" is a result.
+memory report XLA dumps on the way still says the total and the largest buffers with their
+shapes, so "does not fit" is a result.
 Then the obvious levers are tried, each from its smallest change up: more fsdp (fewer data
 replicas), rematerialisation, more microbatches; all three together only if none fits alone.
 The smallest fitting change of every lever is reported, the first in that order as `fits_with`.
@@ -104,6 +116,14 @@ def tpu_target(topology: str) -> Target:
     try:
         description = topologies.get_topology_desc(platform="tpu", topology_name=name, **options)
     except Exception as error:  # the TPU runtime's own message says what it does not know
+        if "lockfile" in str(error):
+            # libtpu takes /tmp/libtpu_lockfile for the first process on a machine that loads
+            # it; compiling for abstract devices uses no TPU, so a second one may share it.
+            raise ConfigError(
+                f"--topology={topology}: another process on this machine has libtpu loaded (it "
+                "holds /tmp/libtpu_lockfile: a training run, a notebook, another plan). Planning "
+                "uses no TPU: rerun with ALLOW_MULTIPLE_LIBTPU_LOAD=1 in the environment, or "
+                "when that process has ended") from None
         raise ConfigError(f"--topology={topology}: libtpu does not know it ({error}); use "
                           "<chip>:<shape> as gcloud names TPU slices, e.g. v5e:4x4") from None
     chip = CHIPS[chip_name]
@@ -129,15 +149,15 @@ def cpu_target(num_devices: int, hbm_gib: float, peak_tflops: float) -> Target:
 
 @dataclasses.dataclass
 class Measurement:
-    """Bytes per device of one compiled (or refused) train step; None where XLA said nothing."""
+    """Bytes per device of one compiled (or refused) train step (see the module docstring)."""
 
     mesh: dict[str, int]
     num_microbatches: int
     remat_policy: str
     param_bytes_per_device: int
     opt_state_bytes_per_device: int
-    argument_bytes_per_device: int | None
-    temp_bytes_per_device: int | None
+    argument_bytes_per_device: int
+    temp_bytes_per_device: int
     peak_bytes_per_device: int
     hbm_bytes_per_device: int
     fits: bool
@@ -146,7 +166,8 @@ class Measurement:
 
 
 # A TPU out-of-memory compile: "RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory
-# required for HLO temporaries (49.99G) exceeds available HBM (15.75G)."
+# required for HLO temporaries (49.99G) exceeds available HBM (15.75G)." Despite the words, the
+# figure is the memory report's total, arguments included.
 _TEMPORARIES = re.compile(r"HLO temporaries \(([\d.]+)([KMGT]?)\)")
 _REPORT_TOTAL = re.compile(r"^Total bytes: (\d+)", re.MULTILINE)
 _REPORT_ROW = re.compile(r"^\s*[\d.]+\w*\(\s*[\d.]+%\);\s*([\d.]+)(\w*);\s*\d+;\s*\d+;\s*(.+)$",
@@ -156,17 +177,19 @@ _UNITS = {"": 1, "B": 1, "K": 1024, "KiB": 1024, "M": 1024**2, "MiB": 1024**2, "
 
 
 def _memory_report(dump_dir: str) -> tuple[int | None, list[dict[str, Any]]]:
-    """(total bytes, the 8 largest buffers {bytes, shapes}) of the train step's XLA memory
-    report, the largest module's if there are several."""
+    """(total bytes, the 8 largest buffers {bytes, shapes}) of the default memory space (HBM)
+    in the train step's XLA memory report, the largest module's if there are several."""
     best: tuple[int | None, list[dict[str, Any]]] = (None, [])
     for path in glob.glob(os.path.join(dump_dir, "*memory-usage-report.txt")):
         with open(path) as report:
-            text = report.read()
-        total = _REPORT_TOTAL.search(text)
+            # Sections "Memory Space: default (color=0)", "Memory Space: vmem (color=1)", ...
+            sections = report.read().split("Memory Space: ")
+        default = next((text for text in sections if text.startswith("default")), "")
+        total = _REPORT_TOTAL.search(default)
         if total is None or (best[0] is not None and int(total.group(1)) <= best[0]):
             continue
         rows = [{"bytes": int(float(size) * _UNITS.get(unit, 1)), "shapes": shapes.strip()}
-                for size, unit, shapes in _REPORT_ROW.findall(text)]
+                for size, unit, shapes in _REPORT_ROW.findall(default)]
         rows.sort(key=lambda row: -row["bytes"])
         best = (int(total.group(1)), rows[:8])
     return best
@@ -206,7 +229,9 @@ def measure(config: ml_collections.ConfigDict, build_task: BuildTask,
         out_shardings=(state_shardings, replicated), donate_argnums=(0,))
     param_bytes = _bytes_per_device(abstract_state.params)
     opt_state_bytes = _bytes_per_device(abstract_state.opt_state)
+    argument_bytes = _bytes_per_device((abstract_state, batch, rng))
     started = time.perf_counter()
+    refusal = None
     with tempfile.TemporaryDirectory() as dump_dir:
         lowered = train_step.lower(abstract_state, batch, rng)
         try:
@@ -214,33 +239,43 @@ def measure(config: ml_collections.ConfigDict, build_task: BuildTask,
         except jax.errors.JaxRuntimeError as error:
             if "RESOURCE_EXHAUSTED" not in str(error):
                 raise
-            compiled = None
-            refusal = str(error)
+            compiled, refusal = None, str(error)
         report_total, largest = _memory_report(dump_dir)
     seconds = time.perf_counter() - started
-    common = dict(mesh=dict(zip(sharding.MESH_AXES, mesh_shape)),
-                  num_microbatches=config.num_microbatches,
-                  remat_policy=task.model_config.remat_policy,
-                  param_bytes_per_device=param_bytes, opt_state_bytes_per_device=opt_state_bytes,
-                  hbm_bytes_per_device=target.hbm_bytes, compile_seconds=seconds)
     if compiled is None:
-        # The message's temporaries, else the report's total; the state is there beside them.
-        temporaries = _TEMPORARIES.search(refusal)
-        temp = (int(float(temporaries.group(1)) * _UNITS[temporaries.group(2)]) if temporaries
-                else report_total)
-        peak = (temp or 0) + param_bytes + opt_state_bytes
-        return Measurement(argument_bytes_per_device=None, temp_bytes_per_device=temp,
-                           peak_bytes_per_device=peak, fits=False, largest_buffers=largest,
-                           **common)
-    memory = compiled.memory_analysis()
-    peak = (memory.argument_size_in_bytes + memory.output_size_in_bytes
-            - memory.alias_size_in_bytes + memory.temp_size_in_bytes)
-    # The TPU compiler has already compared with the HBM it leaves to programs (v5e: 15.75G).
-    fits = target.is_tpu or peak <= target.hbm_bytes
-    return Measurement(argument_bytes_per_device=memory.argument_size_in_bytes,
-                       temp_bytes_per_device=memory.temp_size_in_bytes,
-                       peak_bytes_per_device=peak, fits=fits,
-                       largest_buffers=[] if fits else largest, **common)
+        peak, fits = _refused_peak(refusal, report_total), False
+        temp = peak - argument_bytes
+    elif target.is_tpu and report_total is not None:
+        # The TPU compiler has already compared this total with the HBM it leaves to programs
+        # (v5e: 15.75G of 16).
+        peak, fits = report_total, True
+        temp = peak - argument_bytes
+    else:
+        memory = compiled.memory_analysis()
+        argument_bytes, temp = memory.argument_size_in_bytes, memory.temp_size_in_bytes
+        peak = (argument_bytes + memory.output_size_in_bytes - memory.alias_size_in_bytes + temp)
+        fits = target.is_tpu or peak <= target.hbm_bytes
+    return Measurement(mesh=dict(zip(sharding.MESH_AXES, mesh_shape)),
+                       num_microbatches=config.num_microbatches,
+                       remat_policy=task.model_config.remat_policy,
+                       param_bytes_per_device=param_bytes,
+                       opt_state_bytes_per_device=opt_state_bytes,
+                       argument_bytes_per_device=argument_bytes, temp_bytes_per_device=temp,
+                       peak_bytes_per_device=peak, hbm_bytes_per_device=target.hbm_bytes,
+                       fits=fits, largest_buffers=[] if fits else largest,
+                       compile_seconds=seconds)
+
+
+def _refused_peak(refusal: str, report_total: int | None) -> int:
+    """The bytes a refused TPU program needs per device: its memory report's total, else the
+    figure of XLA's message (the same total, arguments included)."""
+    if report_total is not None:
+        return report_total
+    temporaries = _TEMPORARIES.search(refusal)
+    if temporaries is None:
+        raise RuntimeError(f"the TPU compiler refused the train step and left no memory report "
+                           f"to read the bytes from: {refusal[:2000]}")
+    return int(float(temporaries.group(1)) * _UNITS[temporaries.group(2)])
 
 
 def _with(config: ml_collections.ConfigDict, changes: dict[str, Any]) -> ml_collections.ConfigDict:
