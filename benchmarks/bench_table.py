@@ -15,7 +15,9 @@ Cases (the shapes of ../shared/peers, random weights, nothing downloaded):
   train_base   albert-base-v2 (E128 H768 L12), batch 8, seq 128, 20 masked positions: our train
                step with the reference LAMB (train/optim.py, clipping at 1.0) in fp32 and with
                bf16 compute, against FlaxAlbertForPreTraining + optax.lamb in fp32.
-  train_small  H256, 4 heads, I1024, L6, batch 16: our fp32 LAMB step against HF Flax.
+  train_small  H256, 4 heads, I1024, L6, batch 16: our fp32 LAMB step against HF Flax, and
+               against HF PyTorch AlbertForPreTraining under torch.compile with AdamW (torch.optim
+               has no LAMB), the fastest peer of ../shared/peers on this case.
   infer_base   forward only of the pretraining model, batch 32, seq 128 (ours: MLM logits at 20
                masked positions, as training computes them; HF: at all 128, as it only can).
   finetune     sequence classification (2 labels, classifier dropout 0.1), batch 8, seq 128:
@@ -26,8 +28,9 @@ Cases (the shapes of ../shared/peers, random weights, nothing downloaded):
                the temporary bytes with full remat at both depths.
 
 Peak memory: `compiled.memory_analysis()`: arguments + outputs + temporaries - donated aliases.
-HuggingFace Flax comes from the optional `peers` extra (transformers<5); without it the HF
-columns say so and only our side is measured.
+HuggingFace Flax comes from the optional `peers` extra (transformers<5), the PyTorch peer from
+torch (the `interop` extra); without them the table says so and measures the rest. torch has no
+ahead-of-time memory analysis: its peak is left blank.
 """
 from __future__ import annotations
 
@@ -73,6 +76,13 @@ try:
 except ImportError as error:  # the optional `peers` extra
     HF_MISSING = (f"HuggingFace Flax not measured ({error}); install the `peers` extra: "
                   "pip install -e .[peers]")
+try:
+    import torch
+    from transformers import AlbertForPreTraining
+    TORCH_MISSING = None
+except ImportError as error:  # the optional `interop` extra (torch) and `peers` (transformers)
+    TORCH_MISSING = (f"HF PyTorch (torch.compile) not measured ({error}); install the `interop` "
+                     "and `peers` extras: pip install -e .[interop,peers]")
 
 
 @dataclasses.dataclass
@@ -85,7 +95,7 @@ class Contender:
     name: str
     run: Callable[[], None]
     compile_s: float
-    peak_bytes: int
+    peak_bytes: int | None  # None: not known ahead of time (torch)
 
 
 def peak_bytes(compiled: Any) -> int:
@@ -333,6 +343,30 @@ def hf_train(name: str, model_config: ModelConfig, batch: int) -> Contender:
                                optimizer.init(params), data)
 
 
+def hf_torch_train(name: str, model_config: ModelConfig, batch: int) -> Contender:
+    """AlbertForPreTraining (PyTorch) under torch.compile + torch.optim.AdamW, the step of
+    ../shared/peers/bench_hf_torch.py --compile: HF's own MLM (every position, -100 ignored) +
+    SOP loss, backward, optimizer step. Compile time is that of the first call (inductor)."""
+    torch.manual_seed(0)
+    model = AlbertForPreTraining(hf_config(model_config))
+    model.train()
+    data = {key: torch.from_numpy(value.astype(np.int64)) for key, value in
+            hf_pretraining_batch(pretraining_batch(batch, model_config.vocab_size)).items()}
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
+    compiled = torch.compile(model)
+
+    def run() -> None:
+        loss = compiled(**data).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        loss.item()
+
+    start = time.perf_counter()
+    run()
+    return Contender(name, run, time.perf_counter() - start, None)
+
+
 def hf_forward(name: str, model_config: ModelConfig, batch: int) -> Contender:
     model = FlaxAlbertForPreTraining(hf_config(model_config), input_shape=(1, SEQ_LEN), seed=0)
     data = {key: jnp.asarray(value) for key, value in
@@ -376,9 +410,11 @@ def hf_finetune(name: str, model_config: ModelConfig, batch: int) -> Contender:
 
 
 def _speed_rows(case: str, contenders: list[Contender], repeats: int, steps: int,
-                baseline: str | None, flops_per_step: dict[str, float]) -> list[dict[str, Any]]:
+                baseline: str | None, flops_per_step: dict[str, float],
+                peers: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     """Interleaved timings of `contenders`; for those in `flops_per_step`, MFU per round
-    against the fp32 matmul ceiling timed in the same round (median over rounds)."""
+    against the fp32 matmul ceiling timed in the same round (median over rounds). Ours (the
+    contenders with FLOPs) also get the ratio to the fastest of `peers` (by median step)."""
     ceiling, ceiling_flops = ceiling_contender()
     times = interleave(contenders + [ceiling], repeats, steps)
     ceilings = [ceiling_flops / seconds for seconds in times[CEILING]]
@@ -387,9 +423,15 @@ def _speed_rows(case: str, contenders: list[Contender], repeats: int, steps: int
         step_s = statistics.median(times[contender.name])
         row = {"case": case, "contender": contender.name, "step_s": step_s,
                "spread": (max(times[contender.name]) - min(times[contender.name])) / step_s,
-               "compile_s": contender.compile_s, "peak_mib": contender.peak_bytes / 2**20}
+               "compile_s": contender.compile_s}
+        if contender.peak_bytes is not None:
+            row["peak_mib"] = contender.peak_bytes / 2**20
         if baseline is not None and contender.name != baseline:
             row["speedup_vs_hf"] = median_ratio(times[baseline], times[contender.name])
+        if peers and contender.name in flops_per_step:
+            best_peer = min(peers, key=lambda peer: statistics.median(times[peer]))
+            row["best_peer"] = best_peer
+            row["speedup_vs_best_peer"] = median_ratio(times[best_peer], times[contender.name])
         if contender.name in flops_per_step:
             row["gflop_per_step"] = flops_per_step[contender.name] / 1e9
             row["ceiling_gflops"] = statistics.median(ceilings) / 1e9
@@ -401,17 +443,21 @@ def _speed_rows(case: str, contenders: list[Contender], repeats: int, steps: int
 
 
 def train_case(case: str, model_config: ModelConfig, batch: int, repeats: int,
-               steps: int, with_bf16: bool) -> list[dict[str, Any]]:
+               steps: int, with_bf16: bool, with_torch: bool) -> list[dict[str, Any]]:
     contenders = [ours_train("ours fp32 LAMB", model_config, batch)]
     if with_bf16:
         bf16 = get_config("albert-base-v2", **dict(model_config.to_dict(), dtype="bfloat16"))
         contenders.append(ours_train("ours bf16 LAMB", bf16, batch))
     if HF_MISSING is None:
         contenders.append(hf_train("HF Flax fp32 optax.lamb", model_config, batch))
+    if with_torch and TORCH_MISSING is None:
+        contenders.append(hf_torch_train("HF torch.compile fp32 AdamW", model_config, batch))
     train_flops = flops.train_flops_per_step(model_config, batch, SEQ_LEN, MAX_PREDICTIONS)
+    peers = tuple(c.name for c in contenders if c.name.startswith("HF"))
     return _speed_rows(case, contenders, repeats, steps,
                        None if HF_MISSING else "HF Flax fp32 optax.lamb",
-                       {c.name: train_flops for c in contenders if c.name.startswith("ours")})
+                       {c.name: train_flops for c in contenders if c.name.startswith("ours")},
+                       peers=peers if with_torch else ())
 
 
 def infer_case(model_config: ModelConfig, repeats: int, steps: int) -> list[dict[str, Any]]:
@@ -470,10 +516,12 @@ def run_cases(cases: list[str], repeats: int, steps: int) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     for case in cases:
         if case == "train_base":
-            rows += train_case(case, base, 8, repeats, steps, with_bf16=True)
+            rows += train_case(case, base, 8, repeats, steps, with_bf16=True,
+                               with_torch=False)
         elif case == "train_small":
             small = get_config("albert-base-v2", **SMALL_OVERRIDES)
-            rows += train_case(case, small, 16, repeats, steps, with_bf16=False)
+            rows += train_case(case, small, 16, repeats, steps, with_bf16=False,
+                               with_torch=True)
         elif case == "infer_base":
             rows += infer_case(base, repeats, steps)
         elif case == "finetune":
@@ -485,8 +533,10 @@ def run_cases(cases: list[str], repeats: int, steps: int) -> dict[str, Any]:
         "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
                    f"{jax.devices()[0].device_kind}",
         "versions": {"jax": jax.__version__,
-                     "transformers": None if HF_MISSING else transformers.__version__},
+                     "transformers": None if HF_MISSING else transformers.__version__,
+                     "torch": None if TORCH_MISSING else torch.__version__},
         "hf_note": HF_MISSING,
+        "torch_note": TORCH_MISSING if "train_small" in cases else None,
         "fp32_matmul_ceiling_gflops": ceiling / 1e9,
         "repeats": repeats, "steps_per_repeat": steps,
         "command": " ".join([os.path.basename(sys.executable), "-m", "benchmarks.bench_table"]
@@ -497,15 +547,17 @@ def run_cases(cases: list[str], repeats: int, steps: int) -> dict[str, Any]:
 
 def print_table(result: dict[str, Any]) -> None:
     print(f"machine: {result['machine']}; jax {result['versions']['jax']}, transformers "
-          f"{result['versions']['transformers']}")
+          f"{result['versions']['transformers']}, torch {result['versions']['torch']}")
     print(f"command: {result['command']}")
     print(f"fp32 matmul ceiling (2048^3) at the start: {result['fp32_matmul_ceiling_gflops']:.0f} "
           f"GFLOP/s; {result['repeats']} interleaved rounds of {result['steps_per_repeat']} "
           "step(s), medians; mfu_fp32 per round against the ceiling_gflops timed in that round")
-    if result["hf_note"]:
-        print(f"NOTE: {result['hf_note']}")
+    for note in (result["hf_note"], result["torch_note"]):
+        if note:
+            print(f"NOTE: {note}")
     columns = [("case", "{}"), ("contender", "{}"), ("step_s", "{:.3f}"),
-               ("speedup_vs_hf", "{:.2f}x"), ("mfu_fp32", "{:.1%}"),
+               ("speedup_vs_hf", "{:.2f}x"), ("speedup_vs_best_peer", "{:.2f}x"),
+               ("mfu_fp32", "{:.1%}"),
                ("ceiling_gflops", "{:.0f}"), ("spread", "{:.0%}"),
                ("compile_s", "{:.1f}"), ("compile_ratio_48_12", "{:.2f}x"),
                ("peak_mib", "{:,.0f}"), ("peak_ratio_48_12", "{:.2f}x")]
