@@ -88,6 +88,9 @@ def finetune_config(args: ml_collections.ConfigDict) -> ml_collections.ConfigDic
     config.seed = 12345
     config.seeds = 1  # >1: seeds seed .. seed+seeds-1, each in <workdir>/seed_<s>, and medians
     config.seq_len = 512  # SPEC 8.2 max_seq_length
+    # Each batch runs at the shortest of these (or seq_len) that holds its longest example:
+    # the same results as padding to seq_len (train/buckets.py); () pads every batch to seq_len.
+    config.length_buckets = (64, 128, 256)
     config.batch_size = 32
     config.eval_batch_size = 64
     config.num_microbatches = 1

@@ -161,10 +161,10 @@ class PretrainingTask(Task):
         tokenizer = epath.Path(self.config.data.tokenizer)
         return {TOKENIZER_FILE: tokenizer.read_bytes()} if tokenizer.exists() else {}
 
-    def flops_per_example(self) -> float:
+    def flops_per_example(self, seq_len: int) -> float:
         predictions = self.config.data.max_predictions
-        return flops.forward_flops_per_sequence(self.model_config, self.config.seq_len,
-                                                predictions, output_positions=predictions + 1)
+        return flops.forward_flops_per_sequence(self.model_config, seq_len, predictions,
+                                                output_positions=predictions + 1)
 
     def final_report(self, eval_metrics: dict[str, dict[str, float]]) -> None:
         metrics = eval_metrics.get(EVAL_SPLIT, {})

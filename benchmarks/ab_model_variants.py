@@ -41,7 +41,7 @@ import numpy as np
 
 from albert_jax import pretraining
 from albert_jax.finetune.task import GlueTask
-from albert_jax.model import encoder, get_config, layers
+from albert_jax.model import ModelConfig, encoder, get_config, layers
 from benchmarks import bench_table
 from configs import glue as glue_config
 
@@ -342,14 +342,20 @@ def main() -> None:
               f"difference over the leaves (||g - g_ref|| / ||g_ref||) {worst:.1e}", flush=True)
 
     config = get_config("albert-base-v2", dtype=args.dtype)
-    build = bench_table.ours_finetune if args.case == "finetune" else bench_table.ours_train
-    contenders = [build("current", config, 8)]
+    full = bench_table.full_length_batch(8, config.vocab_size)
+
+    def build(name: str, model_config: ModelConfig, hf: bool = False) -> bench_table.Contender:
+        if args.case == "finetune":
+            return (bench_table.hf_finetune if hf else bench_table.ours_finetune)(
+                name, model_config, full)
+        return (bench_table.hf_train if hf else bench_table.ours_train)(name, model_config, 8)
+
+    contenders = [build("current", config)]
     for variant in variants:
         with patched(variant):
-            contenders.append(build(variant, config, 8))
+            contenders.append(build(variant, config))
     if bench_table.HF_MISSING is None:
-        hf_build = bench_table.hf_finetune if args.case == "finetune" else bench_table.hf_train
-        contenders.append(hf_build("HF Flax", get_config("albert-base-v2"), 8))
+        contenders.append(build("HF Flax", get_config("albert-base-v2"), hf=True))
     times = bench_table.interleave(contenders, args.repeats, 1)
     print(f"{args.case}, albert-base ({args.dtype}) batch 8 seq 128, {args.repeats} interleaved "
           "rounds, medians")

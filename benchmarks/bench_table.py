@@ -1,7 +1,7 @@
 """The performance table of issue 12, every ratio from ONE process with the sides interleaved.
 
   .venv/bin/python -m benchmarks.bench_table [--json] [--repeats=5] [--steps=1]
-      [--cases=train_base,train_small,infer_base,finetune,compile]
+      [--cases=train_base,train_small,infer_base,finetune,finetune_glue512,compile]
 
 Each case builds its contenders (ours and HuggingFace Flax on the same inputs), compiles them,
 runs one warm-up call each, then `--repeats` rounds of A, B, A, B ... (`--steps` calls per turn).
@@ -24,6 +24,12 @@ Cases (the shapes of ../shared/peers, random weights, nothing downloaded):
                our fine-tuning step as `albert-jax finetune` runs it (configs/glue.py MRPC,
                GlueTask, AdamW of SPEC 6.4 with clipping, train/step.py, state donated) against
                FlaxAlbertForSequenceClassification + optax.adamw.
+  finetune_glue512
+               GLUE as the reference runs it (seq_len 512, SPEC 8.2), batch 8, on 4 batches of
+               pairs of 16-120 tokens (MNLI-like): our step with the default length buckets
+               (train/buckets.py: each batch at the bucket of its longest pair), our step
+               padded to 512, HF Flax padded to 512. The same examples and results; the
+               buckets skip the padding's work.
   compile      lower + compile time of the fp32 train step at L=12 and L=48 (ours and HF), and
                the temporary bytes with full remat at both depths.
 
@@ -53,7 +59,7 @@ import optax
 from albert_jax import pretraining
 from albert_jax.finetune.task import GlueTask, finetune_model_config
 from albert_jax.model import get_config
-from albert_jax.train import flops, optim, sharding
+from albert_jax.train import buckets, flops, optim, sharding
 from albert_jax.train import state as state_lib
 from albert_jax.train import step as step_lib
 from configs import glue as glue_config
@@ -63,7 +69,7 @@ if TYPE_CHECKING:
 
 SEQ_LEN = 128
 MAX_PREDICTIONS = 20
-CASES = ("train_base", "train_small", "infer_base", "finetune", "compile")
+CASES = ("train_base", "train_small", "infer_base", "finetune", "finetune_glue512", "compile")
 # ../shared/peers/common.py ALBERT_SMALL, in our config's field names.
 SMALL_OVERRIDES = dict(hidden_size=256, num_attention_heads=4, intermediate_size=1024,
                        num_hidden_layers=6)
@@ -256,12 +262,40 @@ def ours_forward(name: str, model_config: ModelConfig, batch: int) -> Contender:
                      peak_bytes(compiled))
 
 
-def ours_finetune(name: str, model_config: ModelConfig, batch: int) -> Contender:
+def glue_batches(batch: int, seq_len: int, lengths: tuple[int, int], count: int, vocab: int,
+                 seed: int = 0) -> list[dict[str, np.ndarray]]:
+    """`count` GLUE batches in our features' form ([batch, seq_len], padded as the reference
+    pads): each example a pair [CLS] a [SEP] b [SEP] of a length drawn uniformly from
+    `lengths` (inclusive), random token ids, random labels of 2 classes."""
+    rng = np.random.default_rng(seed)
+    batches = []
+    for _ in range(count):
+        real = rng.integers(lengths[0], lengths[1] + 1, batch)
+        positions = np.arange(seq_len)[None]
+        mask = (positions < real[:, None]).astype(np.int32)
+        second = (positions >= (real // 2)[:, None]).astype(np.int32) * mask
+        batches.append({"input_ids": rng.integers(5, vocab, (batch, seq_len)).astype(np.int32) * mask,
+                        "segment_ids": second, "input_mask": mask,
+                        "labels": rng.integers(0, 2, batch).astype(np.int32),
+                        "example_weight": np.ones(batch, np.float32)})
+    return batches
+
+
+def full_length_batch(batch: int, vocab: int) -> list[dict[str, np.ndarray]]:
+    """One GLUE batch whose pairs are all SEQ_LEN tokens: the same work for every contender."""
+    return glue_batches(batch, SEQ_LEN, (SEQ_LEN, SEQ_LEN), 1, vocab)
+
+
+def ours_finetune(name: str, model_config: ModelConfig, host_batches: list[dict[str, np.ndarray]],
+                  length_buckets: tuple[int, ...] = ()) -> Contender:
     """The fine-tuning path of `albert-jax finetune`: configs/glue.py (MRPC, 2 labels, backbone
     dropout 0, classifier dropout 0.1), GlueTask, AdamW with clipping from `make_optimizer`
-    (SPEC 6.4), train/step.py's step with the state donated, as train/loop.py jits it."""
+    (SPEC 6.4), train/step.py's step with the state donated, as train/loop.py jits it, each
+    batch cut to its length bucket (train/buckets.py) as the loop does. One call = one step on
+    the next of `host_batches` (in turn); every bucket's step is compiled ahead."""
+    batch, seq_len = host_batches[0]["input_ids"].shape
     config = glue_config.get_config("task=mrpc")
-    config.seq_len, config.batch_size = SEQ_LEN, batch
+    config.seq_len, config.batch_size, config.length_buckets = seq_len, batch, length_buckets
     config.compute_dtype = model_config.dtype
     task = GlueTask(config, finetune_model_config(config, model_config), tokenizer=None,
                     pretrained=None)
@@ -271,21 +305,28 @@ def ours_finetune(name: str, model_config: ModelConfig, batch: int) -> Contender
                                        task.init_inputs())
     train_step = jax.jit(step_lib.make_train_step(task, optimizer, lr_fn, mesh=mesh),
                          donate_argnums=(0,))
-    inputs = pretraining_batch(batch, model_config.vocab_size)
-    features = jax.device_put({"input_ids": inputs["input_ids"],
-                               "segment_ids": inputs["segment_ids"],
-                               "input_mask": inputs["input_mask"],
-                               "labels": inputs["next_sentence_labels"][:, 0],
-                               "example_weight": np.ones(batch, np.float32)})
+    lengths = buckets.lengths_of(config)
+    features = [jax.device_put(buckets.trim(host_batch, task.sequence_fields, lengths))
+                for host_batch in host_batches]
     rng = jax.random.PRNGKey(1)
-    compiled, compile_s = compile_timed(train_step, state, features, rng)
-    holder = {"state": state}
+    compiled_by_length, compile_s = {}, 0.0
+    for batch_features in features:
+        length = batch_features["input_ids"].shape[-1]
+        if length not in compiled_by_length:
+            compiled_by_length[length], seconds = compile_timed(train_step, state,
+                                                                batch_features, rng)
+            compile_s += seconds
+    holder = {"state": state, "calls": 0}
 
     def run() -> None:
-        holder["state"], metrics = compiled(holder["state"], features, rng)
+        batch_features = features[holder["calls"] % len(features)]
+        holder["calls"] += 1
+        compiled = compiled_by_length[batch_features["input_ids"].shape[-1]]
+        holder["state"], metrics = compiled(holder["state"], batch_features, rng)
         jax.block_until_ready(metrics)
 
-    return Contender(name, run, compile_s, peak_bytes(compiled))
+    return Contender(name, run, compile_s,
+                     max(peak_bytes(compiled) for compiled in compiled_by_length.values()))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -304,14 +345,17 @@ def _train_step(loss_fn: Callable, optimizer: optax.GradientTransformation) -> C
 
 
 def _donating_contender(name: str, train_step: Callable, params: Any, opt_state: Any,
-                        batch: dict[str, Any]) -> Contender:
-    """A (params, opt_state, batch, rng) -> (params, opt_state, loss, rng) step, donated."""
+                        batches: list[dict[str, Any]]) -> Contender:
+    """A (params, opt_state, batch, rng) -> (params, opt_state, loss, rng) step, donated; one
+    call = one step on the next of `batches` (of one shape), in turn."""
     jitted = jax.jit(train_step, donate_argnums=(0, 1))
     rng = jax.random.PRNGKey(0)
-    compiled, compile_s = compile_timed(jitted, params, opt_state, batch, rng)
-    holder = {"params": params, "opt_state": opt_state, "rng": rng}
+    compiled, compile_s = compile_timed(jitted, params, opt_state, batches[0], rng)
+    holder = {"params": params, "opt_state": opt_state, "rng": rng, "calls": 0}
 
     def run() -> None:
+        batch = batches[holder["calls"] % len(batches)]
+        holder["calls"] += 1
         holder["params"], holder["opt_state"], loss, holder["rng"] = compiled(
             holder["params"], holder["opt_state"], batch, holder["rng"])
         loss.block_until_ready()
@@ -340,7 +384,7 @@ def hf_train(name: str, model_config: ModelConfig, batch: int) -> Contender:
 
     params = model.params
     return _donating_contender(name, _train_step(loss_fn, optimizer), params,
-                               optimizer.init(params), data)
+                               optimizer.init(params), [data])
 
 
 def hf_torch_train(name: str, model_config: ModelConfig, batch: int) -> Contender:
@@ -383,15 +427,18 @@ def hf_forward(name: str, model_config: ModelConfig, batch: int) -> Contender:
                      peak_bytes(compiled))
 
 
-def hf_finetune(name: str, model_config: ModelConfig, batch: int) -> Contender:
+def hf_finetune(name: str, model_config: ModelConfig,
+                host_batches: list[dict[str, np.ndarray]]) -> Contender:
+    """FlaxAlbertForSequenceClassification + optax.adamw on `host_batches` (our features'
+    form) at their padded length, one call a batch in turn."""
+    seq_len = host_batches[0]["input_ids"].shape[1]
     model = FlaxAlbertForSequenceClassification(
         hf_config(model_config, classifier_dropout_prob=0.1, num_labels=2),
-        input_shape=(1, SEQ_LEN), seed=0)
-    inputs = pretraining_batch(batch, model_config.vocab_size)
-    data = {"input_ids": jnp.asarray(inputs["input_ids"]),
-            "token_type_ids": jnp.asarray(inputs["segment_ids"]),
-            "attention_mask": jnp.asarray(inputs["input_mask"]),
-            "labels": jnp.asarray(inputs["next_sentence_labels"][:, 0])}
+        input_shape=(1, seq_len), seed=0)
+    data = [{"input_ids": jnp.asarray(inputs["input_ids"]),
+             "token_type_ids": jnp.asarray(inputs["segment_ids"]),
+             "attention_mask": jnp.asarray(inputs["input_mask"]),
+             "labels": jnp.asarray(inputs["labels"])} for inputs in host_batches]
     optimizer = optax.adamw(1e-4, weight_decay=0.01)
 
     def loss_fn(params, batch, rng):
@@ -474,15 +521,42 @@ def infer_case(model_config: ModelConfig, repeats: int, steps: int) -> list[dict
 
 def finetune_case(model_config: ModelConfig, repeats: int, steps: int) -> list[dict[str, Any]]:
     batch = 8
-    contenders = [ours_finetune("ours fp32 AdamW", model_config, batch)]
+    full = full_length_batch(batch, model_config.vocab_size)
+    contenders = [ours_finetune("ours fp32 AdamW", model_config, full)]
     if HF_MISSING is None:
-        contenders.append(hf_finetune("HF Flax fp32 optax.adamw", model_config, batch))
+        contenders.append(hf_finetune("HF Flax fp32 optax.adamw", model_config, full))
     # The backbone at every position, no masked-LM head (GlueTask.flops_per_example).
     finetune_flops = (flops.TRAIN_FLOPS_PER_FORWARD * batch
                       * flops.forward_flops_per_sequence(model_config, SEQ_LEN, 0))
     return _speed_rows("finetune", contenders, repeats, steps,
                        None if HF_MISSING else "HF Flax fp32 optax.adamw",
                        {"ours fp32 AdamW": finetune_flops})
+
+
+GLUE_SEQ_LEN = 512  # SPEC 8.2: the reference's max_seq_length for GLUE
+GLUE_LENGTHS = (16, 120)  # tokens per pair, uniform: MNLI's average is ~40, few exceed 128
+
+
+def finetune_lengths_case(model_config: ModelConfig, repeats: int,
+                          steps: int) -> list[dict[str, Any]]:
+    """GLUE as the reference runs it (seq_len 512, batch 8) on 4 batches of pairs of 16-120
+    tokens: ours with the default length buckets (each batch at the bucket of its longest pair,
+    128 here), ours padded to 512 (`length_buckets=()`), HF Flax padded to 512."""
+    batch = 8
+    batches = glue_batches(batch, GLUE_SEQ_LEN, GLUE_LENGTHS, 4, model_config.vocab_size)
+    default_buckets = glue_config.get_config("task=mrpc").length_buckets
+    contenders = [ours_finetune("ours fp32 AdamW, length buckets", model_config, batches,
+                                default_buckets),
+                  ours_finetune("ours fp32 AdamW, padded to 512", model_config, batches)]
+    if HF_MISSING is None:
+        contenders.append(hf_finetune("HF Flax fp32 optax.adamw, padded to 512", model_config,
+                                      batches))
+    padded_flops = (flops.TRAIN_FLOPS_PER_FORWARD * batch
+                    * flops.forward_flops_per_sequence(model_config, GLUE_SEQ_LEN, 0,
+                                                       output_positions=1))
+    return _speed_rows("finetune_glue512", contenders, repeats, steps,
+                       None if HF_MISSING else "HF Flax fp32 optax.adamw, padded to 512",
+                       {"ours fp32 AdamW, padded to 512": padded_flops})
 
 
 def compile_case() -> list[dict[str, Any]]:
@@ -526,6 +600,8 @@ def run_cases(cases: list[str], repeats: int, steps: int) -> dict[str, Any]:
             rows += infer_case(base, repeats, steps)
         elif case == "finetune":
             rows += finetune_case(base, repeats, steps)
+        elif case == "finetune_glue512":
+            rows += finetune_lengths_case(base, repeats, steps)
         elif case == "compile":
             rows += compile_case()
         print(f"[{case} done]", file=sys.stderr, flush=True)

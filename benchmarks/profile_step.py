@@ -107,8 +107,9 @@ def hlo_dtype_counts(text: str) -> dict[str, int]:
 def contenders_of(case: str, variant: str | None) -> list[bench_table.Contender]:
     base = bench_table.get_config("albert-base-v2")
     if case == "finetune":
-        contenders = [bench_table.ours_finetune("ours", base, 8),
-                      bench_table.hf_finetune("HF", base, 8)]
+        full = bench_table.full_length_batch(8, base.vocab_size)
+        contenders = [bench_table.ours_finetune("ours", base, full),
+                      bench_table.hf_finetune("HF", base, full)]
     elif case == "train":
         contenders = [bench_table.ours_train("ours", base, 8), bench_table.hf_train("HF", base, 8)]
     else:
@@ -117,9 +118,10 @@ def contenders_of(case: str, variant: str | None) -> list[bench_table.Contender]
                                              8),
                       bench_table.ours_train("ours bf16", base, 8)]
     if variant:
-        build = bench_table.ours_finetune if case == "finetune" else bench_table.ours_train
         with ab_model_variants.patched(variant):
-            contenders.append(build(f"ours {variant}", base, 8))
+            contenders.append(bench_table.ours_finetune(f"ours {variant}", base, full)
+                              if case == "finetune" else
+                              bench_table.ours_train(f"ours {variant}", base, 8))
     return contenders
 
 

@@ -37,6 +37,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.version = f"v{args.version}"  # squad.VERSIONS
     (config.optim.lr, config.batch_size, config.total_steps, config.optim.warmup_steps,
      config.seq_len) = HYPER_PARAMETERS[args.version]
+    config.length_buckets = ()  # every batch at seq_len (SquadTask.sequence_fields says why)
     # SPEC 8.3 flags.
     config.doc_stride = 128
     config.max_query_length = 64

@@ -32,7 +32,7 @@ from albert_jax.finetune.squad_task import SquadTask
 from albert_jax.finetune.task import FinetuneTask, GlueTask, RaceTask, finetune_model_config
 from albert_jax.model import presets
 from albert_jax.pretraining import TOKENIZER_FILE
-from albert_jax.train import checkpoint, loop, sharding, validation
+from albert_jax.train import buckets, checkpoint, loop, sharding, validation
 from albert_jax.train import step as step_lib
 
 TASKS = (*glue.TASKS, "race", "squad")
@@ -178,7 +178,8 @@ def evaluate(workdir: str, split: str) -> list[str]:
         directory.mkdir(parents=True, exist_ok=True)
     written, split_metrics = [], {}
     for eval_split in eval_splits:
-        sums, predictions = loop.predict(task, eval_step, params, batch_sharding, eval_split)
+        sums, predictions = loop.predict(task, eval_step, params, batch_sharding, eval_split,
+                                         buckets.lengths_of(config))
         if split == "dev" and sums is not None:
             split_metrics[eval_split] = task.eval_metrics(eval_split, sums, predictions)
         if jax.process_index() == 0:

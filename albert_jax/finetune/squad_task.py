@@ -68,10 +68,17 @@ class SquadTask(FinetuneTask):
     """SQuAD `config.version` (v1.1 or v2.0) from data.train_file/data.dev_file or a TFDS name."""
 
     eval_splits = ("dev",)
+    # Every batch at seq_len: the n-best of SPEC 8.3 ranks the span logits of every position,
+    # padding included, so evaluation needs all of them; no length buckets.
+    sequence_fields = ()
 
     def __init__(self, config: ml_collections.ConfigDict, model_config: ModelConfig,
                  tokenizer: Tokenizer, pretrained: Pretrained | None) -> None:
         super().__init__(config, model_config, tokenizer, pretrained)
+        if config.get("length_buckets"):
+            raise ConfigError(f"config length_buckets={tuple(config.length_buckets)}: SQuAD runs "
+                              "every batch at seq_len (its n-best reads every position's "
+                              "logits); set --config.length_buckets='()'")
         self.version = config.version
         self.name = f"SQuAD {self.version}"
         if self.version == "v1.1":
@@ -153,9 +160,9 @@ class SquadTask(FinetuneTask):
         return dict(spec, start_positions=ints, end_positions=ints, is_impossible=ints,
                     p_mask=spec["input_ids"])
 
-    def flops_per_example(self) -> float:
+    def flops_per_example(self, seq_len: int) -> float:
         # Every position's span logits: the whole last layer.
-        return flops.forward_flops_per_sequence(self.model_config, self.config.seq_len, 0)
+        return flops.forward_flops_per_sequence(self.model_config, seq_len, 0)
 
     def apply(self, params: Any, batch: Batch, *, train: bool, rng: jax.Array | None) -> Any:
         rngs = {"dropout": rng} if train and rng is not None else {}

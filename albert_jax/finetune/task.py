@@ -87,6 +87,8 @@ class FinetuneTask(Task):
 
     name: str
     test_splits: tuple[str, ...] = ()
+    # [batch, seq] (RACE [batch, 4, seq]): each batch runs at its length bucket (train/buckets.py).
+    sequence_fields = ("input_ids", "segment_ids", "input_mask")
 
     def __init__(self, config: ml_collections.ConfigDict, model_config: ModelConfig,
                  tokenizer: Tokenizer, pretrained: Pretrained | None) -> None:
@@ -220,9 +222,9 @@ class FinetuneTask(Task):
     def console_line(self, metrics: dict[str, float]) -> list[str]:
         return [f"loss {metrics['loss']:.4f}", f"acc {metrics['accuracy']:.3f}"]
 
-    def flops_per_example(self) -> float:
-        # The backbone at seq_len read at [CLS] alone, no masked-LM head.
-        return flops.forward_flops_per_sequence(self.model_config, self.config.seq_len, 0,
+    def flops_per_example(self, seq_len: int) -> float:
+        # The backbone read at [CLS] alone, no masked-LM head.
+        return flops.forward_flops_per_sequence(self.model_config, seq_len, 0,
                                                 output_positions=1)
 
     def final_report(self, eval_metrics: dict[str, dict[str, float]]) -> None:
@@ -377,8 +379,8 @@ class RaceTask(FinetuneTask):
     def predictions(self, outputs: jax.Array, batch: Batch) -> dict[str, jax.Array]:
         return dict(super().predictions(outputs, batch), level=batch["level"])
 
-    def flops_per_example(self) -> float:
-        return NUM_CHOICES * super().flops_per_example()
+    def flops_per_example(self, seq_len: int) -> float:
+        return NUM_CHOICES * super().flops_per_example(seq_len)
 
     def eval_metrics(self, split: str, sums: dict[str, np.ndarray],
                      predictions: dict[str, np.ndarray]) -> dict[str, float]:

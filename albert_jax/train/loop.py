@@ -23,7 +23,7 @@ from absl import logging
 from etils import epath
 
 from albert_jax import config as config_lib, files
-from albert_jax.train import checkpoint, flops, metrics as metrics_lib, optim, sharding
+from albert_jax.train import buckets, checkpoint, flops, metrics as metrics_lib, optim, sharding
 from albert_jax.train import state as state_lib
 from albert_jax.train import step as step_lib
 from albert_jax.train import validation, workdir_lock
@@ -34,7 +34,8 @@ from albert_jax.train.task import Task
 # saved with one count cannot be set on an iterator with another.
 RESUMABLE_CHANGES = ("total_steps", "mesh", "log_every_steps", "eval_every_steps", "eval_steps",
                      "eval_batch_size", "checkpoint_every_steps", "keep_checkpoints",
-                     "compute_dtype", "num_microbatches", "init_from", "data.prefetch")
+                     "compute_dtype", "num_microbatches", "init_from", "data.prefetch",
+                     "length_buckets")
 BEST_SUBDIR = "best"
 BEST_FILE = "best.json"
 CONFIG_FILE = "config.json"
@@ -99,12 +100,15 @@ def _check_finite(step: int, values: dict[str, float]) -> None:
 
 
 def predict(task: Task, eval_step: Any, params: Any, batch_sharding: jax.sharding.Sharding,
-            split: str) -> tuple[dict[str, np.ndarray] | None, dict[str, np.ndarray]]:
-    """One pass over eval split `split`: (the summed loss sums, or None if the split has no
-    batch; the task's per-example predictions concatenated, padding rows included)."""
+            split: str, lengths: tuple[int, ...]
+            ) -> tuple[dict[str, np.ndarray] | None, dict[str, np.ndarray]]:
+    """One pass over eval split `split`, each batch at its length bucket among `lengths`
+    (train/buckets.py): (the summed loss sums, or None if the split has no batch; the task's
+    per-example predictions concatenated, padding rows included)."""
     sums = None
     predictions: dict[str, list[np.ndarray]] = collections.defaultdict(list)
     for host_batch in task.eval_batches(split):
+        host_batch = buckets.trim(host_batch, task.sequence_fields, lengths)
         batch_sums, batch_predictions = eval_step(
             params, sharding.to_global_batch(host_batch, batch_sharding))
         sums = batch_sums if sums is None else jax.tree_util.tree_map(jnp.add, sums, batch_sums)
@@ -115,9 +119,9 @@ def predict(task: Task, eval_step: Any, params: Any, batch_sharding: jax.shardin
 
 
 def evaluate(task: Task, eval_step: Any, params: Any, batch_sharding: jax.sharding.Sharding,
-             split: str) -> dict[str, float]:
+             split: str, lengths: tuple[int, ...]) -> dict[str, float]:
     """The task's metrics over one pass of eval split `split` (empty if it has no batch)."""
-    sums, predictions = predict(task, eval_step, params, batch_sharding, split)
+    sums, predictions = predict(task, eval_step, params, batch_sharding, split, lengths)
     if sums is None:
         logging.warning("eval split %r is empty: no eval metrics", split)
         return {}
@@ -236,9 +240,9 @@ def _train(config: ml_collections.ConfigDict, workdir: epath.Path,
                         in_shardings=(state_shardings.params, batch_sharding),
                         out_shardings=replicated)
     rng = jax.device_put(jax.random.PRNGKey(config.seed + 1), replicated)
+    lengths = buckets.lengths_of(config)
     progress = metrics_lib.Progress(
-        total_steps=config.total_steps, batch_size=config.batch_size, seq_len=config.seq_len,
-        flops_per_step=flops.TRAIN_FLOPS_PER_FORWARD * config.batch_size * task.flops_per_example(),
+        total_steps=config.total_steps, batch_size=config.batch_size,
         peak_flops=flops.peak_flops_per_device(config.compute_dtype) * jax.device_count())
 
     # --- Loop ---
@@ -249,9 +253,14 @@ def _train(config: ml_collections.ConfigDict, workdir: epath.Path,
     progress.start(step)
     try:
         while step < config.total_steps:
-            batch = sharding.to_global_batch(next(train_iterator), batch_sharding)
+            host_batch = buckets.trim(next(train_iterator), task.sequence_fields, lengths)
+            batch = sharding.to_global_batch(host_batch, batch_sharding)
             state, step_metrics = train_step(state, batch, rng)
             step += 1
+            length = batch["input_ids"].shape[-1]
+            progress.count(flops=flops.TRAIN_FLOPS_PER_FORWARD * config.batch_size
+                           * task.flops_per_example(length),
+                           tokens=batch["input_ids"].size)
             checkpointer.raise_if_save_failed()  # stop now, not one save interval later
             # Averages over the log interval, summed on device: no host sync between logs.
             running_sums = step_metrics if running_sums is None else jax.tree_util.tree_map(
@@ -270,7 +279,7 @@ def _train(config: ml_collections.ConfigDict, workdir: epath.Path,
                     print(progress.line(step, logged, task.console_line(logged)), flush=True)
             if step % config.eval_every_steps == 0 or last:
                 eval_metrics = {split: evaluate(task, eval_step, state.params, batch_sharding,
-                                                split) for split in task.eval_splits}
+                                                split, lengths) for split in task.eval_splits}
                 for split, metrics in eval_metrics.items():
                     if metrics:
                         writer.write(step, metrics, split=split)

@@ -58,33 +58,40 @@ def format_duration(seconds: float) -> str:
 class Progress:
     """Throughput, MFU and ETA between two logged steps, and the console line."""
 
-    def __init__(self, *, total_steps: int, batch_size: int, seq_len: int,
-                 flops_per_step: float, peak_flops: float) -> None:
+    def __init__(self, *, total_steps: int, batch_size: int, peak_flops: float) -> None:
         self.total_steps = total_steps
         self.batch_size = batch_size
-        self.seq_len = seq_len
-        self.flops_per_step = flops_per_step
         self.peak_flops = peak_flops  # over all devices
         self._last_step: int | None = None
         self._last_time = 0.0
+        self._flops = self._tokens = 0.0
 
     def start(self, step: int) -> None:
         self._last_step, self._last_time = step, time.perf_counter()
+        self._flops = self._tokens = 0.0
+
+    def count(self, *, flops: float, tokens: int) -> None:
+        """One step done: its model FLOPs and the positions it ran (padding included), which
+        differ between steps when batches run at their length bucket."""
+        self._flops += flops
+        self._tokens += tokens
 
     def measure(self, step: int) -> dict[str, float]:
         """steps/s, examples/s, tokens/s, mfu and eta_seconds since the last call."""
         now = time.perf_counter()
         steps = step - (self._last_step if self._last_step is not None else step)
         elapsed = max(now - self._last_time, 1e-9)
-        self._last_step, self._last_time = step, now
+        flops_done, tokens_done = self._flops, self._tokens
+        self.start(step)
+        self._last_time = now
         if steps <= 0:
             return {}
         steps_per_second = steps / elapsed
         return {
             "steps_per_second": steps_per_second,
             "examples_per_second": steps_per_second * self.batch_size,
-            "tokens_per_second": steps_per_second * self.batch_size * self.seq_len,
-            "mfu": steps_per_second * self.flops_per_step / self.peak_flops,
+            "tokens_per_second": tokens_done / elapsed,
+            "mfu": flops_done / elapsed / self.peak_flops,
             "eta_seconds": (self.total_steps - step) / steps_per_second,
         }
 

@@ -364,7 +364,7 @@ def plan(config: ml_collections.ConfigDict, build_task: BuildTask, target: Targe
     measurement = measure(config, build_task, target)
     task, _ = build_task(config)
     flops_per_step = (flops.TRAIN_FLOPS_PER_FORWARD * config.batch_size
-                      * task.flops_per_example())
+                      * task.flops_per_example(config.seq_len))
     result = {
         "topology": target.name,
         "devices": len(target.devices),

@@ -52,6 +52,9 @@ class Task(abc.ABC):
     model_config: ModelConfig
     eval_splits: tuple[str, ...] = ()
     selection: Selection | None = None
+    # Fields cut along their last axis to the length bucket of each batch (train/buckets.py);
+    # none: every batch runs at seq_len.
+    sequence_fields: tuple[str, ...] = ()
 
     # --- Model -----------------------------------------------------------------------------
     @abc.abstractmethod
@@ -123,8 +126,9 @@ class Task(abc.ABC):
         workdir alone is enough to fine-tune from, evaluate or export."""
         return {}
 
-    def flops_per_example(self) -> float:
-        """Forward matmul FLOPs of one example, for MFU (0: not reported)."""
+    def flops_per_example(self, seq_len: int) -> float:
+        """Forward matmul FLOPs of one example run at `seq_len`, for MFU (0: not reported)."""
+        del seq_len
         return 0.0
 
     def final_report(self, eval_metrics: dict[str, dict[str, float]]) -> None:

@@ -11,7 +11,7 @@ import jax
 import ml_collections
 
 from albert_jax.errors import ConfigError
-from albert_jax.train import optim, sharding
+from albert_jax.train import buckets, optim, sharding
 from albert_jax.train import step as step_lib
 
 # Run-config keys that count something: at least 1 when the config has them.
@@ -23,7 +23,8 @@ COMPUTE_DTYPES = ("float32", "bfloat16")
 
 def check_numbers(config: ml_collections.ConfigDict) -> None:
     """ConfigError naming the first key whose value cannot work: counts below 1, a compute
-    dtype we do not have, a dropout outside [0, 1), an optimizer value outside its range."""
+    dtype we do not have, a dropout outside [0, 1), an optimizer value outside its range, a
+    length bucket that is not a positive integer."""
     for key in POSITIVE_INTEGERS:
         if key in config and config[key] < 1:
             raise ConfigError(f"config {key}={config[key]} must be a positive integer")
@@ -35,6 +36,8 @@ def check_numbers(config: ml_collections.ConfigDict) -> None:
             raise ConfigError(f"config {key}={config[key]} must be in [0, 1)")
     if "optim" in config and "total_steps" in config:
         optim.make_optimizer(config.optim, config.total_steps)  # every optim.* value
+    if "length_buckets" in config and "seq_len" in config:
+        buckets.lengths_of(config)
 
 
 def check_run(config: ml_collections.ConfigDict, num_devices: int | None = None) -> None:

@@ -1,0 +1,70 @@
+"""Length buckets: a fine-tuning batch cut to the shortest of a few lengths that holds its
+longest example.
+
+The reference pads every fine-tuning example to max_seq_length (SPEC 8.2: 512 for GLUE and
+RACE), and most of them are far shorter (an MNLI pair is ~40 tokens): most of each step would
+be attention and feed-forward work on padding. Padding changes nothing that is read: its keys
+get the -10000 attention bias (SPEC 3.2.6; exp(-10000) is 0 in float32), every position's
+position embedding depends on its index alone, and the classifier reads [CLS]. So a batch whose
+longest example has n tokens runs at the smallest `length_buckets` entry >= n instead of
+seq_len: the same examples in the same batches as the reference, the same results up to
+floating-point rounding (with backbone dropout, its masks are drawn for the shape run: the same
+distribution, other bits), and a compiled step per bucket used (a few, not one per length).
+
+Every process must run the same shapes: with several processes the longest example is agreed
+over all of them (one small all-gather per batch). The task says which fields are cut
+(`Task.sequence_fields`, along their last axis); SQuAD cuts none, as its evaluation reads the
+span logits of every position (the reference's n-best).
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import jax
+import ml_collections
+import numpy as np
+from jax.experimental import multihost_utils
+
+from albert_jax.errors import ConfigError
+
+HostBatch = dict[str, np.ndarray]
+
+
+def bucket_lengths(length_buckets: Sequence[int], seq_len: int) -> tuple[int, ...]:
+    """The lengths batches may run at: the config's `length_buckets` below seq_len, and seq_len
+    (the longest an example can be). Empty `length_buckets`: seq_len alone (the reference)."""
+    for length in length_buckets:
+        if not isinstance(length, int) or length < 1:
+            raise ConfigError(f"config length_buckets={tuple(length_buckets)}: {length!r} is not "
+                              "a positive integer; give sequence lengths, e.g. (64, 128, 256), "
+                              "or () to run every batch at seq_len")
+    return tuple(sorted({length for length in length_buckets if length < seq_len} | {seq_len}))
+
+
+def lengths_of(config: ml_collections.ConfigDict) -> tuple[int, ...]:
+    """`bucket_lengths` of a run config (one without `length_buckets`, e.g. pretraining or a
+    workdir saved before buckets existed: seq_len alone)."""
+    return bucket_lengths(config.get("length_buckets", ()), config.seq_len)
+
+
+def longest_example(host_batch: HostBatch, mask_field: str = "input_mask") -> int:
+    """The number of positions up to the last real token of any row: [..., seq] mask -> int."""
+    mask = host_batch[mask_field]
+    real = mask.reshape(-1, mask.shape[-1]).any(axis=0)
+    return int(np.flatnonzero(real)[-1]) + 1 if real.any() else 0
+
+
+def trim(host_batch: HostBatch, sequence_fields: Sequence[str],
+         lengths: tuple[int, ...]) -> HostBatch:
+    """`host_batch` with `sequence_fields` cut along their last axis to the smallest of `lengths`
+    that holds the longest example of the global batch (every process's rows)."""
+    if not sequence_fields or len(lengths) == 1:
+        return host_batch
+    longest = longest_example(host_batch)
+    if jax.process_count() > 1:
+        longest = int(np.max(multihost_utils.process_allgather(np.int32(longest))))
+    length = next(length for length in lengths if length >= longest)
+    if length == host_batch[sequence_fields[0]].shape[-1]:
+        return host_batch
+    return {name: value[..., :length] if name in sequence_fields else value
+            for name, value in host_batch.items()}
