@@ -58,9 +58,9 @@ def _gib(count: int, digits: int = 1) -> str:
 
 
 def markdown_row(preset: str, slice_name: str, plan: dict[str, Any]) -> str:
-    """One row of the README table from the planner's JSON. A `*` marks a peak (arguments +
-    temporaries from `memory_analysis()`) above the chip's HBM in a program the TPU compiler
-    accepted: its own buffer total is lower, and only a TPU can say which holds."""
+    """One row of the README table from the planner's JSON. A `*` would mark a peak above the
+    HBM of the planner's chip table in a program the TPU compiler accepted: the table holds the
+    compiler's own "available HBM", so a `*` means libtpu changed it (update plan.CHIPS)."""
     _, what = SLICES[slice_name]
     hbm = plan["hbm_bytes_per_device"]
 
@@ -80,10 +80,10 @@ def markdown_row(preset: str, slice_name: str, plan: dict[str, Any]) -> str:
     cells = [
         preset,
         f"{slice_name} ({what})",
-        f"{plan['devices']} x {hbm // GIB} GiB",
+        f"{plan['devices']} x {_gib(hbm, 2)} GiB",
         str(plan["batch_size"] // plan["devices"]),
         f"{_gib(plan['param_bytes_per_device'] + plan['opt_state_bytes_per_device'], 2)} GiB",
-        f"{'-' if temp is None else _gib(temp)}, {peak(plan)}",
+        f"{_gib(temp)}, {peak(plan)}",
         "yes" if plan["fits"] else "no",
         change,
         f"{plan['step_seconds']:.2f} s",

@@ -215,7 +215,10 @@ def test_tpu_peak_is_the_compilers_total_for_accepted_and_refused_programs():
         assert state < result["argument_bytes_per_device"] <= state + batch_bytes
         assert (result["peak_bytes_per_device"]
                 == result["argument_bytes_per_device"] + result["temp_bytes_per_device"])
-    assert accepted["fits"] and accepted["peak_bytes_per_device"] <= 15.75 * 2**30
-    assert not refused["fits"] and refused["peak_bytes_per_device"] > 15.75 * 2**30
+    # The HBM the plan compares with is the compiler's "available HBM (15.75G)" of v5e.
+    hbm = accepted["hbm_bytes_per_device"]
+    assert hbm == refused["hbm_bytes_per_device"] == int(15.75 * 2**30)
+    assert accepted["fits"] and accepted["peak_bytes_per_device"] <= hbm
+    assert not refused["fits"] and refused["peak_bytes_per_device"] > hbm
     # 1024x the sequences: the activations, not the state, make the difference.
     assert refused["temp_bytes_per_device"] > 100 * accepted["temp_bytes_per_device"]

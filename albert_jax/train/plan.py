@@ -63,24 +63,24 @@ class Chip:
     """One TPU generation, per JAX device (a core on v2/v3, a chip from v4 on)."""
 
     name: str
-    hbm_bytes: int
+    hbm_bytes: int  # what the TPU compiler lets one program use
     peak_flops: float  # dense bf16 FLOP/s
 
 
 # Per JAX device (a TensorCore on v2/v3, a chip from v4 on: v4 and v5p run as one "megacore"
-# device). Sources, the Cloud TPU system-architecture pages: cloud.google.com/tpu/docs/v3 (32 GiB
-# HBM2 and 123 bf16 TFLOP/s per chip of two TensorCores), /v4 (32 GiB, 275 TFLOP/s per chip),
-# /v5e (16 GB, 197 TFLOP/s), /v5p (95 GB, 459 TFLOP/s), /v6e (32 GB, 918 TFLOP/s); v2: 16 GiB,
-# 45 TFLOP/s per chip of two TensorCores. The pages' GB are read as GiB: the v5e compiler says
-# "available HBM (15.75G)" of its 16. The TPU compiler itself decides what fits; these numbers
-# are what the plan prints beside its peak.
+# device). HBM: what the TPU compiler leaves to a program, the "available HBM (X G)" of its
+# refusals (libtpu 0.0.42.1, one refused compile per generation; G = GiB): a little under the
+# device's HBM (v3: 16 GiB a core, v4: 32 GiB, v5e: 16 GiB, v5p: 96 GiB, v6e: 32 GiB), so a
+# plan's "fits" and its peak agree. FLOP/s, from the Cloud TPU system-architecture pages:
+# cloud.google.com/tpu/docs/v3 (123 bf16 TFLOP/s per chip of two TensorCores), /v4 (275 per
+# chip), /v5e (197), /v5p (459), /v6e (918); v2: 45 per chip of two TensorCores.
 CHIPS = {
-    "v2": Chip("v2", 8 * GIB, 22.5e12),
-    "v3": Chip("v3", 16 * GIB, 61.5e12),
-    "v4": Chip("v4", 32 * GIB, 275e12),
-    "v5e": Chip("v5e", 16 * GIB, 197e12),
-    "v5p": Chip("v5p", 95 * GIB, 459e12),
-    "v6e": Chip("v6e", 32 * GIB, 918e12),
+    "v2": Chip("v2", int(7.48 * GIB), 22.5e12),
+    "v3": Chip("v3", int(15.48 * GIB), 61.5e12),
+    "v4": Chip("v4", int(30.75 * GIB), 275e12),
+    "v5e": Chip("v5e", int(15.75 * GIB), 197e12),
+    "v5p": Chip("v5p", int(95.74 * GIB), 459e12),
+    "v6e": Chip("v6e", int(31.25 * GIB), 918e12),
 }
 # The first word of a topology name ("v5e:16x16") -> chip; v5litepod / v6e names as gcloud's.
 _CHIP_ALIASES = {"v5litepod": "v5e", "v5lite": "v5e", "v6": "v6e", "v6lite": "v6e"}
@@ -247,7 +247,7 @@ def measure(config: ml_collections.ConfigDict, build_task: BuildTask,
         temp = peak - argument_bytes
     elif target.is_tpu and report_total is not None:
         # The TPU compiler has already compared this total with the HBM it leaves to programs
-        # (v5e: 15.75G of 16).
+        # (CHIPS).
         peak, fits = report_total, True
         temp = peak - argument_bytes
     else:
