@@ -24,6 +24,22 @@ def cli(*arguments: str, timeout: int = 600,
                           timeout=timeout, env=environment or dict(os.environ))
 
 
+def run_python_processes(scripts: list[str], environments: list[dict[str, str]],
+                         cwd: Path = REPO, timeout: int = 300) -> list[tuple[int, str]]:
+    """Runs `python -c SCRIPT` for every script at once (the processes of one multi-process
+    job), each with its environment; (return code, stdout + stderr) of each, in order."""
+    processes = [subprocess.Popen([sys.executable, "-c", script], env=environment, cwd=cwd,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                 for script, environment in zip(scripts, environments)]
+    try:
+        outputs = [process.communicate(timeout=timeout)[0] for process in processes]
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+    return [(process.returncode, output) for process, output in zip(processes, outputs)]
+
+
 # The data settings of the tiny pretraining runs (on top of configs/pretrain.py:runlocal).
 DEMO_DATA = {"data.vocab_size": 400, "seq_len": 64, "data.dupe_factor": 2,
              "data.eval_fraction": 0.05}

@@ -3,8 +3,6 @@ its longest example, with the results of the batch padded to seq_len."""
 import json
 import os
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,12 +14,12 @@ from albert_jax.train import buckets, validation
 from configs import glue as glue_config
 from configs import squad as squad_config
 import test_finetune
+from cli_fixtures import run_python_processes
 from finetune_fixtures import write_glue_task
 from test_finetune import small_config
 
 pretrained = test_finetune.pretrained  # the fixture: a tiny pretraining workdir
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GLUE_FIELDS = ("input_ids", "segment_ids", "input_mask")
 
 
@@ -85,9 +83,9 @@ def test_two_processes_agree_on_the_bucket(tmp_path):
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    processes = []
+    scripts = []
     for rank, longest in enumerate((10, 40)):
-        script = (
+        scripts.append(
             "import numpy as np; from albert_jax import distributed; "
             f"distributed.initialize(True, coordinator_address='localhost:{port}', "
             f"num_processes=2, process_id={rank}); "
@@ -96,18 +94,9 @@ def test_two_processes_agree_on_the_bucket(tmp_path):
             "batch = {'input_ids': mask, 'segment_ids': mask, 'input_mask': mask}; "
             "trimmed = buckets.trim(batch, tuple(batch), (16, 32, 64, 128)); "
             "print('length', trimmed['input_ids'].shape[-1])")
-        env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
-        processes.append(subprocess.Popen([sys.executable, "-c", script], env=env, cwd=REPO,
-                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                          text=True))
-    try:
-        outputs = [process.communicate(timeout=300)[0] for process in processes]
-    finally:
-        for process in processes:
-            if process.poll() is None:
-                process.kill()
-    for process, output in zip(processes, outputs):
-        assert process.returncode == 0, output[-3000:]
+    environment = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
+    for returncode, output in run_python_processes(scripts, [environment, environment]):
+        assert returncode == 0, output[-3000:]
         assert "length 64" in output, output[-3000:]
 
 

@@ -40,7 +40,7 @@ from albert_jax import pretraining  # noqa: E402
 from albert_jax import config as config_lib, distributed  # noqa: E402
 from albert_jax.model import AlbertForPreTraining  # noqa: E402
 from albert_jax.train import checkpoint, loop, optim, sharding, state as state_lib  # noqa: E402
-from cli_fixtures import build_demo_pretraining_data, config_flags  # noqa: E402
+from cli_fixtures import build_demo_pretraining_data, config_flags, run_python_processes  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-m", "albert_jax.cli"]
@@ -263,23 +263,13 @@ def test_auto_detected_slurm_environment(tmp_path):
     script = ("from albert_jax import distributed; distributed.initialize(True); import jax; "
               "from jax.experimental import multihost_utils; "
               "print('sum', int(multihost_utils.process_allgather(jax.process_index() + 1).sum()))")
-    processes = []
-    for rank in range(2):
-        env = {**os.environ, "JAX_PLATFORMS": "cpu", "SLURM_JOB_ID": "4242",
-               "SLURM_STEP_NODELIST": "localhost", "SLURM_NTASKS": "2",
-               "SLURM_PROCID": str(rank), "SLURM_LOCALID": str(rank),
-               "JAX_COORDINATOR_PORT": str(port), "XLA_FLAGS": ""}
-        processes.append(subprocess.Popen([sys.executable, "-c", script], env=env, cwd=tmp_path,
-                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                          text=True))
-    try:
-        outputs = [process.communicate(timeout=300)[0] for process in processes]
-    finally:
-        for process in processes:
-            if process.poll() is None:
-                process.kill()
-    for rank, (process, output) in enumerate(zip(processes, outputs)):
-        assert process.returncode == 0, output[-3000:]
+    environments = [{**os.environ, "JAX_PLATFORMS": "cpu", "SLURM_JOB_ID": "4242",
+                     "SLURM_STEP_NODELIST": "localhost", "SLURM_NTASKS": "2",
+                     "SLURM_PROCID": str(rank), "SLURM_LOCALID": str(rank),
+                     "JAX_COORDINATOR_PORT": str(port), "XLA_FLAGS": ""} for rank in range(2)]
+    finished = run_python_processes([script, script], environments, cwd=tmp_path)
+    for rank, (returncode, output) in enumerate(finished):
+        assert returncode == 0, output[-3000:]
         assert (f"multihost: process {rank} of 2, 1 local / 2 global cpu devices "
                 "(cluster: SLURM)") in output
         assert "sum 3" in output  # 1 + 2: a collective over both processes
