@@ -4,7 +4,7 @@ compiled, then taken out.
 
   .venv/bin/python -m benchmarks.ab_model_variants [--case=finetune|train] [--repeats=5]
       [--dtype=float32|bfloat16]
-      [--variants=layernorm_vjp,layernorm_fast_variance,dot_product_attention,...]
+      [--variants=layernorm_fast_variance,dot_product_attention,...]
 
 Contenders, interleaved as in bench_table (A, B, C, ... per round, medians of per-round ratios):
 our current step, our step with each variant, and HuggingFace Flax. The case is bench_table's
@@ -12,10 +12,9 @@ our current step, our step with each variant, and HuggingFace Flax. The case is 
 Before timing, each variant's loss and gradients are checked against the current model's on the
 same batch (max relative difference printed), so a faster variant that changes the numerics shows.
 
-Variants (why: the fine-tuning profile in benchmarks/RESULTS.md):
-  layernorm_vjp            the same two-pass float32 forward (SPEC 3.2.3), with the closed-form
-                           backward dx = (g - mean(g) - x_hat * mean(g * x_hat)) / sigma as a
-                           custom VJP instead of autodiff through mean and variance.
+Variants (why: the fine-tuning profile in benchmarks/RESULTS.md; `layernorm_vjp`, the
+closed-form LayerNorm backward, measured 1.03x on the train step and moved into
+model/layers.py):
   layernorm_fast_variance  variance as E[x^2] - E[x]^2 in one pass (flax nn.LayerNorm's default,
                            what HF Flax runs), autodiff backward.
   dot_product_attention    scores, softmax and context through jax.nn.dot_product_attention.
@@ -49,33 +48,6 @@ from configs import glue as glue_config
 # LayerNorm variants: subclasses of layers.LayerNorm (same parameters and names).
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
-def _layer_norm(x: jax.Array, scale: jax.Array, bias: jax.Array, epsilon: float) -> jax.Array:
-    return _layer_norm_forward(x, scale, bias, epsilon)[0]
-
-
-def _layer_norm_forward(x, scale, bias, epsilon):
-    mean = jnp.mean(x, axis=-1, keepdims=True)
-    centered = x - mean
-    inverse_std = jax.lax.rsqrt(jnp.mean(jnp.square(centered), axis=-1, keepdims=True) + epsilon)
-    normed = centered * inverse_std
-    return normed * scale + bias, (normed, inverse_std, scale)
-
-
-def _layer_norm_backward(epsilon, saved, upstream):
-    del epsilon
-    normed, inverse_std, scale = saved
-    batch_axes = tuple(range(upstream.ndim - 1))
-    scaled = upstream * scale
-    grad_x = inverse_std * (scaled - jnp.mean(scaled, axis=-1, keepdims=True)
-                            - normed * jnp.mean(scaled * normed, axis=-1, keepdims=True))
-    return (grad_x, jnp.sum(upstream * normed, axis=batch_axes),
-            jnp.sum(upstream, axis=batch_axes))
-
-
-_layer_norm.defvjp(_layer_norm_forward, _layer_norm_backward)
-
-
 def _layer_norm_params(module: layers.LayerNorm, features: int) -> tuple[jax.Array, jax.Array]:
     scale = module.param("scale", nn.with_logical_partitioning(nn.initializers.ones,
                                                                (module.axis_name,)),
@@ -84,14 +56,6 @@ def _layer_norm_params(module: layers.LayerNorm, features: int) -> tuple[jax.Arr
                                                              (module.axis_name,)),
                         (features,), jnp.float32)
     return scale, bias
-
-
-class LayerNormVJP(layers.LayerNorm):
-    @nn.compact
-    def __call__(self, inputs: jax.Array) -> jax.Array:
-        scale, bias = _layer_norm_params(self, inputs.shape[-1])
-        return _layer_norm(inputs.astype(jnp.float32), scale, bias,
-                           self.epsilon).astype(self.dtype)
 
 
 class LayerNormFastVariance(layers.LayerNorm):
@@ -262,7 +226,6 @@ class AttentionLowPrecisionGrads(encoder.AttentionBlock):
 # variant -> (module whose global is replaced, the global's name, the replacement). The model
 # looks these names up when it is traced, so the replacement holds for what is traced inside.
 VARIANTS: dict[str, tuple[Any, str, type]] = {
-    "layernorm_vjp": (layers, "LayerNorm", LayerNormVJP),
     "layernorm_fast_variance": (layers, "LayerNorm", LayerNormFastVariance),
     "dot_product_attention": (encoder, "AttentionBlock", DotProductAttentionBlock),
     "dense_low_precision_grads": (layers, "Dense", DenseLowPrecisionGrads),

@@ -542,6 +542,30 @@ def test_layer_norm_epsilon_is_1e_12() -> None:
     np.testing.assert_allclose(jnp.var(y, axis=-1), variance / (variance + 1e-12), rtol=1e-4)
 
 
+def test_layer_norm_gradient_is_the_textbook_gradient() -> None:
+    # LayerNorm's backward is written out (a custom VJP, one pass): it must be the gradient of
+    # the textbook formula, here by autodiff of it, for the input, scale and bias, also for
+    # features whose mean is far from 0 (the two-pass variance keeps that exact).
+    rng = np.random.default_rng(4)
+    x = jnp.asarray(rng.standard_normal((2, 3, 16)) * 2.0 + 50.0, jnp.float32)
+    cotangent = jnp.asarray(rng.standard_normal((2, 3, 16)), jnp.float32)
+    norm = layers.LayerNorm(1e-12, "hidden")
+    params = nn.unbox(norm.init(jax.random.key(0), x))
+    params = jax.tree.map(lambda p: p + jnp.asarray(rng.standard_normal(p.shape), jnp.float32),
+                          params)
+
+    def textbook(params, x):
+        scale, bias = params["params"]["scale"], params["params"]["bias"]
+        mean = x.mean(-1, keepdims=True)
+        variance = ((x - mean) ** 2).mean(-1, keepdims=True)
+        return (x - mean) / jnp.sqrt(variance + 1e-12) * scale + bias
+
+    ours = jax.grad(lambda p, x: jnp.sum(norm.apply(p, x) * cotangent), (0, 1))(params, x)
+    want = jax.grad(lambda p, x: jnp.sum(textbook(p, x) * cotangent), (0, 1))(params, x)
+    for got, expected in zip(jax.tree.leaves(ours), jax.tree.leaves(want)):
+        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+
+
 def test_gathered_mlm_head_equals_full_sequence_head() -> None:
     config = get_config("tiny", num_hidden_layers=2)
     batch = make_batch(config)

@@ -7,6 +7,7 @@ bf16 x bf16 -> f32 dot is the fast path, a pure bf16 dot is not faster and loses
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable
 
 import flax.linen as nn
@@ -126,8 +127,42 @@ class Embed(nn.Module):
         return matmul(query, self.embedding.T, self.dtype)
 
 
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
+def _layer_norm(x: jax.Array, scale: jax.Array, bias: jax.Array, epsilon: float) -> jax.Array:
+    """(x - mean) / sqrt(var + epsilon) * scale + bias over the last axis, float32 [..., H]."""
+    return _layer_norm_forward(x, scale, bias, epsilon)[0]
+
+
+def _layer_norm_forward(x: jax.Array, scale: jax.Array, bias: jax.Array, epsilon: float
+                        ) -> tuple[jax.Array, tuple[jax.Array, ...]]:
+    # Two-pass variance (mean of squared deviations): no cancellation when |mean| >> std.
+    mean = jnp.mean(x, axis=-1, keepdims=True)
+    centered = x - mean
+    inverse_std = jax.lax.rsqrt(jnp.mean(jnp.square(centered), axis=-1, keepdims=True) + epsilon)
+    normed = centered * inverse_std
+    return normed * scale + bias, (normed, inverse_std, scale)
+
+
+def _layer_norm_backward(epsilon: float, saved: tuple[jax.Array, ...], upstream: jax.Array
+                         ) -> tuple[jax.Array, jax.Array, jax.Array]:
+    # The closed form of the gradient, in one pass over [..., H] (autodiff of the two-pass
+    # forward takes several: the profile's LayerNorm backward was 2.8x HF's; the train step is
+    # 1.03x faster with this, benchmarks/RESULTS.md).
+    del epsilon
+    normed, inverse_std, scale = saved
+    batch_axes = tuple(range(upstream.ndim - 1))
+    scaled = upstream * scale
+    grad_x = inverse_std * (scaled - jnp.mean(scaled, axis=-1, keepdims=True)
+                            - normed * jnp.mean(scaled * normed, axis=-1, keepdims=True))
+    return grad_x, jnp.sum(upstream * normed, axis=batch_axes), jnp.sum(upstream, axis=batch_axes)
+
+
+_layer_norm.defvjp(_layer_norm_forward, _layer_norm_backward)
+
+
 class LayerNorm(nn.Module):
-    """LayerNorm over the last axis, computed in float32 (SPEC 3.2.3: eps 1e-12)."""
+    """LayerNorm over the last axis, computed in float32 (SPEC 3.2.3: eps 1e-12), with its
+    closed-form gradient."""
 
     epsilon: float
     axis_name: str
@@ -142,11 +177,8 @@ class LayerNorm(nn.Module):
         bias = self.param("bias", nn.with_logical_partitioning(nn.initializers.zeros,
                                                                (self.axis_name,)),
                           (features,), jnp.float32)
-        x = inputs.astype(jnp.float32)
-        mean = jnp.mean(x, axis=-1, keepdims=True)
-        variance = jnp.mean(jnp.square(x - mean), axis=-1, keepdims=True)
-        normed = (x - mean) * jax.lax.rsqrt(variance + self.epsilon)
-        return (normed * scale + bias).astype(self.dtype)
+        return _layer_norm(inputs.astype(jnp.float32), scale, bias,
+                           self.epsilon).astype(self.dtype)
 
 
 def activation(name: str) -> Callable[[jax.Array], jax.Array]:
