@@ -66,6 +66,14 @@ def test_trim_cuts_only_the_sequence_fields_to_the_bucket():
     assert buckets.trim(glue_batch([300], 512), GLUE_FIELDS, (64, 512))["input_ids"].shape == (1, 512)
     assert buckets.trim(batch, (), (64, 512)) is batch
     assert buckets.trim(batch, GLUE_FIELDS, (512,)) is batch
+    # RACE: [batch, 4 options, seq], cut along the sequence; the longest option decides.
+    race = {name: np.zeros((2, 4, 512), np.int32) for name in GLUE_FIELDS}
+    race["input_mask"][0, 3, :150] = 1
+    race["level"] = np.array([0, 1], np.int32)
+    trimmed = buckets.trim(race, GLUE_FIELDS, (64, 128, 256, 512))
+    assert {name: trimmed[name].shape for name in GLUE_FIELDS} == dict.fromkeys(GLUE_FIELDS,
+                                                                              (2, 4, 256))
+    assert trimmed["input_mask"][0, 3].sum() == 150 and trimmed["level"] is race["level"]
 
 
 def test_squad_refuses_buckets():
