@@ -241,6 +241,9 @@ def _train(config: ml_collections.ConfigDict, workdir: epath.Path,
                         out_shardings=replicated)
     rng = jax.device_put(jax.random.PRNGKey(config.seed + 1), replicated)
     lengths = buckets.lengths_of(config)
+    if is_main and task.sequence_fields and len(lengths) > 1:
+        print(f"Each batch runs at the shortest of the sequence lengths {lengths} that holds its "
+              "longest example (config length_buckets); each length compiles once.", flush=True)
     progress = metrics_lib.Progress(
         total_steps=config.total_steps, batch_size=config.batch_size,
         peak_flops=flops.peak_flops_per_device(config.compute_dtype) * jax.device_count())
