@@ -8,8 +8,8 @@ runs one warm-up call each, then `--repeats` rounds of A, B, A, B ... (`--steps`
 A ratio is HF seconds / our seconds inside one round; the table gives the median over rounds of
 the step times and of the ratios, so slow phases of the shared machine hit both sides alike.
 MFU (train, inference, fine-tuning) is taken the same way: the fp32 matmul ceiling (5 jitted
-2048^3 dots) runs as one more contender in every round, and MFU is the median over rounds of
-(model FLOPs / step seconds) / that round's ceiling.
+2048^3 dots, after 3 untimed ones) runs as one more contender in every round, and MFU is the
+median over rounds of (model FLOPs / step seconds) / that round's ceiling.
 
 Cases (the shapes of ../shared/peers, random weights, nothing downloaded):
   train_base   albert-base-v2 (E128 H768 L12), batch 8, seq 128, 20 masked positions: our train
@@ -131,22 +131,30 @@ def matmul_ceiling(dtype: str = "float32", size: int = 2048, repeats: int = 7) -
 
 
 CEILING = "fp32 matmul ceiling"
-CEILING_SIZE, CEILING_CALLS = 2048, 5
+# The first dots after a model step run at 150-350 GFLOP/s, the following ones at 430-495 (the
+# thread pool and caches warm up again; measured turn by turn): a turn warms up first, so the
+# ceiling is the machine's, not the moment after a switch.
+CEILING_SIZE, CEILING_WARMUP_CALLS, CEILING_CALLS = 2048, 3, 5
 
 
-def ceiling_contender() -> tuple[Contender, float]:
-    """(CEILING_CALLS jitted [2048, 2048] fp32 dots as one turn, the FLOPs of that turn): timed
-    among a case's contenders, so MFU divides by the ceiling of the same moments."""
+def ceiling_contender() -> tuple[Contender, list[float]]:
+    """A turn of CEILING_WARMUP_CALLS untimed, then CEILING_CALLS timed jitted [2048, 2048]
+    fp32 dots, run among a case's contenders so MFU divides by the ceiling of the same moments;
+    each turn appends its timed FLOP/s to the returned list."""
     operand = jnp.ones((CEILING_SIZE, CEILING_SIZE), jnp.float32)
     matmul = jax.jit(lambda a, b: jnp.dot(a, b, preferred_element_type=jnp.float32))
     compiled, compile_s = compile_timed(matmul, operand, operand)
+    readings: list[float] = []
 
     def run() -> None:
+        for _ in range(CEILING_WARMUP_CALLS):
+            compiled(operand, operand).block_until_ready()
+        start = time.perf_counter()
         for _ in range(CEILING_CALLS):
             compiled(operand, operand).block_until_ready()
+        readings.append(CEILING_CALLS * 2.0 * CEILING_SIZE**3 / (time.perf_counter() - start))
 
-    return (Contender(CEILING, run, compile_s, peak_bytes(compiled)),
-            CEILING_CALLS * 2.0 * CEILING_SIZE**3)
+    return Contender(CEILING, run, compile_s, peak_bytes(compiled)), readings
 
 
 def interleave(contenders: list[Contender], repeats: int, steps: int) -> dict[str, list[float]]:
@@ -462,9 +470,11 @@ def _speed_rows(case: str, contenders: list[Contender], repeats: int, steps: int
     """Interleaved timings of `contenders`; for those in `flops_per_step`, MFU per round
     against the fp32 matmul ceiling timed in the same round (median over rounds). Ours (the
     contenders with FLOPs) also get the ratio to the fastest of `peers` (by median step)."""
-    ceiling, ceiling_flops = ceiling_contender()
+    ceiling, readings = ceiling_contender()
     times = interleave(contenders + [ceiling], repeats, steps)
-    ceilings = [ceiling_flops / seconds for seconds in times[CEILING]]
+    rounds = readings[1:]  # interleave's warm-up turn first, then `steps` turns a round
+    ceilings = [statistics.median(rounds[index * steps:(index + 1) * steps])
+                for index in range(repeats)]
     rows = []
     for contender in contenders:
         step_s = statistics.median(times[contender.name])
