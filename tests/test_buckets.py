@@ -136,8 +136,12 @@ def test_a_bucketed_run_gives_the_padded_runs_results(pretrained, tmp_path, monk
         lengths_run.clear()
         workdir = tmp_path / name
         finetune_run.finetune(config, str(workdir))
-        results[name] = (train_losses(workdir), json.loads((workdir / "best.json").read_text()),
-                         sorted(set(lengths_run)))
+        best = json.loads((workdir / "best.json").read_text())
+        # `evaluate` reads the buckets from the saved config and scores the best checkpoint.
+        finetune_run.evaluate(str(workdir), "dev")
+        scored = json.loads((workdir / "predictions" / "dev" / "metrics.json").read_text())
+        assert scored["accuracy"] == pytest.approx(best["value"])
+        results[name] = (train_losses(workdir), best, sorted(set(lengths_run)))
     padded, bucketed = results["padded"], results["bucketed"]
     assert padded[2] == [64]
     assert bucketed[2] and min(bucketed[2]) < 64, bucketed[2]
