@@ -12,7 +12,9 @@ floating-point rounding (with backbone dropout, its masks are drawn for the shap
 distribution, other bits), and a compiled step per bucket used (a few, not one per length).
 
 Every process must run the same shapes: with several processes the longest example is agreed
-over all of them (one small all-gather per batch). The task says which fields are cut
+over all of them (one small all-gather per batch; it runs on the devices, after the step in
+flight, so the host no longer dispatches steps ahead: a few milliseconds of device time a step,
+against the padding's work saved). The task says which fields are cut
 (`Task.sequence_fields`, along their last axis); SQuAD cuts none, as its evaluation reads the
 span logits of every position (the reference's n-best).
 """
