@@ -71,10 +71,22 @@ class LayerNormFastVariance(layers.LayerNorm):
 
 
 # ---------------------------------------------------------------------------------------------
-# Attention through jax.nn.dot_product_attention: a subclass of encoder.AttentionBlock.
+# Attention variants: subclasses of encoder.AttentionBlock that replace its core.
 
 
-class DotProductAttentionBlock(encoder.AttentionBlock):
+class _AttentionVariant(encoder.AttentionBlock):
+    """encoder.AttentionBlock (no dropout: the variants are measured without it) with the
+    scores -> softmax -> context core replaced by `attend`; the projections, output and
+    LayerNorm as the model has them (same parameters and names)."""
+
+    variant = ""
+
+    def attend(self, query: jax.Array, key: jax.Array, value: jax.Array,
+               attention_bias: jax.Array) -> jax.Array:
+        """[batch, q, heads, head_dim] x2 [batch, k, heads, head_dim] -> context
+        [batch, q, heads, head_dim]."""
+        raise NotImplementedError
+
     @nn.compact
     def __call__(self, hidden: jax.Array, attention_bias: jax.Array,
                  query_positions: jax.Array | None = None) -> jax.Array:
@@ -82,25 +94,32 @@ class DotProductAttentionBlock(encoder.AttentionBlock):
         dtype = config.compute_dtype
         batch, _, width = hidden.shape
         heads = config.num_attention_heads
-        head_dim = width // heads
         init = layers.truncated_normal(config.initializer_range)
+        if config.attention_probs_dropout_prob > 0 or config.hidden_dropout_prob > 0:
+            raise ValueError(f"the {self.variant} variant is measured without dropout")
         queries_from = (hidden if query_positions is None
                         else layers.gather_positions(hidden, query_positions))
 
         def project(name: str, inputs: jax.Array) -> jax.Array:
             out = layers.Dense(width, ("hidden", "heads"), init, dtype=dtype, name=name)(inputs)
-            return out.reshape(batch, -1, heads, head_dim)
+            return out.reshape(batch, -1, heads, width // heads)
 
         query = project("query", queries_from)
         key, value = project("key", hidden), project("value", hidden)
-        if config.attention_probs_dropout_prob > 0 or config.hidden_dropout_prob > 0:
-            raise ValueError("the dot_product_attention variant is measured without dropout")
-        context = jax.nn.dot_product_attention(query, key, value, bias=attention_bias,
-                                               scale=1.0 / math.sqrt(head_dim))
+        context = self.attend(query, key, value, attention_bias).astype(dtype)
         output = layers.Dense(width, ("heads", "hidden"), init, dtype=dtype,
-                              name="output")(context.reshape(batch, -1, width).astype(dtype))
+                              name="output")(context.reshape(batch, -1, width))
         return layers.LayerNorm(config.layer_norm_eps, "hidden", dtype=dtype,
                                 name="LayerNorm")(output + queries_from)
+
+
+class DotProductAttentionBlock(_AttentionVariant):
+    variant = "dot_product_attention"
+
+    def attend(self, query: jax.Array, key: jax.Array, value: jax.Array,
+               attention_bias: jax.Array) -> jax.Array:
+        return jax.nn.dot_product_attention(query, key, value, bias=attention_bias,
+                                            scale=1.0 / math.sqrt(query.shape[-1]))
 
 
 # bf16 compute: XLA on CPU runs the forward dots on bf16 inputs, but the backward dots on float32
@@ -188,39 +207,19 @@ def _einsum_backward(spec, saved, upstream):
 _einsum_with_low_precision_grads.defvjp(_einsum_forward, _einsum_backward)
 
 
-class AttentionLowPrecisionGrads(encoder.AttentionBlock):
+class AttentionLowPrecisionGrads(_AttentionVariant):
     """encoder.AttentionBlock (no dropout) with the scores and context einsums' backward dots
     bf16 x bf16."""
 
-    @nn.compact
-    def __call__(self, hidden: jax.Array, attention_bias: jax.Array,
-                 query_positions: jax.Array | None = None) -> jax.Array:
-        config = self.config
-        dtype = config.compute_dtype
-        batch, _, width = hidden.shape
-        heads = config.num_attention_heads
-        head_dim = width // heads
-        init = layers.truncated_normal(config.initializer_range)
-        if config.attention_probs_dropout_prob > 0 or config.hidden_dropout_prob > 0:
-            raise ValueError("the attention_low_precision_grads variant is measured without "
-                             "dropout")
-        queries_from = (hidden if query_positions is None
-                        else layers.gather_positions(hidden, query_positions))
+    variant = "attention_low_precision_grads"
 
-        def project(name: str, inputs: jax.Array) -> jax.Array:
-            out = layers.Dense(width, ("hidden", "heads"), init, dtype=dtype, name=name)(inputs)
-            return out.reshape(batch, -1, heads, head_dim)
-
-        query = project("query", queries_from)
-        key, value = project("key", hidden), project("value", hidden)
+    def attend(self, query: jax.Array, key: jax.Array, value: jax.Array,
+               attention_bias: jax.Array) -> jax.Array:
         scores = _einsum_with_low_precision_grads("bqnd,bknd->bnqk", query, key)
-        probs = jax.nn.softmax(scores * (1.0 / math.sqrt(head_dim)) + attention_bias, axis=-1)
-        context = _einsum_with_low_precision_grads("bnqk,bknd->bqnd", probs.astype(dtype),
-                                                   value).astype(dtype)
-        output = layers.Dense(width, ("heads", "hidden"), init, dtype=dtype,
-                              name="output")(context.reshape(batch, -1, width))
-        return layers.LayerNorm(config.layer_norm_eps, "hidden", dtype=dtype,
-                                name="LayerNorm")(output + queries_from)
+        probs = jax.nn.softmax(scores * (1.0 / math.sqrt(query.shape[-1])) + attention_bias,
+                               axis=-1)
+        return _einsum_with_low_precision_grads("bnqk,bknd->bqnd",
+                                                probs.astype(query.dtype), value)
 
 
 # variant -> (module whose global is replaced, the global's name, the replacement). The model
