@@ -67,7 +67,10 @@ class Progress:
         self._flops = self._tokens = 0.0
 
     def start(self, step: int) -> None:
-        self._last_step, self._last_time = step, time.perf_counter()
+        self._restart(step, time.perf_counter())
+
+    def _restart(self, step: int, now: float) -> None:
+        self._last_step, self._last_time = step, now
         self._flops = self._tokens = 0.0
 
     def count(self, *, flops: float, tokens: int) -> None:
@@ -82,8 +85,7 @@ class Progress:
         steps = step - (self._last_step if self._last_step is not None else step)
         elapsed = max(now - self._last_time, 1e-9)
         flops_done, tokens_done = self._flops, self._tokens
-        self.start(step)
-        self._last_time = now
+        self._restart(step, now)
         if steps <= 0:
             return {}
         steps_per_second = steps / elapsed
