@@ -26,7 +26,7 @@ Cases (the shapes of ../shared/peers, random weights, nothing downloaded):
                FlaxAlbertForSequenceClassification + optax.adamw.
   finetune_glue512
                GLUE as the reference runs it (seq_len 512, SPEC 8.2), batch 8, on 4 batches of
-               pairs of 16-120 tokens (MNLI-like): our step with the default length buckets
+               pairs of 16-120 tokens (uniform): our step with the default length buckets
                (train/buckets.py: each batch at the bucket of its longest pair), our step
                padded to 512, HF Flax padded to 512. The same examples and results; the
                buckets skip the padding's work.
@@ -282,7 +282,8 @@ def glue_batches(batch: int, seq_len: int, lengths: tuple[int, int], count: int,
         positions = np.arange(seq_len)[None]
         mask = (positions < real[:, None]).astype(np.int32)
         second = (positions >= (real // 2)[:, None]).astype(np.int32) * mask
-        batches.append({"input_ids": rng.integers(5, vocab, (batch, seq_len)).astype(np.int32) * mask,
+        token_ids = rng.integers(5, vocab, (batch, seq_len)).astype(np.int32)
+        batches.append({"input_ids": token_ids * mask,
                         "segment_ids": second, "input_mask": mask,
                         "labels": rng.integers(0, 2, batch).astype(np.int32),
                         "example_weight": np.ones(batch, np.float32)})
@@ -544,7 +545,7 @@ def finetune_case(model_config: ModelConfig, repeats: int, steps: int) -> list[d
 
 
 GLUE_SEQ_LEN = 512  # SPEC 8.2: the reference's max_seq_length for GLUE
-GLUE_LENGTHS = (16, 120)  # tokens per pair, uniform: MNLI's average is ~40, few exceed 128
+GLUE_LENGTHS = (16, 120)  # tokens per pair, uniform: short pairs, all in the 128 bucket
 
 
 def finetune_lengths_case(model_config: ModelConfig, repeats: int,

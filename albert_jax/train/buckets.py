@@ -2,7 +2,7 @@
 longest example.
 
 The reference pads every fine-tuning example to max_seq_length (SPEC 8.2: 512 for GLUE and
-RACE), and most of them are far shorter (an MNLI pair is ~40 tokens): most of each step would
+RACE), and most GLUE examples are far shorter than that: most of each step would
 be attention and feed-forward work on padding. Padding changes nothing that is read: its keys
 get the -10000 attention bias (SPEC 3.2.6; exp(-10000) is 0 in float32), every position's
 position embedding depends on its index alone, and the classifier reads [CLS]. So a batch whose
