@@ -21,6 +21,7 @@ import os
 import sys
 from typing import Any, Callable, Sequence
 
+import jax
 import ml_collections
 from absl import app, flags
 from absl import logging as absl_logging
@@ -173,6 +174,10 @@ def _plan() -> None:
         # Before JAX starts its CPU backend: N fake devices (the last flag given wins).
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
                                    + f" --xla_force_host_platform_device_count={_DEVICES.value}")
+    # The plan is read from the compiler's own reports (its memory report, the time it took),
+    # which a program loaded from a persistent compilation cache (JAX_COMPILATION_CACHE_DIR, as
+    # pods often set) does not carry: this process compiles everything itself.
+    jax.config.update("jax_enable_compilation_cache", False)
     target = (plan_lib.tpu_target(_TOPOLOGY.value) if _TOPOLOGY.value is not None
               else plan_lib.cpu_target(_DEVICES.value, _HBM_GIB.value, _PEAK_TFLOPS.value))
     result = plan_lib.plan(config, _plan_task, target, mfu=_MFU.value, try_levers=_LEVERS.value)

@@ -150,6 +150,9 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--batch", type=int, default=2, help="batch size of the first repeat")
     args = parser.parse_args()
+    # Compile times are measured: nothing may come from a persistent compilation cache
+    # (JAX_COMPILATION_CACHE_DIR).
+    jax.config.update("jax_enable_compilation_cache", False)
     depths = [int(depth) for depth in args.layers.split(",")]
     batch_sizes = [args.batch + repeat for repeat in range(args.repeats)]
 

@@ -665,6 +665,9 @@ def main() -> None:
     unknown = sorted(set(cases) - set(CASES))
     if unknown:
         parser.error(f"unknown case(s) {unknown}; choose from {CASES}")
+    # Compile times are measured: nothing may come from a persistent compilation cache
+    # (JAX_COMPILATION_CACHE_DIR).
+    jax.config.update("jax_enable_compilation_cache", False)
     result = run_cases(cases, args.repeats, args.steps)
     if args.json:
         print(json.dumps(result, indent=1))

@@ -1,4 +1,24 @@
-"""Eight fake CPU devices for every test, set before jax initialises its backend."""
+"""Set before jax initialises: eight fake CPU devices for every test, and one persistent JAX
+compilation cache for the whole run: the pytest process, its xdist workers (which inherit the
+environment) and the CLI subprocesses the tests start.
+
+The cache is why the suite fits its time: the tests compile the same tiny programs again and
+again (every GLUE task's step, the same pretraining run behind several files' fixtures, each
+restart of a killed run), and a cached program loads in milliseconds. It lives in a fresh
+directory that the process which made it removes when it exits, so no test sees a program that
+another run compiled. tests/test_reliability.py gives its subprocesses a cache of their own.
+"""
+import atexit
 import os
+import shutil
+import tempfile
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+
+if "ALBERT_JAX_TESTS_JAX_CACHE" not in os.environ:  # the first process of this run
+    os.environ["ALBERT_JAX_TESTS_JAX_CACHE"] = tempfile.mkdtemp(prefix="albert_jax_tests_jax_cache_")
+    atexit.register(shutil.rmtree, os.environ["ALBERT_JAX_TESTS_JAX_CACHE"], ignore_errors=True)
+os.environ["JAX_COMPILATION_CACHE_DIR"] = os.environ["ALBERT_JAX_TESTS_JAX_CACHE"]
+# Cache every program, however fast it compiled: the tests' programs are small.
+os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"

@@ -121,6 +121,28 @@ def test_cli_json_reports_a_config_that_does_not_fit_and_the_lever_that_fits():
     assert all(option["fits"] for option in report["also_fits_with"])
 
 
+def test_cli_plans_from_its_own_compile_with_a_warm_compilation_cache(tmp_path):
+    # Pods often set JAX_COMPILATION_CACHE_DIR. A program loaded from that cache carries no
+    # memory report, so a second plan of the same config would lose its largest buffers (and,
+    # on TPU, the compiler's total): the planner compiles everything itself.
+    environment = dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(tmp_path / "jax_cache"),
+                       JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+                       JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
+    reports = []
+    for _ in range(2):
+        result = subprocess.run(
+            [sys.executable, "-m", "albert_jax.cli", "plan", "--config=configs/pretrain.py:model=tiny",
+             "--devices=8", "--hbm_gib=0.01", "--config.batch_size=64", "--config.seq_len=32",
+             "--config.data.max_predictions=4", "--nolevers", "--json"],
+            cwd=REPO, env=environment, capture_output=True, text=True, timeout=600)
+        assert result.returncode == 0, result.stderr[-3000:]
+        reports.append(json.loads(result.stdout.strip().splitlines()[-1]))
+    first, second = reports
+    assert not first["fits"] and first["largest_buffers"]
+    assert second["largest_buffers"] == first["largest_buffers"]
+    assert second["peak_bytes_per_device"] == first["peak_bytes_per_device"]
+
+
 def test_cli_needs_a_target():
     result = subprocess.run(
         [sys.executable, "-m", "albert_jax.cli", "plan", "--config=configs/pretrain.py:model=tiny"],
