@@ -2,7 +2,7 @@
 #   make demo   install, then pretrain a tiny ALBERT on the embedded demo corpus and fine-tune it
 #               on a paraphrase task made from the same text (offline, CPU)
 #   make test   install with the test extra, then run the test suite (two workers, one file each:
-#               module fixtures stay in one process; 11.5 min on 2 cores, 20 min of CPU)
+#               module fixtures stay in one process; 16 min on a 2-core Xeon, 29 min of CPU)
 PYTHON ?= python3
 VENV ?= .venv
 DEMO_CONFIG ?= configs/pretrain.py:runlocal
