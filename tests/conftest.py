@@ -6,7 +6,7 @@ The cache is why the suite fits its time: the tests compile the same tiny progra
 again (every GLUE task's step, the same pretraining run behind several files' fixtures, each
 restart of a killed run), and a cached program loads in milliseconds. It lives in a fresh
 directory that the process which made it removes when it exits, so no test sees a program that
-another run compiled. tests/test_reliability.py gives its subprocesses a cache of their own.
+another run compiled.
 """
 import atexit
 import os

@@ -7,7 +7,7 @@ deleted; none intact stops and moves nothing; a failed write keeps the checkpoin
 locks are taken over and live ones refused. Through the real CLI (subprocesses, tiny pretraining
 run): fallback on resume, `albert-jax checkpoint verify`, two concurrent starts, unwritable
 workdirs, a full disk mid-run, and five SIGKILLs ending bit-identical to a straight run. The
-subprocesses share a JAX compilation cache, so a restart compiles nothing.
+subprocesses share the run's JAX compilation cache (conftest.py), so a restart compiles nothing.
 """
 import errno
 import json
@@ -274,11 +274,9 @@ def test_live_locks_are_refused_and_stale_ones_taken_over(tmp_path, caplog):
 # --- Through the CLI: a tiny pretraining run ---
 
 @pytest.fixture(scope="module")
-def environment(tmp_path_factory) -> dict[str, str]:
-    """The subprocesses' environment: one JAX compilation cache for all of them."""
-    cache = tmp_path_factory.mktemp("jax_cache")
-    return dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(cache),
-                JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
+def environment() -> dict[str, str]:
+    """The subprocesses' environment, with the run's JAX compilation cache (conftest.py)."""
+    return dict(os.environ)
 
 
 @pytest.fixture(scope="module")
