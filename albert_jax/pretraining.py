@@ -21,11 +21,11 @@ from etils import epath
 from albert_jax.data import pipeline
 from albert_jax.model import AlbertForPreTraining, ModelConfig, example_inputs
 from albert_jax.train import checkpoint, flops
+from albert_jax.train import workdir as workdir_names
 from albert_jax.train.task import Batch, HostBatch, Task
 
 MLM_DENOMINATOR_EPSILON = 1e-5  # SPEC 5.3
 EVAL_SPLIT = "eval"
-TOKENIZER_FILE = "spiece.model"  # the workdir's copy of the tokenizer (HuggingFace's name)
 
 
 def loss_sums(mlm_logits: jax.Array, sop_logits: jax.Array, batch: Batch) -> dict[str, jax.Array]:
@@ -159,7 +159,7 @@ class PretrainingTask(Task):
     def workdir_files(self) -> dict[str, bytes]:
         # The tokenizer travels with the weights: fine-tuning from this workdir finds it.
         tokenizer = epath.Path(self.config.data.tokenizer)
-        return {TOKENIZER_FILE: tokenizer.read_bytes()} if tokenizer.exists() else {}
+        return {workdir_names.TOKENIZER_FILE: tokenizer.read_bytes()} if tokenizer.exists() else {}
 
     def flops_per_example(self, seq_len: int) -> float:
         predictions = self.config.data.max_predictions

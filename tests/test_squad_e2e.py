@@ -13,7 +13,7 @@ import pytest
 import squad_fixtures
 from cli_fixtures import CLI, REPO, cli
 from albert_jax.errors import ConfigError
-from albert_jax.finetune import run as finetune_run, squad_eval, squad_postprocess
+from albert_jax.finetune import registry, run as finetune_run, squad_eval, squad_postprocess
 from configs import squad as squad_config
 
 # Throughput and timing keys of metrics.jsonl, which differ between any two runs.
@@ -254,9 +254,9 @@ def test_config_validation(data):
     config = small_config("1.1", data, 10)
     config.max_query_length = 126
     with pytest.raises(ConfigError, match="seq_len=128 leaves no room"):
-        finetune_run.validate(config)
+        registry.get(config.task).validate_config(config)
     config = small_config("2.0", data, 10)
     config.data.tfds_name = "squad/v2.0"
     with pytest.raises(ConfigError, match="are both set"):
-        finetune_run.validate(config)
+        registry.get(config.task).validate_config(config)
     assert squad_config.get_config("version=2.0").seq_len == 512  # SPEC 8.3, paper Table 14

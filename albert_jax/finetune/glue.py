@@ -143,6 +143,12 @@ def _check_task(task: str) -> None:
         raise ValueError(f"unknown GLUE task {task!r}; use one of {', '.join(TASKS)}")
 
 
+def is_pair(task: str) -> bool:
+    """Whether the task's examples are sentence pairs (all but CoLA and SST-2)."""
+    _check_task(task)
+    return _LAYOUTS[task][0].text_b_column is not None
+
+
 def labels(task: str) -> tuple[str, ...] | None:
     """The SPEC 8.2 label list of `task` (class i is labels[i]); None for stsb (regression)."""
     _check_task(task)
@@ -254,6 +260,25 @@ def read_eval_sets(task: str, data_path: str, split: str) -> list[EvalSet]:
         eval_sets.append(EvalSet("ax", _AX_SUBMISSION_FILE,
                                  _read_tsv(task, ax_folder, _AX_FILE, _AX)))
     return eval_sets
+
+
+def read_official_file(task: str, path: str) -> list[Example] | None:
+    """The examples of one file of the task's official folder, picked by its name (train.tsv,
+    dev.tsv, test.tsv; MNLI's dev/test_matched/mismatched.tsv, diagnostic.tsv), in file order;
+    None for any other file name (`albert-jax predict` then reads it as a table of its own)."""
+    _check_task(task)
+    labelled_layout, test_layout = _LAYOUTS[task]
+    if task == "mnli":
+        layouts = {"train.tsv": labelled_layout, "dev_matched.tsv": _MNLI_DEV,
+                   "dev_mismatched.tsv": _MNLI_DEV, "test_matched.tsv": test_layout,
+                   "test_mismatched.tsv": test_layout, _AX_FILE: _AX}
+    else:
+        layouts = {"train.tsv": labelled_layout, "dev.tsv": labelled_layout,
+                   "test.tsv": test_layout}
+    name = os.path.basename(path)
+    if name not in layouts:
+        return None
+    return _read_tsv(task, os.path.dirname(path) or ".", name, layouts[name])
 
 
 # --- TFDS glue/<task> ---------------------------------------------------------------------------
