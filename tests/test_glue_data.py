@@ -55,7 +55,8 @@ def _as_rows(examples: list[glue.Example], path: str) -> list[tuple]:
 def test_every_task_reads_its_files(tmp_path, task):
     data_path = write_glue_task(tmp_path, task, num_train=7, num_dev=5, num_test=6, seed=3)
     assert os.path.basename(data_path) == GLUE_FOLDERS[task]
-    train = glue.read_train(task, data_path)
+    train, skipped = glue.read_train(task, data_path)
+    assert skipped == glue.SkipReport(os.path.join(data_path, "train.tsv"), ())
     assert _as_rows(train, os.path.join(data_path, "train.tsv")) == _file_rows(
         os.path.join(data_path, "train.tsv"), task, labelled=True)
     assert len(train) == 7
@@ -82,6 +83,7 @@ def test_every_task_reads_its_files(tmp_path, task):
             expected = _file_rows(path, "mnli" if file_name.startswith("..") else task,
                                   labelled)
             assert _as_rows(eval_set.examples, path) == expected
+            assert eval_set.skipped == glue.SkipReport(path, ())
             if not labelled:
                 assert [example.index for example in eval_set.examples] == [
                     str(number) for number in range(len(expected))]
@@ -124,7 +126,7 @@ def test_cola_train_has_no_header_and_test_has_one(tmp_path):
         "gj04\t0\t*\tThe more we study verbs, the crazier they get\"\n", encoding="utf-8")
     (tmp_path / "test.tsv").write_text(
         "index\tsentence\n0\tBill whistled past the house.\n1\t\"Quote.\n", encoding="utf-8")
-    train = glue.read_train("cola", str(tmp_path))
+    train, _ = glue.read_train("cola", str(tmp_path))
     assert [(example.index, example.text_a, example.text_b, example.label)
             for example in train] == [
         ("0", "Our friends won't buy this analysis, let alone the next one we propose.", None,
@@ -140,7 +142,7 @@ def test_quotes_are_text(tmp_path):
         'index\tquestion\tsentence\tlabel\n'
         '0\t"Who wrote "The Tempest"?\tIt was "Shakespeare\tentailment\n'
         '1\tWhat is ""it""?\t"\tnot_entailment\n', encoding="utf-8")
-    examples = glue.read_train("qnli", str(tmp_path))
+    examples, _ = glue.read_train("qnli", str(tmp_path))
     assert [(example.text_a, example.text_b) for example in examples] == [
         ('"Who wrote "The Tempest"?', 'It was "Shakespeare'), ('What is ""it""?', '"')]
 
@@ -291,7 +293,7 @@ def test_tfds_mnli_labels_by_name_and_splits():
                ("ax", "test"): [_nli_record(0, "diagnostic", "h", -1)]}
     context, requested = _mock_tfds(records)
     with context:
-        train = glue.read_tfds_train("mnli", "glue/mnli")
+        train, train_skipped = glue.read_tfds_train("mnli", "glue/mnli")
         dev = glue.read_tfds_eval_sets("mnli", "glue/mnli", "dev")
         test = glue.read_tfds_eval_sets("mnli", "glue/mnli", "test")
     # Sorted by idx; labels by class name, so the reference ids are 1, 2, 0 (SPEC 8.2 order).
@@ -300,6 +302,7 @@ def test_tfds_mnli_labels_by_name_and_splits():
                                       ("1", "p1", "h1", "neutral"),
                                       ("2", "p2", "h2", "contradiction")]
     assert [glue.labels("mnli").index(example.label) for example in train] == [1, 2, 0]
+    assert train_skipped == glue.SkipReport("TFDS glue/mnli split train", (), "idx")
     assert [(s.name, s.submission_file, s.examples[0].text_a, s.examples[0].label)
             for s in dev] == [("dev", "MNLI-m.tsv", "matched", "neutral"),
                               ("dev_mismatched", "MNLI-mm.tsv", "mismatched", "contradiction")]
@@ -324,7 +327,7 @@ def test_tfds_binary_and_regression_tasks():
                ("sst2", "train"): [{"sentence": b"Fine.", "label": np.int64(1), "idx": 0}]}
     context, requested = _mock_tfds(records)
     with context:
-        cola = glue.read_tfds_train("cola", "glue/cola")
+        cola, _ = glue.read_tfds_train("cola", "glue/cola")
         (stsb_dev,) = glue.read_tfds_eval_sets("stsb", "glue/stsb", "dev")
         (stsb_test,) = glue.read_tfds_eval_sets("stsb", "glue/stsb", "test")
         (qnli_dev,) = glue.read_tfds_eval_sets("qnli", "glue/qnli", "dev")
@@ -344,7 +347,7 @@ def test_tfds_binary_and_regression_tasks():
 def test_tfds_random_mock_data_source():
     # The real ArrayRecordDataSource path with TFDS's generated examples.
     with tfds.testing.mock_data(num_examples=5, policy=tfds.testing.MockPolicy.USE_CODE):
-        examples = glue.read_tfds_train("mnli", "glue/mnli")
+        examples, _ = glue.read_tfds_train("mnli", "glue/mnli")
         raw = tfds.data_source("glue/mnli", split="train")
         names = raw.dataset_info.features["label"].names
         expected = sorted((int(record["idx"]), str(record["premise"]), names[record["label"]])

@@ -36,6 +36,8 @@ from albert_jax.train import flops
 from albert_jax.train.task import Batch, HostBatch, Selection, Task
 
 RACE_LEVELS = ("middle", "high")  # stored as their index in the `level` feature
+# What each GLUE file gave: examples and skipped lines per split (issue 25: QQP skips lines).
+DATA_SUMMARY_FILE = "data_summary.json"
 NUM_CHOICES = len(race.ANSWER_LETTERS)
 
 
@@ -239,6 +241,14 @@ def _real(predictions: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {key: value[keep] for key, value in predictions.items()}
 
 
+def _data_record(examples: Sequence[glue.Example], skipped: glue.SkipReport) -> dict[str, Any]:
+    """{"examples", "source", "skipped", "first_skipped_lines"} of one GLUE split; prints the
+    skipped lines (QQP train/dev) once, when there are any."""
+    if skipped.lines:
+        print(skipped.message(), flush=True)
+    return dict(skipped.record(), examples=len(examples))
+
+
 class GlueTask(FinetuneTask):
     """One GLUE task (`config.task`): sentence or pair classification, STS-B regression."""
 
@@ -253,6 +263,7 @@ class GlueTask(FinetuneTask):
         self.eval_splits = ("dev", "dev_mismatched") if config.task == "mnli" else ("dev",)
         self.selection = Selection("dev", metrics.BEST_METRIC[config.task])
         self._eval_sets: dict[str, glue.EvalSet] = {}
+        self._data_summary: dict[str, dict[str, Any]] = {}  # split -> _data_record
 
     def _read_eval_sets(self, kind: str) -> None:
         data = self.config.data
@@ -262,6 +273,8 @@ class GlueTask(FinetuneTask):
         else:
             sets = glue.read_eval_sets(self.name, data.path, kind)
         self._eval_sets.update({eval_set.name: eval_set for eval_set in sets})
+        self._data_summary.update({eval_set.name: _data_record(eval_set.examples, eval_set.skipped)
+                                   for eval_set in sets})
 
     def prediction_splits(self, kind: str) -> tuple[str, ...]:
         # MNLI test: matched, mismatched and, when diagnostic.tsv is there, AX.
@@ -278,14 +291,24 @@ class GlueTask(FinetuneTask):
 
     def train_features(self) -> dict[str, np.ndarray]:
         data = self.config.data
-        examples = (glue.read_tfds_train(self.name, data.tfds_name, data.tfds_data_dir or None)
-                    if data.tfds_name else glue.read_train(self.name, data.path))
+        examples, skipped = (
+            glue.read_tfds_train(self.name, data.tfds_name, data.tfds_data_dir or None)
+            if data.tfds_name else glue.read_train(self.name, data.path))
+        self._data_summary["train"] = _data_record(examples, skipped)
         return features.classification_features(examples, self.tokenizer, self.config.seq_len,
                                                 self.labels)
 
     def eval_features(self, split: str) -> dict[str, np.ndarray]:
         return features.classification_features(self.eval_set(split).examples, self.tokenizer,
                                                 self.config.seq_len, self.labels)
+
+    def workdir_files(self) -> dict[str, bytes]:
+        # The dev sets are read now (before training, so a bad dev file stops the run early)
+        # for their counts in the data summary beside the run.
+        for split in self.eval_splits:
+            self.eval_set(split)
+        summary = json.dumps(self._data_summary, indent=2, sort_keys=True)
+        return dict(super().workdir_files(), **{DATA_SUMMARY_FILE: summary.encode()})
 
     def train_batch_spec(self, batch_size: int) -> dict[str, jax.ShapeDtypeStruct]:
         spec = super().train_batch_spec(batch_size)
