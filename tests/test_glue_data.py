@@ -147,6 +147,90 @@ def test_quotes_are_text(tmp_path):
         ('"Who wrote "The Tempest"?', 'It was "Shakespeare'), ('What is ""it""?', '"')]
 
 
+# A QQP train/dev file with the official train.tsv's kind of damage (a question split over two
+# lines, line 4 and 5, the second is the one near line 97,931 of the real file) and other shapes.
+_QQP_LINES = [
+    "id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate",                    # 1 header
+    "0\t1\t2\tHow do I learn Python?\tWhat is the best way to learn Python?\t1",  # 2
+    '1\t3\t4\tWhy is the sky blue?\t"Why is the sea blue?\t0',               # 3 a quote is text
+    '2\t5\t6\tWas Muhammad a real person? Was he "the Prophet',              # 4 4 columns
+    '"\tWas Muhammad a real historical figure? What is the evidence for his existence?\t0',  # 5
+    "",                                                                      # 6 empty
+    "3\t7\t8\tIs this a question?\t\t0",                                     # 7 empty question2
+    "4\t9\t10\tExtra tab?\tYes.\t1\t",                                       # 8 7 columns
+    "5\t11\t12\tFive columns\tonly",                                         # 9 5 columns
+    "6\t13\t14\tLast one?\tYes, last.\t0",                                   # 10
+]
+# Worked out by hand from the reference's QqpProcessor: it reads line[3], line[4], line[5] in a
+# try and skips the line on IndexError (lines 4, 5, 9); enough columns are kept whatever they
+# hold: the quote (3), an empty question2 (7; features then make a single-sentence input, as
+# the reference's `if tokens_b`), a trailing tab (8: the label is still column 5). The empty
+# line 6 would stop the reference (its `guid = line[0]` is outside the try); we skip and count it.
+_QQP_KEPT = [("0", "How do I learn Python?", "What is the best way to learn Python?", "1", 2),
+             ("1", "Why is the sky blue?", '"Why is the sea blue?', "0", 3),
+             ("3", "Is this a question?", "", "0", 7),
+             ("4", "Extra tab?", "Yes.", "1", 8),
+             ("6", "Last one?", "Yes, last.", "0", 10)]
+_QQP_SKIPPED_LINES = (4, 5, 6, 9)
+
+
+def test_qqp_train_and_dev_skip_short_lines_as_the_reference(tmp_path):
+    # SPEC 8.2, issue 25: QQP train and dev skip a line with too few columns and report it.
+    for name in ("train.tsv", "dev.tsv"):
+        (tmp_path / name).write_text("\n".join(_QQP_LINES) + "\n", encoding="utf-8")
+    (tmp_path / "test.tsv").write_text("id\tquestion1\tquestion2\n0\tA?\tB?\n",
+                                       encoding="utf-8")
+    train, train_skipped = glue.read_train("qqp", str(tmp_path))
+    (dev,) = glue.read_eval_sets("qqp", str(tmp_path), "dev")
+    for examples, skipped, name in ((train, train_skipped, "train.tsv"),
+                                    (dev.examples, dev.skipped, "dev.tsv")):
+        path = str(tmp_path / name)
+        assert _as_rows(examples, path) == _QQP_KEPT
+        assert skipped == glue.SkipReport(path, _QQP_SKIPPED_LINES)
+        assert skipped.message() == (f"{path}: skipped 4 lines with too few columns, as the "
+                                     f"reference does for QQP: lines 4, 5, 6, 9")
+        assert skipped.record() == {"source": path, "skipped": 4,
+                                    "first_skipped_lines": [4, 5, 6, 9]}
+    # Only the first five numbers are shown.
+    assert glue.SkipReport("f", (1, 2, 3, 4, 5, 6)).message().endswith(": lines 1, 2, 3, 4, 5, ...")
+    assert glue.SkipReport("f", (7,)).message().endswith(": line 7")
+
+    # A test file must have every index: a short line is an error naming file and line.
+    test = tmp_path / "test.tsv"
+    test.write_text("id\tquestion1\tquestion2\n0\tA?\tB?\n1\tOnly one question?\n",
+                    encoding="utf-8")
+    with pytest.raises(ValueError, match=re.escape(
+            f"{test}:3: 2 columns, expected 3 tab-separated columns (id, question1, "
+            f"question2)")):
+        glue.read_eval_sets("qqp", str(tmp_path), "test")
+    # A file with nothing but short lines has no example at all.
+    (tmp_path / "train.tsv").write_text(_QQP_LINES[0] + "\n" + _QQP_LINES[3] + "\n",
+                                        encoding="utf-8")
+    with pytest.raises(ValueError, match=re.escape(
+            f"{tmp_path / 'train.tsv'}: empty file (every line after the header has fewer than "
+            f"6 columns)")):
+        glue.read_train("qqp", str(tmp_path))
+
+
+@pytest.mark.parametrize("task, split, line", [
+    ("mnli", "train", "0\t1\t1e\tletters\t( x )\t( y )\t(ROOT x)\t(ROOT y)\tA premise."),
+    ("qnli", "dev", "0\tWho?"),
+    ("sst2", "train", "A sentence without its label."),
+    ("mrpc", "dev", "1\t702876\t702977\tOnly one string."),
+])
+def test_other_tasks_still_stop_at_a_short_line(tmp_path, task, split, line):
+    # The reference crashes on these (IndexError); only QQP train/dev skip.
+    data_path = write_glue_task(tmp_path, task, 3, 3, 3, 0)
+    path = os.path.join(data_path, "train.tsv" if split == "train" else "dev.tsv")
+    _replace_line(path, 3, line)
+    with pytest.raises(ValueError, match=re.escape(f"{path}:3: {len(line.split(chr(9)))} "
+                                                   "columns, expected")):
+        if split == "train":
+            glue.read_train(task, data_path)
+        else:
+            glue.read_eval_sets(task, data_path, split)
+
+
 def test_ax_beside_or_inside_the_mnli_folder(tmp_path):
     data_path = write_glue_task(tmp_path, "mnli", 2, 2, 3, 0)
     assert [eval_set.name for eval_set in glue.read_eval_sets("mnli", data_path, "test")] == [
@@ -354,3 +438,40 @@ def test_tfds_random_mock_data_source():
                           for record in raw)
     assert [(int(example.index), example.text_a, example.label)
             for example in examples] == expected
+
+
+def _qqp_tfds_records(path: str) -> list[dict]:
+    """The records TFDS's glue builder generates from a QQP file: its own code on our file."""
+    import tensorflow_datasets.text.glue  # noqa: F401
+    builder = tfds.builder("glue/qqp", data_dir=os.path.dirname(path))
+    return [record for _, record in builder._generate_examples(data_file=path, split="train")]
+
+
+def test_tfds_qqp_reports_the_rows_tfds_dropped(tmp_path):
+    # TFDS drops a row with too few columns itself and keeps each row's number as `idx`, so a
+    # dropped row is a missing idx. The file's short lines 4, 5, 9 are data rows 2, 3, 6 (TFDS
+    # skips the empty line 6 without numbering it).
+    path = tmp_path / "train.tsv"
+    path.write_text("\n".join(_QQP_LINES) + "\n", encoding="utf-8")
+    records = _qqp_tfds_records(str(path))
+    assert [record["idx"] for record in records] == [0, 1, 4, 5, 7]
+    test_records = [dict(record, label=-1) for record in records]
+    context, _ = _mock_tfds({("qqp", "train"): records[::-1],
+                             ("qqp", "validation"): records[:2],
+                             ("qqp", "test"): test_records})
+    with context:
+        train, skipped = glue.read_tfds_train("qqp", "glue/qqp")
+        (dev,) = glue.read_tfds_eval_sets("qqp", "glue/qqp", "dev")
+        with pytest.raises(ValueError, match=re.escape(
+                "TFDS glue/qqp split test has no rows idx 2, 3, 6 (3 rows; TFDS drops a row with "
+                "too few columns): a QQP prediction file needs every index")):
+            glue.read_tfds_eval_sets("qqp", "glue/qqp", "test")
+    # The same examples as the file reader keeps; TFDS's index is the row number.
+    assert [(example.text_a, example.text_b, example.label) for example in train] == [
+        (text_a, text_b, label) for _, text_a, text_b, label, _ in _QQP_KEPT]
+    assert [example.index for example in train] == ["0", "1", "4", "5", "7"]
+    assert skipped == glue.SkipReport("TFDS glue/qqp split train", (2, 3, 6), "idx")
+    assert skipped.message() == ("TFDS glue/qqp split train: 3 rows missing (TFDS drops QQP rows "
+                                 "with too few columns, as the reference skips them): idx 2, 3, 6")
+    assert skipped.record()["first_skipped_idx"] == [2, 3, 6]
+    assert dev.skipped == glue.SkipReport("TFDS glue/qqp split validation", (), "idx")

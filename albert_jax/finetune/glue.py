@@ -87,17 +87,18 @@ class SkipReport:
         """One line for the console: the count and the first `shown` line numbers."""
         numbers = ", ".join(str(number) for number in self.lines[:shown])
         more = ", ..." if len(self.lines) > shown else ""
+        plural = "" if len(self.lines) == 1 else "s"
         if self.unit == "idx":
-            return (f"{self.source}: {len(self.lines)} rows missing (TFDS drops QQP rows with "
-                    f"too few columns, as the reference skips them): idx {numbers}{more}")
-        return (f"{self.source}: skipped {len(self.lines)} lines with too few columns, as the "
-                f"reference does for QQP: line{'s' if len(self.lines) > 1 else ''} "
-                f"{numbers}{more}")
+            return (f"{self.source}: {len(self.lines)} row{plural} missing (TFDS drops QQP rows "
+                    f"with too few columns, as the reference skips them): idx {numbers}{more}")
+        return (f"{self.source}: skipped {len(self.lines)} line{plural} with too few columns, as "
+                f"the reference does for QQP: line{plural} {numbers}{more}")
 
     def record(self, shown: int = 5) -> dict[str, Any]:
-        """{"source", "skipped", "first_skipped"} for a JSON summary of the run's data."""
-        return {"source": self.source, "skipped": len(self.lines),
-                f"first_skipped_{self.unit}s": list(self.lines[:shown])}
+        """{"source", "skipped", "first_skipped_lines" (TFDS: "first_skipped_idx")} for a JSON
+        summary of the run's data."""
+        first = "first_skipped_lines" if self.unit == "line" else "first_skipped_idx"
+        return {"source": self.source, "skipped": len(self.lines), first: list(self.lines[:shown])}
 
 
 @dataclasses.dataclass(frozen=True)

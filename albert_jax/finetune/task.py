@@ -243,7 +243,7 @@ def _real(predictions: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 def _data_record(examples: Sequence[glue.Example], skipped: glue.SkipReport) -> dict[str, Any]:
     """{"examples", "source", "skipped", "first_skipped_lines"} of one GLUE split; prints the
-    skipped lines (QQP train/dev) once, when there are any."""
+    skipped lines' one-line report (QQP train/dev) when there are any."""
     if skipped.lines:
         print(skipped.message(), flush=True)
     return dict(skipped.record(), examples=len(examples))
