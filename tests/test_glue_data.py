@@ -231,6 +231,32 @@ def test_other_tasks_still_stop_at_a_short_line(tmp_path, task, split, line):
             glue.read_eval_sets(task, data_path, split)
 
 
+def test_extra_tabs_read_the_reference_columns(tmp_path):
+    # Worked out from the reference processors: text and fixed labels by column number, the
+    # other labels from line[-1] (SPEC 8.2 table), whatever the columns in between hold.
+    rte, mrpc, sst2 = (tmp_path / "RTE", tmp_path / "MRPC", tmp_path / "SST-2")
+    for folder in (rte, mrpc, sst2):
+        folder.mkdir()
+    (rte / "train.tsv").write_text(
+        "index\tsentence1\tsentence2\tlabel\n"
+        "0\tA premise.\tA hypothesis.\tstray\tentailment\n", encoding="utf-8")
+    (mrpc / "train.tsv").write_text(
+        "Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n"
+        "1\t11\t12\tString one.\tString two.\textra\n", encoding="utf-8")
+    (sst2 / "train.tsv").write_text("sentence\tlabel\nA sentence.\t1\t\n", encoding="utf-8")
+    assert [(e.text_a, e.text_b, e.label) for e in glue.read_train("rte", str(rte))[0]] == [
+        ("A premise.", "A hypothesis.", "entailment")]
+    assert [(e.text_a, e.text_b, e.label) for e in glue.read_train("mrpc", str(mrpc))[0]] == [
+        ("String one.", "String two.", "1")]
+    assert [(e.text_a, e.label) for e in glue.read_train("sst2", str(sst2))[0]] == [
+        ("A sentence.", "1")]
+    # A trailing tab makes line[-1] empty: the reference stops (KeyError in its label map).
+    (rte / "train.tsv").write_text("index\tsentence1\tsentence2\tlabel\n"
+                                   "0\tP.\tH.\tnot_entailment\t\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=re.escape(f"{rte / 'train.tsv'}:2: unknown label ''")):
+        glue.read_train("rte", str(rte))
+
+
 def test_ax_beside_or_inside_the_mnli_folder(tmp_path):
     data_path = write_glue_task(tmp_path, "mnli", 2, 2, 3, 0)
     assert [eval_set.name for eval_set in glue.read_eval_sets("mnli", data_path, "test")] == [
