@@ -497,7 +497,7 @@ def test_tfds_qqp_reports_the_rows_tfds_dropped(tmp_path):
         (text_a, text_b, label) for _, text_a, text_b, label, _ in _QQP_KEPT]
     assert [example.index for example in train] == ["0", "1", "4", "5", "7"]
     assert skipped == glue.SkipReport("TFDS glue/qqp split train", (2, 3, 6), "idx")
-    assert skipped.message() == ("TFDS glue/qqp split train: 3 rows missing (TFDS drops QQP rows "
-                                 "with too few columns, as the reference skips them): idx 2, 3, 6")
+    assert skipped.message() == ("TFDS glue/qqp split train: 3 rows missing (TFDS drops rows "
+                                 "with too few columns, as the reference does for QQP): idx 2, 3, 6")
     assert skipped.record()["first_skipped_idx"] == [2, 3, 6]
     assert dev.skipped == glue.SkipReport("TFDS glue/qqp split validation", (), "idx")

@@ -89,8 +89,8 @@ class SkipReport:
         more = ", ..." if len(self.lines) > shown else ""
         plural = "" if len(self.lines) == 1 else "s"
         if self.unit == "idx":
-            return (f"{self.source}: {len(self.lines)} row{plural} missing (TFDS drops QQP rows "
-                    f"with too few columns, as the reference skips them): idx {numbers}{more}")
+            return (f"{self.source}: {len(self.lines)} row{plural} missing (TFDS drops rows "
+                    f"with too few columns, as the reference does for QQP): idx {numbers}{more}")
         return (f"{self.source}: skipped {len(self.lines)} line{plural} with too few columns, as "
                 f"the reference does for QQP: line{plural} {numbers}{more}")
 
