@@ -168,7 +168,7 @@ def test_the_demo_paraphrase_task_reads_as_mrpc(tmp_path):
     from albert_jax.finetune.demo import write_paraphrase_task
 
     data_path = write_paraphrase_task(str(tmp_path), num_train=400, num_dev=100, num_test=20)
-    train = glue.read_train("mrpc", data_path)
+    train, _ = glue.read_train("mrpc", data_path)
     (dev_set,) = glue.read_eval_sets("mrpc", data_path, "dev")
     dev = dev_set.examples
     assert len(train) == 400 and len(dev) == 100

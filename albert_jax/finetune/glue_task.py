@@ -6,7 +6,8 @@ predictions written as the GLUE server's files.
 """
 from __future__ import annotations
 
-from typing import Iterator
+import json
+from typing import Any, Iterator, Sequence
 
 import ml_collections
 import numpy as np
@@ -19,6 +20,7 @@ from albert_jax.finetune.classification import ClassificationTask, RegressionTas
 from albert_jax.finetune.pretrained import Pretrained
 from albert_jax.finetune.task import real_rows
 from albert_jax.model import ModelConfig
+from albert_jax.train import workdir as workdir_names
 from albert_jax.train.task import Selection
 
 
@@ -29,6 +31,14 @@ def check_data_source(config: ml_collections.ConfigDict, task: str) -> None:
                           "(--config.data.path=DIR) or a TFDS name (--config.data.tfds_name=...)")
     if config.data.path and not epath.Path(config.data.path).is_dir():
         raise FileNotFoundError(f"config data.path={config.data.path} is not a directory")
+
+
+def _data_record(examples: Sequence[glue.Example], skipped: glue.SkipReport) -> dict[str, Any]:
+    """{"examples", "source", "skipped", "first_skipped_lines"} of one GLUE split; prints the
+    skipped lines' one-line report (QQP train/dev) when there are any."""
+    if skipped.lines:
+        print(skipped.message(), flush=True)
+    return dict(skipped.record(), examples=len(examples))
 
 
 class _GlueData:
@@ -48,6 +58,7 @@ class _GlueData:
         self.eval_splits = ("dev", "dev_mismatched") if self.task == "mnli" else ("dev",)
         self.selection = Selection("dev", metrics.BEST_METRIC[self.task])
         self._eval_sets: dict[str, glue.EvalSet] = {}
+        self._data_summary: dict[str, dict[str, Any]] = {}  # split -> _data_record
 
     def _read_eval_sets(self, kind: str) -> None:
         data = self.config.data
@@ -57,6 +68,8 @@ class _GlueData:
         else:
             sets = glue.read_eval_sets(self.task, data.path, kind)
         self._eval_sets.update({eval_set.name: eval_set for eval_set in sets})
+        self._data_summary.update({eval_set.name: _data_record(eval_set.examples, eval_set.skipped)
+                                   for eval_set in sets})
 
     def prediction_splits(self, kind: str) -> tuple[str, ...]:
         # MNLI test: matched, mismatched and, when diagnostic.tsv is there, AX.
@@ -76,9 +89,19 @@ class _GlueData:
 
     def train_features(self) -> dict[str, np.ndarray]:
         data = self.config.data
-        examples = (glue.read_tfds_train(self.task, data.tfds_name, data.tfds_data_dir or None)
-                    if data.tfds_name else glue.read_train(self.task, data.path))
+        examples, skipped = (
+            glue.read_tfds_train(self.task, data.tfds_name, data.tfds_data_dir or None)
+            if data.tfds_name else glue.read_train(self.task, data.path))
+        self._data_summary["train"] = _data_record(examples, skipped)
         return self.features(examples)
+
+    def workdir_files(self) -> dict[str, bytes]:
+        # The dev sets are read now (before training, so a bad dev file stops the run early)
+        # for their counts in the data summary beside the run (issue 25: QQP skips lines).
+        for split in self.eval_splits:
+            self.eval_set(split)
+        summary = json.dumps(self._data_summary, indent=2, sort_keys=True)
+        return dict(super().workdir_files(), **{workdir_names.DATA_SUMMARY_FILE: summary.encode()})
 
     def eval_features(self, split: str) -> dict[str, np.ndarray]:
         return self.features(self.eval_set(split).examples)

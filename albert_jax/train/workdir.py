@@ -4,6 +4,7 @@
   <workdir>/spiece.model         the run's tokenizer (HuggingFace's name), so the workdir alone is
                                  enough to fine-tune from, evaluate, predict or export
   <workdir>/labels.json          a classification task's label list, in class-index order
+  <workdir>/data_summary.json    GLUE: examples and skipped lines of each split read
   <workdir>/checkpoints/<step>/  the train checkpoints (Orbax: state, data iterator, config)
   <workdir>/best/<step>/         the best dev checkpoint (fine-tuning)
   <workdir>/best.json            its step and dev metrics
@@ -20,6 +21,7 @@ from etils import epath
 CONFIG_FILE = "config.json"
 TOKENIZER_FILE = "spiece.model"
 LABELS_FILE = "labels.json"
+DATA_SUMMARY_FILE = "data_summary.json"
 CHECKPOINTS_SUBDIR = "checkpoints"
 BEST_SUBDIR = "best"
 BEST_FILE = "best.json"
