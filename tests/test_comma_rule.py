@@ -1,13 +1,26 @@
 """The SPEC 2.3 digit-comma rule of the tokenizer, both ways, against pieces worked out by hand
-from the reference's `tokenization.py` `encode_pieces`, and how a workdir records the rule."""
+from the reference's `tokenization.py` `encode_pieces`; how a workdir records the rule, and how
+data build and fine-tuning use it."""
 import json
+import logging
 import random
 
+import flax.linen as nn
+import jax
+import numpy as np
 import pytest
 import sentencepiece as spm
 
+from albert_jax import pretraining
+from albert_jax.convert import save_huggingface
+from albert_jax.data import builder
 from albert_jax.data.tokenizer import Tokenizer, preprocess_text, recorded_comma_rule, train
 from albert_jax.errors import ConfigError
+from albert_jax.finetune import run as finetune_run
+from albert_jax.model import AlbertForPreTraining, presets
+from albert_jax.train import checkpoint
+from configs import glue as glue_config, pretrain as pretrain_config
+from finetune_fixtures import write_glue_task
 
 WORDS = ("the cat sat on mat and dog ran to park with more than you must pay about over people "
          "were").split()
@@ -147,3 +160,79 @@ def test_bad_rules_say_what_to_do(tmp_path, model_path):
     (tmp_path / "spiece.model.json").write_text('{"comma_rule": "py2"}')
     with pytest.raises(ValueError, match=r"spiece.model.json records no digit-comma rule"):
         Tokenizer.load(str(model))
+
+
+def test_pretraining_workdir_records_the_rule(model_path):
+    # The pretraining config's data.comma_rule travels with the workdir's spiece.model.
+    config = pretrain_config.get_config("runlocal")
+    config.data.tokenizer, config.data.comma_rule = model_path, "hf"
+    task = pretraining.PretrainingTask(config, presets.get_config("tiny", vocab_size=220))
+    files = task.workdir_files()
+    assert files["spiece.model"] == open(model_path, "rb").read()
+    assert json.loads(files["spiece.model.json"]) == {"comma_rule": "hf"}
+
+
+@pytest.fixture(scope="module")
+def checkpoints(model_path, tmp_path_factory, tokenizers) -> dict[str, str]:
+    """init_from directories of a tiny model with the 220-piece tokenizer: a HuggingFace one
+    and an Orbax checkpoint whose tokenizer records the "hf" rule."""
+    root = tmp_path_factory.mktemp("checkpoints")
+    model_config = presets.get_config("tiny", vocab_size=220)
+    # Weights of the right shapes (their values do not matter here), without compiling an init.
+    shapes = jax.eval_shape(lambda: AlbertForPreTraining(model_config).init(
+        jax.random.PRNGKey(0), *pretraining.init_inputs(8, 2)))
+    params = jax.tree.map(lambda leaf: np.full(leaf.shape, 0.01, leaf.dtype),
+                          nn.unbox(shapes["params"]))
+    save_huggingface(model_config, params, str(root / "hf"))
+    (root / "hf" / "spiece.model").write_bytes(open(model_path, "rb").read())
+    checkpoint.save_weights(str(root / "orbax"), model_config, params)
+    for name, content in tokenizers["hf"].files("spiece.model").items():
+        (root / "orbax" / name).write_bytes(content)
+    return {"huggingface": str(root / "hf"), "orbax": str(root / "orbax")}
+
+
+@pytest.mark.parametrize("kind", ["huggingface", "orbax"])
+def test_finetuning_uses_the_config_rule_and_warns_once_when_the_checkpoint_differs(
+        kind, checkpoints, tmp_path, caplog):
+    config = glue_config.get_config("task=rte,runlocal")
+    config.data.path = write_glue_task(str(tmp_path), "rte")
+    config.init_from = checkpoints[kind]
+    assert config.data.comma_rule == "reference"  # the default (SPEC 2.3)
+    with caplog.at_level(logging.WARNING):
+        task = finetune_run.build_task(config)
+    assert task.pretrained.kind == kind and task.pretrained.comma_rule == "hf"
+    warnings = [record.getMessage() for record in caplog.records if "comma_rule" in
+                record.getMessage()]
+    assert len(warnings) == 1 and "\n" not in warnings[0], warnings
+    assert f"data.comma_rule='reference' differs" in warnings[0]
+    assert f"({kind}: 'hf')" in warnings[0] and "--config.data.comma_rule=hf" in warnings[0]
+    assert task.tokenizer.comma_rule == "reference"
+    assert task.tokenizer.pieces("x0, y") == ["▁", "x", "▁", "0", ",", "▁", "y"]
+    # The fine-tuning workdir records the run's rule: evaluate's Tokenizer.load reads it back.
+    assert json.loads(task.workdir_files()["spiece.model.json"]) == {"comma_rule": "reference"}
+
+    caplog.clear()
+    config.data.comma_rule = "hf"
+    with caplog.at_level(logging.WARNING):
+        task = finetune_run.build_task(config)
+    assert not [record for record in caplog.records if "comma_rule" in record.getMessage()]
+    assert task.tokenizer.pieces("x0, y") == ["▁", "x", "0", ",", "▁", "y"]
+    assert json.loads(task.workdir_files()["spiece.model.json"]) == {"comma_rule": "hf"}
+
+
+def test_data_build_uses_the_rule(model_path, tmp_path):
+    # The rule changes the tokens, so it is part of the dataset's identity (its folder).
+    config = pretrain_config.get_config("runlocal")
+    config.data.tokenizer, config.data.vocab_size = model_path, 220
+    config.data.dir = str(tmp_path / "data")
+    names = set()
+    for rule in ("reference", "hf"):
+        config.data.comma_rule = rule
+        data_builder = builder.make_builder(config)
+        assert data_builder.builder_config.comma_rule == rule
+        assert data_builder.tokenizer.comma_rule == rule
+        names.add(data_builder.builder_config.name)
+    assert len(names) == 2
+    config.data.comma_rule = "python2"
+    with pytest.raises(ConfigError, match=r"data.comma_rule='python2' \(one of"):
+        builder.make_builder(config)

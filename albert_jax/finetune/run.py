@@ -94,7 +94,9 @@ def build_task(config: ml_collections.ConfigDict) -> FinetuneTask:
                  "30k-clean.model or config naming one)" if pretrained
                  else "a from-scratch run (empty init_from) has no tokenizer")
         raise ConfigError(f"config {where}; give one with --config.tokenizer=PATH/TO/spiece.model")
-    tokenizer = Tokenizer.load(tokenizer_path)
+    tokenizer = Tokenizer.load(tokenizer_path, comma_rule=config.data.comma_rule)  # SPEC 2.3
+    if pretrained:
+        pretrained_lib.warn_if_comma_rule_differs(pretrained, config.data.comma_rule)
     base = (pretrained.model_config if pretrained
             else presets.get_config(config.model, vocab_size=tokenizer.vocab_size))
     model_config = finetune_model_config(config, base)

@@ -21,7 +21,6 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-from etils import epath
 
 from albert_jax import files
 from albert_jax.data import pipeline
@@ -129,8 +128,9 @@ class FinetuneTask(Task):
         return self.eval_splits if kind == "dev" else self.test_splits
 
     def workdir_files(self) -> dict[str, bytes]:
-        # The tokenizer travels with the weights: evaluate, export and init_from find it there.
-        return {TOKENIZER_FILE: epath.Path(self.tokenizer.path).read_bytes()}
+        # The tokenizer travels with the weights: evaluate, export and init_from find it there
+        # (with its SPEC 2.3 digit-comma rule).
+        return self.tokenizer.files(TOKENIZER_FILE)
 
     # --- Data ----------------------------------------------------------------------------------
     def _dataset(self, source: ArraySource, batch_size: int, *, train: bool) -> Any:
