@@ -173,6 +173,18 @@ def test_model_without_albert_symbols_is_rejected(tmp_path):
         Tokenizer.load(prefix + ".model")
 
 
+def test_model_with_other_special_ids_is_rejected(tmp_path):
+    # SPEC 2.1: every ALBERT symbol present, but <unk> 0 and <pad> 1 (SentencePiece's own order).
+    prefix = str(tmp_path / "swapped")
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(_sentences(300)), model_prefix=prefix, vocab_size=100,
+        unk_id=0, pad_id=1, bos_id=-1, eos_id=-1, control_symbols=["[CLS]", "[SEP]", "[MASK]"],
+        minloglevel=2)
+    with pytest.raises(ValueError, match=r"swapped.model has <pad> 1, <unk> 0, \[CLS\] 2.*"
+                                         r"needs <pad> 0, <unk> 1"):
+        Tokenizer.load(prefix + ".model")
+
+
 def test_train_from_config(tmp_path, capsys):
     corpus_file = tmp_path / "corpus.txt"
     corpus_file.write_text("\n\n".join("\n".join(_sentences(8, seed)) for seed in range(60)))

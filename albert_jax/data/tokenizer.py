@@ -181,6 +181,12 @@ class Tokenizer:
                     f"SentencePiece model {path} has no {piece!r} piece; ALBERT needs <pad>, "
                     f"<unk>, [CLS], [SEP], [MASK] (SPEC 2.1); create one with `{_TRAIN_COMMAND}`")
             ids[piece] = int(piece_id)
+        # SPEC 2.1: the data pads with 0 (SPEC 1.5) and checkpoints assume the released ids.
+        if list(ids.values()) != list(range(len(ids))):
+            found = ", ".join(f"{piece} {piece_id}" for piece, piece_id in ids.items())
+            raise ValueError(
+                f"SentencePiece model {path} has {found}; ALBERT needs <pad> 0, <unk> 1, [CLS] 2, "
+                f"[SEP] 3, [MASK] 4 (SPEC 2.1); create one with `{_TRAIN_COMMAND}`")
         self.pad_id, self.unk_id = ids[PAD], ids[UNK]
         self.cls_id, self.sep_id, self.mask_id = ids[CLS], ids[SEP], ids[MASK]
         pieces = [self._sp.id_to_piece(i) for i in range(self.vocab_size)]
