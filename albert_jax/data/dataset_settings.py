@@ -4,10 +4,11 @@
 
 `DatasetSettings` is the TFDS builder config of `builder.AlbertPretraining` (not the run config,
 which it is made from). Its name ends in a hash of everything that changes the data (the corpus
-files' names and sizes, the tokenizer file's bytes and digit-comma rule, seq_len, masking and instance settings,
-dupe_factor, seed, format), so two different run configs never share a folder, and a finished
-folder is reused as is (also from another machine where the corpus lies under another path).
-The builder writes the data; the pipeline and `data inspect` find it here, without the builder.
+files' names and sizes, the tokenizer file's bytes and digit-comma rule, seq_len, masking and
+instance settings, dupe_factor, seed, format), so two different run configs never share a
+folder, and a finished folder is reused as is (also from another machine where the corpus
+lies under another path). The builder writes the data; the pipeline and `data inspect` find it
+here, without the builder.
 """
 from __future__ import annotations
 
