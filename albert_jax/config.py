@@ -90,6 +90,7 @@ def finetune_config(args: ml_collections.ConfigDict) -> ml_collections.ConfigDic
     config.data.path = ""  # the task's folder in the original format
     config.data.tfds_name = ""  # or a TFDS name, e.g. glue/mnli, race/high
     config.data.tfds_data_dir = ""
+    config.data.comma_rule = "reference"  # SPEC 2.3 digit-comma rule; "hf": HuggingFace's
     config.data.num_workers = 0
     config.data.prefetch = 2
 

@@ -123,7 +123,9 @@ class FinetuneTask(Task):
                      "30k-clean.model or config naming one)" if pretrained
                      else "a from-scratch run (empty init_from) has no tokenizer")
             raise ConfigError(f"config {where}; give one with --config.tokenizer=PATH/TO/spiece.model")
-        tokenizer = Tokenizer.load(tokenizer_path)
+        tokenizer = Tokenizer.load(tokenizer_path, comma_rule=config.data.comma_rule)  # SPEC 2.3
+        if pretrained:
+            pretrained_lib.warn_if_comma_rule_differs(pretrained, config.data.comma_rule)
         base = (pretrained.model_config if pretrained
                 else presets.get_config(config.model, vocab_size=tokenizer.vocab_size))
         model_config = config_lib.model_config(config, base)
@@ -210,8 +212,9 @@ class FinetuneTask(Task):
         return self.eval_splits if kind == "dev" else self.test_splits
 
     def workdir_files(self) -> dict[str, bytes]:
-        # The tokenizer travels with the weights: evaluate, export and init_from find it there.
-        return {workdir_names.TOKENIZER_FILE: epath.Path(self.tokenizer.path).read_bytes()}
+        # The tokenizer travels with the weights: evaluate, export and init_from find it there
+        # (with its SPEC 2.3 digit-comma rule).
+        return self.tokenizer.files(workdir_names.TOKENIZER_FILE)
 
     # --- Data ------------------------------------------------------------------------------------
     def _dataset(self, source: ArraySource, batch_size: int, *, train: bool) -> Any:
