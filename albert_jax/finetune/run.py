@@ -74,6 +74,8 @@ def _validate_squad(config: ml_collections.ConfigDict) -> None:
                     f"(--config.data.tfds_name=squad/{config.version})")
             if not epath.Path(data[key]).is_file():
                 raise FileNotFoundError(f"config data.{key}={data[key]} does not exist")
+    squad.check_windows_without_answer(config.train_windows_without_answer, config.version,
+                                       "config train_windows_without_answer")
     for key in ("doc_stride", "max_query_length", "max_answer_length", "n_best_size"):
         if config[key] < 1:
             raise ConfigError(f"config {key}={config[key]} must be a positive integer")
