@@ -1,18 +1,17 @@
 """SQuAD v1.1 training windows without the answer: `cls` (the reference) against `drop` (issue 28).
 
-  nice -n 10 .venv/bin/python -m benchmarks.squad_windows [--steps=400] [--seeds=3]
+  nice -n 10 .venv/bin/python -m benchmarks.squad_windows [--steps=1000] [--seeds=3]
 
 Generates a small SQuAD v1.1-format train and dev set whose contexts are longer than one window
-(no download), trains a SentencePiece model on it, fine-tunes the tiny model from scratch once
+(no download), trains a SentencePiece model on it, fine-tunes a tiny model from scratch once
 per `--config.train_windows_without_answer` and seed (same data, same steps, same seeds), and
 prints the final dev exact_match / f1 of the official v1.1 evaluator as a markdown table.
 
-The task: a context of filler sentences holds one fact of each kind ("The colour was red.",
-"The city was rome.", ...) at random places; the question asks for one kind ("What was the
-colour?"). Value words are distinct per kind, so the model has to tie the question to one of
-the facts; the facts of the other kinds are distractors, and a window often holds only
-distractors. `cls` trains on those windows with the answer at [CLS]; `drop` never sees them,
-though at prediction every window puts forward candidates.
+The task: a context of filler sentences holds "The key was <value>." and three distractors of
+the same form ("The cup was <value>.", lamp, boat) at random places, values drawn from one pool;
+the question is always "What was the key?". About 4 windows per context, so a window often holds
+only distractors: `cls` trains on those windows with the answer at [CLS]; `drop` never sees
+them, though at prediction every window puts forward candidates.
 """
 from __future__ import annotations
 
@@ -31,37 +30,32 @@ from configs import squad as squad_config
 FILLER = ("man woman child dog cat bird house road car book song market garden door table "
           "night old small big quiet new walked ran saw found sold liked near over under and "
           "but").split()
-FACTS = {  # kind -> its values (no value is a filler word or another kind's value)
-    "colour": ["red", "green", "blue", "yellow", "purple", "brown", "grey", "pink"],
-    "city": ["paris", "london", "rome", "madrid", "vienna", "prague", "oslo", "lisbon"],
-    "animal": ["horse", "tiger", "rabbit", "eagle", "salmon", "wolf", "mouse", "goat"],
-    "number": ["seven", "eleven", "twenty", "ninety", "forty", "sixty", "three", "eight"],
-}
+THINGS = ["key", "cup", "lamp", "boat"]  # the question asks for the first; the rest distract
+VALUES = ["red", "green", "blue", "yellow", "purple", "brown", "grey", "pink", "paris", "london",
+          "rome", "madrid", "horse", "tiger", "rabbit", "eagle"]
 SEQ_LEN, DOC_STRIDE, MAX_QUERY_LENGTH = 48, 16, 8
 MODES = squad.WINDOWS_WITHOUT_ANSWER  # ("cls", "drop")
 
 
-def _paragraph(rng: random.Random, index: int, questions: int) -> dict:
-    """One article: 8 filler sentences and one fact of each kind at random places."""
+def _paragraph(rng: random.Random, index: int) -> dict:
+    """One article: 8 filler sentences and "The <thing> was <value>." for each thing, at random
+    places; one question, for the key."""
     sentences = [" ".join(rng.choice(FILLER) for _ in range(rng.randint(5, 8))).capitalize()
                  + "." for _ in range(8)]
-    values = {kind: rng.choice(options) for kind, options in FACTS.items()}
-    for kind, value in values.items():
-        sentences.insert(rng.randrange(len(sentences) + 1), f"The {kind} was {value}.")
+    values = dict(zip(THINGS, rng.sample(VALUES, len(THINGS))))
+    for thing, value in values.items():
+        sentences.insert(rng.randrange(len(sentences) + 1), f"The {thing} was {value}.")
     context = " ".join(sentences)
-    qas = []
-    for number, kind in enumerate(rng.sample(sorted(FACTS), questions)):
-        fact = f"The {kind} was {values[kind]}."
-        answer_start = context.index(fact) + len(f"The {kind} was ")
-        qas.append({"id": f"p{index}_q{number}", "question": f"What was the {kind}?",
-                    "answers": [{"text": values[kind], "answer_start": answer_start}]})
+    answer_start = context.index(f"The key was {values['key']}.") + len("The key was ")
+    qas = [{"id": f"p{index}", "question": "What was the key?",
+            "answers": [{"text": values["key"], "answer_start": answer_start}]}]
     return {"title": f"article_{index}", "paragraphs": [{"context": context, "qas": qas}]}
 
 
 def write_data(directory: str, num_train: int, num_dev: int, seed: int = 0) -> dict[str, str]:
     """train-v1.1.json (num_train contexts), dev-v1.1.json (num_dev), spm.model; their paths."""
     rng = random.Random(seed)
-    datasets = {split: {"version": "1.1", "data": [_paragraph(rng, index, 2)
+    datasets = {split: {"version": "1.1", "data": [_paragraph(rng, index)
                                                    for index in range(count)]}
                 for split, count in (("train", num_train), ("dev", num_dev))}
     paths = {split: os.path.join(directory, f"{split}-v1.1.json") for split in datasets}
@@ -69,10 +63,10 @@ def write_data(directory: str, num_train: int, num_dev: int, seed: int = 0) -> d
         with open(paths[split], "w", encoding="utf-8") as file:
             json.dump(dataset, file)
     # Shuffled words, many of them, so that the pieces are whole words.
-    words = FILLER + [*FACTS, "the", "was", "what"] + sum(FACTS.values(), [])
+    words = FILLER + THINGS + VALUES + ["the", "was", "what"]
     sentences = [" ".join(rng.choice(words) for _ in range(8)) for _ in range(3000)]
     paths["tokenizer"] = tokenizer_lib.train(sentences, os.path.join(directory, "spm.model"),
-                                             vocab_size=108)
+                                             vocab_size=90)
     return paths
 
 
@@ -96,10 +90,11 @@ def finetune(paths: dict[str, str], mode: str, seed: int, steps: int, workdir: s
     config.seq_len, config.doc_stride, config.max_query_length = (SEQ_LEN, DOC_STRIDE,
                                                                   MAX_QUERY_LENGTH)
     config.total_steps = config.eval_every_steps = config.checkpoint_every_steps = steps
-    config.optim.lr, config.optim.warmup_steps = 2e-3, 40
-    # The tiny preset, twice as wide: at H=32 neither mode gets past picking a fact at random.
+    config.optim.lr, config.optim.warmup_steps = 1e-3, 100
+    # The tiny preset (2 layers, 4 heads) at H = E = 64: at H=32, E=16 neither mode got past
+    # picking one of the four values at random in 600 steps.
     overrides = config.model_overrides
-    overrides.embedding_size, overrides.hidden_size, overrides.intermediate_size = 32, 64, 128
+    overrides.embedding_size, overrides.hidden_size, overrides.intermediate_size = 64, 64, 128
     config.log_every_steps = 100
     best = finetune_run.finetune(config, workdir)
     return best["metrics"]["dev"]
@@ -107,10 +102,10 @@ def finetune(paths: dict[str, str], mode: str, seed: int, steps: int, workdir: s
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--steps", type=int, default=1500)
+    parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--num_train", type=int, default=240, help="train contexts (2 questions each)")
-    parser.add_argument("--num_dev", type=int, default=100, help="dev contexts (2 questions each)")
+    parser.add_argument("--num_train", type=int, default=400, help="train questions")
+    parser.add_argument("--num_dev", type=int, default=200, help="dev questions")
     args = parser.parse_args()
     root = tempfile.mkdtemp(prefix="squad_windows_")
     paths = write_data(root, args.num_train, args.num_dev)
@@ -121,8 +116,9 @@ def main() -> None:
             results[mode].append(finetune(paths, mode, seed, args.steps,
                                           os.path.join(root, f"{mode}_seed{seed}")))
     elapsed = time.time() - began
-    print(f"\ndata: {2 * args.num_train} train / {2 * args.num_dev} dev questions; seq_len "
-          f"{SEQ_LEN}, doc_stride {DOC_STRIDE}; tiny model from scratch, {args.steps} steps of "
+    print(f"\ndata: {args.num_train} train / {args.num_dev} dev questions; seq_len "
+          f"{SEQ_LEN}, doc_stride {DOC_STRIDE}; tiny preset at H = E = 64 from scratch, "
+          f"{args.steps} steps of "
           f"batch 16, seeds 0..{args.seeds - 1}; {elapsed:.0f} s")
     print("| train_windows_without_answer | train windows (without answer) | "
           + " | ".join(f"seed {seed} EM / F1" for seed in range(args.seeds))

@@ -115,7 +115,7 @@ class FeatureStats:
     answers_not_found: int = 0  # training answers that produce no piece: example dropped
     answers_inside_pieces: int = 0  # start or end inside a piece: labelled with covering pieces
     windows_without_answer: int = 0  # labelled [CLS] ("cls"), or dropped ("drop", v1.1)
-    answers_in_no_window: int = 0  # answers longer than any window: every window is such one
+    answers_in_no_window: int = 0  # answers longer than any window: all its windows lack it
     dropped_qids: list[str] = dataclasses.field(default_factory=list)
 
     def report(self) -> str:
