@@ -138,6 +138,8 @@ class SquadTask(FinetuneTask):
                         f"(--config.data.tfds_name=squad/{config.version})")
                 if not epath.Path(data[key]).is_file():
                     raise FileNotFoundError(f"config data.{key}={data[key]} does not exist")
+        squad.check_windows_without_answer(config.train_windows_without_answer, config.version,
+                                           "config train_windows_without_answer")
         for key in ("doc_stride", "max_query_length", "max_answer_length", "n_best_size"):
             if config[key] < 1:
                 raise ConfigError(f"config {key}={config[key]} must be a positive integer")
@@ -169,10 +171,13 @@ class SquadTask(FinetuneTask):
     def _features(self, examples: list[SquadExample], split: str, *, training: bool
                   ) -> tuple[dict[str, np.ndarray], list[FeatureInfo]]:
         config = self.config
+        # Only training reads the key, so `albert-jax evaluate` of an older workdir still works.
+        labels = ({"windows_without_answer": config.train_windows_without_answer} if training
+                  else {})
         arrays, infos, stats = squad.build_features(
             examples, self.tokenizer, version=self.version, max_seq_length=config.seq_len,
             doc_stride=config.doc_stride, max_query_length=config.max_query_length,
-            training=training)
+            training=training, **labels)
         print(f"{self.name} {split}: {stats.report()}", flush=True)
         if not infos:
             raise ValueError(f"{self.name} {split}: no feature could be built from "
