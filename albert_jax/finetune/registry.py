@@ -2,8 +2,8 @@
 
 Every task class registers itself where it is defined:
 
-    @registry.register("mrpc")
-    class Mrpc(GlueClassificationTask): ...
+    @registry.register("sentiment")
+    class SentimentTask(ClassificationTask): ...
 
 and the entry points (finetune, evaluate, predict, plan, export) only look a name up with
 `get(config.task)`. The built-in task modules are imported by `albert_jax.finetune`, so
