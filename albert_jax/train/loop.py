@@ -208,15 +208,12 @@ def _train(config: ml_collections.ConfigDict, workdir: epath.Path,
         files.write_atomically(workdir / workdir_names.CONFIG_FILE, config_lib.to_json(config))
 
     # --- Restore (resume) or initialise; the workdir's files ---
-    best: dict[str, Any] | None = None
     if latest is not None:
         state, record = checkpointer.restore(latest, abstract_state, train_iterator)
         best = record.get("best")
         print(f"Resuming from the checkpoint at step {latest} in {workdir}.", flush=True)
     else:
-        state = state_lib.init_train_state(task.model, optimizer, mesh,
-                                           jax.random.PRNGKey(config.seed), init_inputs)
-        state = state.replace(params=task.initial_params(state.params))
+        state, best = _initial_state(config, task, optimizer, mesh, init_inputs), None
     step = int(state.step)
     if is_main:  # a fresh start too: a run killed before its first checkpoint logged steps
         _truncate_metrics(workdir / workdir_names.METRICS_FILE, after_step=step)
@@ -230,10 +227,7 @@ def _train(config: ml_collections.ConfigDict, workdir: epath.Path,
                                          num_microbatches=config.num_microbatches)
     eval_step = step_lib.jit_eval_step(task, mesh, state_shardings.params)
     rng = jax.device_put(jax.random.PRNGKey(config.seed + 1), sharding.replicated(mesh))
-    lengths = buckets.lengths_of(config)
-    if is_main and task.sequence_fields and len(lengths) > 1:
-        print(f"Each batch runs at the shortest of the sequence lengths {lengths} that holds its "
-              "longest example (config length_buckets); each length compiles once.", flush=True)
+    lengths = _announced_lengths(config, task)
     progress = metrics_lib.Progress(
         total_steps=config.total_steps, batch_size=config.batch_size,
         peak_flops=flops.peak_flops_per_device(config.compute_dtype) * jax.device_count())
@@ -289,6 +283,24 @@ def _train(config: ml_collections.ConfigDict, workdir: epath.Path,
     if is_main and step >= config.total_steps:
         task.final_report(eval_metrics)
     return eval_metrics
+
+
+def _initial_state(config: ml_collections.ConfigDict, task: Task, optimizer: Any,
+                   mesh: jax.sharding.Mesh, init_inputs: tuple[jax.Array, ...]) -> Any:
+    """A new run's state, born sharded, with the task's initial weights (e.g. init_from)."""
+    state = state_lib.init_train_state(task.model, optimizer, mesh,
+                                       jax.random.PRNGKey(config.seed), init_inputs)
+    return state.replace(params=task.initial_params(state.params))
+
+
+def _announced_lengths(config: ml_collections.ConfigDict, task: Task) -> tuple[int, ...]:
+    """The sequence lengths batches run at (train/buckets.py), said once when there are
+    several."""
+    lengths = buckets.lengths_of(config)
+    if jax.process_index() == 0 and task.sequence_fields and len(lengths) > 1:
+        print(f"Each batch runs at the shortest of the sequence lengths {lengths} that holds its "
+              "longest example (config length_buckets); each length compiles once.", flush=True)
+    return lengths
 
 
 class _RunningMetrics:
