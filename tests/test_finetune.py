@@ -103,6 +103,10 @@ def test_glue_task_from_a_pretraining_workdir(task, pretrained, tmp_path, capsys
     finetune_run.evaluate(str(workdir), "dev")
     metrics = json.loads((workdir / "predictions" / "dev" / "metrics.json").read_text())
     assert metrics[metric] == pytest.approx(best["value"])  # the best checkpoint's dev score
+    # `albert-jax predict` on the task's own dev file gives what evaluate gave (issue 21).
+    dev_file = data_path / ("dev_matched.tsv" if task == "mnli" else "dev.tsv")
+    predicted = finetune_run.predict(str(workdir), str(dev_file), str(tmp_path / "dev.jsonl"))
+    assert_same_records(Path(predicted), workdir / "predictions" / "dev" / "predictions.jsonl")
 
     finetune_run.evaluate(str(workdir), "test")
     sets = glue.read_eval_sets(task, str(data_path), "test")
@@ -145,6 +149,23 @@ def test_race_from_a_converted_huggingface_checkpoint(pretrained, tmp_path):
     assert rows[1][0].startswith("dev/middle/") and all(row[1] in "ABCD" for row in rows[1:])
     metrics = json.loads((workdir / "predictions" / "dev" / "metrics.json").read_text())
     assert metrics["accuracy"] == pytest.approx(best["value"])
+    predicted = finetune_run.predict(str(workdir), str(data_path / "dev"),
+                                     str(tmp_path / "dev.jsonl"))
+    assert_same_records(Path(predicted), workdir / "predictions" / "dev" / "predictions.jsonl")
+
+
+def assert_same_records(predicted: Path, evaluated: Path) -> None:
+    """`predict`'s records are evaluate's (same ids, order, predictions; scores to 1e-5)."""
+    mine = [json.loads(line) for line in predicted.read_text().splitlines()]
+    theirs = [json.loads(line) for line in evaluated.read_text().splitlines()]
+    assert [record["id"] for record in mine] == [record["id"] for record in theirs]
+    for record, other in zip(mine, theirs):
+        assert record.keys() == other.keys()
+        for key, value in record.items():
+            if isinstance(value, (float, dict, list)):  # scores, probabilities
+                assert value == pytest.approx(other[key], abs=1e-5)
+            else:
+                assert value == other[key], key
 
 
 def test_seeds_report_each_and_the_median(pretrained, tmp_path):

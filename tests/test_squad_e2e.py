@@ -132,7 +132,7 @@ def v1_runs(data, tmp_path_factory) -> tuple[Path, Path]:
     return root / "straight", killed
 
 
-def test_v1_overfits_and_evaluate_writes_its_files(v1_runs, data, monkeypatch):
+def test_v1_overfits_and_evaluate_writes_its_files(v1_runs, data, monkeypatch, tmp_path):
     workdir, _ = v1_runs
     calls = []
     search = squad_postprocess.postprocess_v1
@@ -149,7 +149,7 @@ def test_v1_overfits_and_evaluate_writes_its_files(v1_runs, data, monkeypatch):
     written = finetune_run.evaluate(str(workdir), "dev")
     directory = workdir / "predictions" / "dev"
     assert sorted(Path(path).name for path in written) == [
-        "metrics.json", "nbest_predictions.json", "predictions.json"]
+        "metrics.json", "nbest_predictions.json", "predictions.json", "predictions.jsonl"]
     assert len(calls) == 1  # the metrics and the files come from one n-best search
     dataset = read_json(data / "train-v1.1.json")
     predictions = check_prediction_files(directory, dataset, 20, ("start_logit", "end_logit"))
@@ -160,6 +160,25 @@ def test_v1_overfits_and_evaluate_writes_its_files(v1_runs, data, monkeypatch):
     assert metrics["f1"] == pytest.approx(best["value"])
     with pytest.raises(ConfigError, match="no public test set"):
         finetune_run.evaluate(str(workdir), "test")
+    check_predict(workdir, data / "train-v1.1.json", predictions, tmp_path)
+
+
+def check_predict(workdir: Path, dev_file: Path, predictions: dict, tmp_path: Path) -> list:
+    """predictions.jsonl holds predictions.json's answers, and `albert-jax predict` on the dev
+    file gives the same records (issue 21); returns them."""
+    evaluated = [json.loads(line) for line in
+                 (workdir / "predictions" / "dev" / "predictions.jsonl").read_text().splitlines()]
+    assert {record["id"]: record["prediction"] for record in evaluated} == predictions
+    output = finetune_run.predict(str(workdir), str(dev_file), str(tmp_path / "predict.jsonl"))
+    predicted = [json.loads(line) for line in Path(output).read_text().splitlines()]
+    assert [record["id"] for record in predicted] == [record["id"] for record in evaluated]
+    for mine, theirs in zip(predicted, evaluated):
+        assert mine["prediction"] == theirs["prediction"]
+        assert mine.keys() == theirs.keys()
+        for key in set(mine) - {"id", "prediction"}:
+            assert mine[key] == pytest.approx(theirs[key], abs=1e-5)
+            assert 0 <= mine[key] <= 1
+    return predicted
 
 
 def test_v1_sigkill_then_resume_gives_the_straight_result(v1_runs, data):
@@ -207,6 +226,8 @@ def test_v2_overfits_and_evaluate_writes_its_files(data, tmp_path):
     unanswerable = {qa["id"] for article in dataset["data"] for paragraph in article["paragraphs"]
                     for qa in paragraph["qas"] if qa["is_impossible"]}
     assert {qid for qid, text in with_null.items() if not text} >= unanswerable
+    predicted = check_predict(workdir, data / "train-v2.0.json", predictions, tmp_path)
+    assert all("no_answer_probability" in record for record in predicted)
 
 
 # ----------------------------------------------------------------------------------------------
