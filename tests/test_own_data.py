@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 import transformers
 
 from albert_jax.data import tokenizer as tokenizer_lib
@@ -123,6 +124,14 @@ def test_classification_evaluate_predict_and_export_agree(classification, tmp_pa
     assert result.returncode == 0, result.stderr[-3000:]
     model = transformers.AlbertForSequenceClassification.from_pretrained(exported).eval()
     assert [model.config.id2label[index] for index in range(3)] == sorted(LABELS)
+    tokenizer = transformers.AlbertTokenizer(str(exported / "spiece.model"))
+    inputs = tokenizer([row["text"] for row in dev_rows[1:5]], padding="max_length",
+                       truncation=True, max_length=32, return_tensors="pt")
+    with torch.no_grad():
+        probabilities = torch.softmax(model(**inputs).logits, dim=-1).numpy()
+    for row, record in zip(probabilities, predicted[1:5]):
+        ours = [record["probabilities"][model.config.id2label[index]] for index in range(3)]
+        np.testing.assert_allclose(row, ours, atol=2e-3)
 
 
 def _regression_rows(count: int, seed: int) -> list[dict]:
@@ -157,6 +166,11 @@ def test_regression_jsonl(tmp_path, spm):
     mse = np.mean([(record["score"] - label) ** 2 for record, label in zip(evaluated, labels)])
     metrics = json.loads((workdir / "predictions" / "dev" / "metrics.json").read_text())
     assert metrics["mse"] == pytest.approx(mse, rel=1e-4)
+    assert cli("convert", "--from=orbax", f"--path={workdir}", "--to=huggingface",
+               f"--output={tmp_path / 'hf'}").returncode == 0
+    exported = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert exported["architectures"] == ["AlbertForSequenceClassification"]
+    assert exported["num_labels"] == 1 and exported["problem_type"] == "regression"
 
 
 def _choice_rows(count: int, seed: int) -> list[dict]:
@@ -240,6 +254,9 @@ def test_a_task_of_your_own_by_file_path(tmp_path, spm):
     assert "sentiment: 24 training examples" in result.stdout
     assert json.loads((workdir / "labels.json").read_text()) == [
         "negative", "neutral", "positive", "unseen"]
+    assert cli("evaluate", f"--workdir={workdir}").returncode == 0
+    assert {"accuracy", "macro_f1", "mcc"} <= set(
+        json.loads((workdir / "predictions" / "dev" / "metrics.json").read_text()))
     result = cli("predict", f"--workdir={workdir}", f"--input={tmp_path / 'train.csv'}",
                  "--output=-")
     assert result.returncode == 0, result.stderr[-3000:]
