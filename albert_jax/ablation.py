@@ -209,20 +209,24 @@ def run_row(config: ml_collections.ConfigDict, table_workdir: str,
 
 def run_table(row_configs: dict[str, ml_collections.ConfigDict], workdir: str,
               seeds: int) -> dict[str, Any]:
-    """Every row x seed (in order: Table 11's warm starts need the row before), then
-    table.json, table.md and table.png in `workdir`; returns the table.json record."""
+    """Every row x seed, then table.json, table.md and table.png in `workdir`; returns the
+    table.json record. Seed by seed, each seed's rows in order (Table 11 warm-starts from the
+    row before): a run stopped early has whole tables of the first seeds (`--seeds=1`)."""
     if seeds < 1:
         raise ValueError(f"--seeds={seeds}: need at least 1")
     os.makedirs(workdir, exist_ok=True)
-    runs = {row: [run_row(config, workdir, seed) for seed in range(seeds)]
-            for row, config in row_configs.items()}
+    runs: dict[str, list[dict[str, Any]]] = {row: [] for row in row_configs}
+    for seed in range(seeds):
+        for row, config in row_configs.items():
+            runs[row].append(run_row(config, workdir, seed))
     record = summarize(row_configs, runs)
     write_atomically(os.path.join(workdir, "table.json"), json.dumps(record, indent=2))
     write_atomically(os.path.join(workdir, "table.md"), markdown(record))
     print(markdown(record), flush=True)
     plotted = plot(record, os.path.join(workdir, "table.png"))
     print(f"wrote {workdir}/table.json, table.md" + (", table.png" if plotted else
-          " (no table.png: matplotlib is not installed)"), flush=True)
+          " (no table.png: matplotlib is not installed; pip install albert-jax[plot])"),
+          flush=True)
     return record
 
 
