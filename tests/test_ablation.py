@@ -15,7 +15,7 @@ import pytest
 from albert_jax import ablation, config as config_lib, pretraining
 from albert_jax.data import corpus
 from albert_jax.train import buckets, loop, sharding
-from cli_fixtures import REPO
+from cli_fixtures import REPO, cli
 from test_model import backbone_count, pooler_count  # the SPEC 7.2 formula by hand
 
 _SPEC = importlib.util.spec_from_file_location("ablation_configs", REPO / "configs" / "ablation.py")
@@ -126,6 +126,16 @@ def test_demo_scale_shrinks_every_width_by_the_same_ratio() -> None:
 def test_a_row_the_table_lacks_is_one_clear_error() -> None:
     with pytest.raises(Exception, match="table 5 has no row 'mlm'; its rows: none, nsp, sop"):
         get_config("table=5,row=mlm")
+
+
+def test_the_command_takes_config_overrides_without_a_config_flag(tmp_path) -> None:
+    # configs/ablation.py is the default --config of `ablate`: --config.KEY is checked against
+    # it (a wrong key is one line naming it) before anything runs or is written.
+    result = cli("ablate", "--table=5", f"--workdir={tmp_path / 'w'}", "--config.total_stepz=3")
+    assert result.returncode != 0
+    last_line = result.stderr.strip().splitlines()[-1]
+    assert "unknown config key" in last_line and '"total_steps"' in last_line
+    assert "Traceback" not in result.stderr and not (tmp_path / "w").exists()
 
 
 # ----------------------------------------------------------------------------------------------
