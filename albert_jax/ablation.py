@@ -141,11 +141,22 @@ def load_config_module(path: str) -> types.ModuleType:
     return module
 
 
-def _finetune_config(spec: str) -> ml_collections.ConfigDict:
-    """A fine-tuning config from `path.py:arg`, unlocked for the row's init_from and data."""
+def _finetune_config(spec: str, settings: str, init_from: str) -> ml_collections.ConfigDict:
+    """The fine-tuning config of `path.py:arg` from `init_from`, with `settings`
+    ("data.path=DIR,..." or "data.tfds_name=squad/v1.1": keys of that config file)."""
     path, _, arg = spec.partition(":")
     config = load_config_module(path).get_config(arg or None)
-    config.unlock()
+    config.init_from = init_from
+    for setting in filter(None, settings.split(",")):
+        key, _, value = setting.partition("=")
+        current = config
+        for part in key.split(".")[:-1]:
+            current = current[part]
+        name = key.split(".")[-1]
+        if name not in current:
+            raise ValueError(f"downstream {spec}: its config has no key {key!r} (from "
+                             f"ablation.downstream_data {settings!r})")
+        current[name] = type(current[name])(value)
     return config
 
 
@@ -157,15 +168,15 @@ def downstream(config: ml_collections.ConfigDict, table_workdir: str,
         if spec == "paraphrase":
             scores.update(_paraphrase_accuracy(config, table_workdir, pretrained))
             continue
-        finetune_config = _finetune_config(spec)
-        name = finetune_config.task
-        data_path = config.ablation.downstream_data.get(name, "")
-        if not data_path:
-            print(f"downstream {spec}: no --config.ablation.downstream_data.{name}; skipped",
-                  flush=True)
+        name = load_config_module(spec.partition(":")[0]).get_config(
+            spec.partition(":")[2] or None).task
+        settings = config.ablation.downstream_data.get(name, "")
+        if not settings:
+            print(f"downstream {spec}: no --config.ablation.downstream_data.{name}=... "
+                  "(e.g. data.path=DIR); skipped", flush=True)
             continue
-        finetune_config.init_from, finetune_config.data.path = pretrained, data_path
-        best = finetune_run.finetune(finetune_config, os.path.join(pretrained, name))
+        best = finetune_run.finetune(_finetune_config(spec, settings, pretrained),
+                                     os.path.join(pretrained, name))
         scores[name] = best["value"]
     return scores
 

@@ -167,12 +167,13 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.ablation.scale = args.scale
     config.ablation.warm_start_from = rows[row].get("warm_start_from", "")
     # Downstream: the demo's paraphrase task (finetune/demo.py) at demo scale; at paper scale
-    # the fine-tuning config files named here, each with `init_from` set to the row's workdir
-    # and `data.path` from `ablation.downstream_data.<task>` (a task without data is skipped).
+    # the fine-tuning config files named here, each from the row's checkpoint, with the
+    # settings of `ablation.downstream_data.<task>` ("data.path=DIR" or, for SQuAD,
+    # "data.train_file=F,data.dev_file=F"); a task without settings is skipped.
     config.ablation.finetune_steps = DEMO_FINETUNE_STEPS
     config.ablation.downstream = ("paraphrase",) if demo else (
-        "configs/squad.py:version=1.1", "configs/glue.py:task=mnli",
-        "configs/glue.py:task=sst2", "configs/race.py")
+        "configs/squad.py:version=1.1", "configs/glue.py:task=mnli", "configs/glue.py:task=sst2",
+        "configs/race.py")
     config.ablation.downstream_data = ml_collections.ConfigDict(
         {"squad": "", "mnli": "", "sst2": "", "race": ""})
     # (column, value) pairs: column names such as "SQuAD1.1" cannot be ConfigDict keys.

@@ -138,6 +138,21 @@ def test_the_command_takes_config_overrides_without_a_config_flag(tmp_path) -> N
     assert "Traceback" not in result.stderr and not (tmp_path / "w").exists()
 
 
+def test_paper_scale_downstream_configs_take_the_rows_checkpoint_and_data(capsys) -> None:
+    spec = f"{REPO}/configs/glue.py:task=mnli"
+    config = ablation._finetune_config(spec, "data.path=glue_data/MNLI", "runs/t4/sop/seed0")
+    assert (config.task, config.data.path, config.init_from) == (
+        "mnli", "glue_data/MNLI", "runs/t4/sop/seed0")
+    assert config.total_steps == 10000  # the SPEC 8.2 recipe itself
+    with pytest.raises(ValueError, match="no key 'data.pth'"):
+        ablation._finetune_config(spec, "data.pth=x", "w")
+    row = get_config("table=5,row=sop")
+    row.unlock()
+    row.ablation.downstream = (spec,)
+    assert ablation.downstream(row, "W", "W/sop/seed0") == {}  # no data given: skipped, said so
+    assert "downstream_data.mnli=" in capsys.readouterr().out
+
+
 # ----------------------------------------------------------------------------------------------
 # Table 5's cross-evaluation on a hand-made case.
 
