@@ -64,14 +64,16 @@ def backbone_parameter_count(model_config: Any) -> int:
 
 def seed_config(config: ml_collections.ConfigDict, workdir: str, seed_index: int
                 ) -> ml_collections.ConfigDict:
-    """The run config of seed `seed_index` of a row: seed + k, the table's shared tokenizer and
-    data folder, the data built with the base seed, Table 11's warm start."""
+    """The run config of seed `seed_index` of a row: seed + k, the data built with the base
+    seed, Table 11's warm start; at demo scale the table's own tokenizer and data folder in
+    `workdir` (at paper scale those of the config: the user's tokenizer and data)."""
     run = config.copy_and_resolve_references()
     run.unlock()
     run.data.seed = config.seed if config.data.seed is None else config.data.seed
     run.seed = config.seed + seed_index
-    run.data.tokenizer = os.path.join(workdir, "tokenizer", "spm.model")
-    run.data.dir = os.path.join(workdir, "data")
+    if config.ablation.scale == "demo":
+        run.data.tokenizer = os.path.join(workdir, "tokenizer", "spm.model")
+        run.data.dir = os.path.join(workdir, "data")
     if config.ablation.warm_start_from:
         run.init_from = row_workdir(workdir, config.ablation.warm_start_from, seed_index)
     run.lock()
@@ -214,7 +216,8 @@ def run_row(config: ml_collections.ConfigDict, table_workdir: str,
               **{f"{objective}_accuracy": metrics["sentence_order_accuracy"]
                  for objective, metrics in scores.items()},
               **downstream(run, table_workdir, workdir)}
-    write_atomically(result_path, json.dumps(result, indent=2))
+    if jax.process_index() == 0:
+        write_atomically(result_path, json.dumps(result, indent=2))
     return result
 
 
@@ -231,6 +234,8 @@ def run_table(row_configs: dict[str, ml_collections.ConfigDict], workdir: str,
         for row, config in row_configs.items():
             runs[row].append(run_row(config, workdir, seed))
     record = summarize(row_configs, runs)
+    if jax.process_index() != 0:
+        return record
     write_atomically(os.path.join(workdir, "table.json"), json.dumps(record, indent=2))
     write_atomically(os.path.join(workdir, "table.md"), markdown(record))
     print(markdown(record), flush=True)
