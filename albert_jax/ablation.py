@@ -115,6 +115,19 @@ def score_formats(tasks: dict[str, pretraining.PretrainingTask], params: Any,
     return scores
 
 
+def majority_baselines(config: ml_collections.ConfigDict,
+                       formats: tuple[str, ...]) -> dict[str, dict[str, float]]:
+    """format -> the accuracy of constant guesses on its eval set (the most frequent masked
+    token, the majority sentence label): chance level, which is not 50 % for every format (an
+    NSP-format set has more "random next" pairs: a single-segment chunk always takes its B
+    from another document, data/instances.py)."""
+    model_config = config_lib.model_config(config)
+    return {objective: pretraining.majority_baselines(pretraining.PretrainingTask(
+                with_objective(config, objective), model_config).eval_batches(
+                    pretraining.EVAL_SPLIT))
+            for objective in formats}
+
+
 def _paraphrase_accuracy(config: ml_collections.ConfigDict, table_workdir: str,
                          pretrained: str) -> dict[str, float]:
     """Best dev accuracy of the demo's paraphrase task fine-tuned from `pretrained`."""
@@ -234,6 +247,10 @@ def run_table(row_configs: dict[str, ml_collections.ConfigDict], workdir: str,
         for row, config in row_configs.items():
             runs[row].append(run_row(config, workdir, seed))
     record = summarize(row_configs, runs)
+    first = next(iter(row_configs.values()))
+    record["baselines"] = majority_baselines(
+        seed_config(first, workdir, 0),
+        EVAL_FORMATS.get(first.ablation.table, (first.data.sentence_objective,)))
     if jax.process_index() != 0:
         return record
     write_atomically(os.path.join(workdir, "table.json"), json.dumps(record, indent=2))
@@ -298,6 +315,10 @@ def markdown(record: dict[str, Any]) -> str:
                          else f"{100 * mean:.1f} ± {100 * std:.1f}")
         cells += [str(summary["paper"][column]) for column in paper_columns]
         lines.append("| " + " | ".join(cells) + " |")
+    for objective, baseline in record.get("baselines", {}).items():
+        lines.append(f"\nChance on the {objective.upper()}-format eval set: the majority sentence "
+                     f"label {100 * baseline['sentence_order_accuracy']:.1f} %, the most "
+                     f"frequent masked token {100 * baseline['masked_lm_accuracy']:.1f} %.")
     return "\n".join(lines) + "\n"
 
 
