@@ -267,3 +267,20 @@ def test_a_killed_row_resumes_and_a_finished_row_is_skipped(tmp_path, monkeypatc
 
     monkeypatch.setattr(loop, "train_and_evaluate", must_not_train)
     assert ablation.run_row(config, table_dir, 0) == result
+
+
+def test_table_md_has_mean_and_std_over_seeds_beside_the_papers_numbers() -> None:
+    configs = {row: get_config(f"table=5,row={row},scale=demo") for row in ("nsp", "sop")}
+    runs = {row: [{"row": row, "seed": 12345 + k, "params": 304_372,
+                   "masked_lm_accuracy": 0.1, "nsp_accuracy": 0.8, "sop_accuracy": accuracy,
+                   "paraphrase": 0.7} for k, accuracy in enumerate((0.5, 0.6, 0.7))]
+            for row in configs}
+    record = ablation.summarize(configs, runs)
+    assert record["main_column"] == "paraphrase" and record["seeds"] == 3
+    assert record["rows"]["sop"]["mean"]["sop_accuracy"] == pytest.approx(0.6)
+    assert record["rows"]["sop"]["std"]["sop_accuracy"] == pytest.approx(0.1)  # sample std
+    lines = ablation.markdown(record).splitlines()
+    assert lines[2].startswith("| row | params (ours) | MLM | NSP | SOP | paraphrase dev acc | "
+                               "paper MLM | paper NSP | paper SOP |")
+    assert lines[4] == ("| nsp | 304,372 | 10.0 ± 0.0 | 80.0 ± 0.0 | 60.0 ± 10.0 | 70.0 ± 0.0 | "
+                        "54.5 | 90.5 | 52.0 | 88.4/81.5 | 77.2/74.6 | 81.6 | 91.1 | 62.3 | 79.2 |")
