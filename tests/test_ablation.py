@@ -78,6 +78,19 @@ def test_paper_row_parameter_count(table: int, row: str) -> None:
         assert round(printed / 1e6) == paper_millions
 
 
+@pytest.mark.parametrize("table,row", [(t, r) for t, r in _row_ids() if t in (3, 4, 5)])
+def test_demo_row_parameter_count(table: int, row: str) -> None:
+    # The same formula at demo size: V=4000, 128 positions (the formula's tables assume 512),
+    # H=128, I=512, L=4; e.g. all-shared E=21: 86,772 + 2,816 + 66,304 + 131,968 + 16,512.
+    model_config = config_lib.model_config(get_config(f"table={table},row={row},scale=demo"))
+    embedding = model_config.embedding_size
+    expected = (backbone_count(4000, embedding, 128, 512, 4, model_config.sharing)
+                - (512 - 128) * embedding)
+    assert ablation.backbone_parameter_count(model_config) == expected
+    if (table, row) == (5, "sop"):
+        assert expected == 304_372
+
+
 def _flat(config) -> dict:
     return {key: value for key, value in loop._flatten(json.loads(config_lib.to_json(config))).items()
             if not key.startswith("ablation.")}
