@@ -14,6 +14,8 @@
   albert-jax squad-eval      DATA.json PREDICTIONS.json [--na-prob-file=F]
   albert-jax convert         --from=tf --path=model.ckpt-best --config_path=albert_config.json
                              --to=huggingface --output=DIR
+  albert-jax ablate          --table=3|4|5|11|12 --workdir=DIR [--scale=demo|paper] [--seeds=N]
+                             [--config.KEY=VALUE ...]   (a paper ablation table, every row)
 """
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ from ml_collections import config_flags
 
 from etils import epath
 
-from albert_jax import config as config_lib, distributed, pretraining
+from albert_jax import ablation, config as config_lib, distributed, pretraining
 from albert_jax.convert import formats
 from albert_jax.data import builder, inspection, tokenizer
 from albert_jax.errors import ConfigError
@@ -204,6 +206,35 @@ def _convert() -> None:
                     output=_need(_OUTPUT, "convert"), config_path=_CONFIG_PATH.value)
 
 
+_TABLE = flags.DEFINE_enum("table", None, ["3", "4", "5", "11", "12"],
+                           "ablate: the paper's table (configs/ablation.py TABLES).")
+_SCALE = flags.DEFINE_enum("scale", "demo", ["demo", "paper"], "ablate: demo (the demo corpus, "
+                           "a CPU-sized model) or paper (the paper's recipe; set data.corpus).")
+_SEEDS = flags.DEFINE_integer("seeds", 1, "ablate: seeds per row (mean and std in table.md).")
+ABLATION_CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                               "configs", "ablation.py")
+
+
+def _ablate() -> None:
+    """Every row x seed of a paper ablation table (albert_jax/ablation.py); the rows are
+    configs/ablation.py's, each with the command line's --config.KEY=VALUE overrides."""
+    table, workdir = int(_need(_TABLE, "ablate")), _need(_WORKDIR, "ablate")
+    config_flag = flags.FLAGS["config"]
+    tables = ablation.load_config_module(config_flag.config_filename)
+    configs = ablation.row_configs(tables.get_config, table, tuple(tables.TABLES[table]),
+                                   _SCALE.value, config_flags.get_override_values(config_flag))
+    ablation.run_table(configs, workdir, _SEEDS.value)
+
+
+def _with_ablation_config(words: list[str], args: list[str]) -> list[str]:
+    """`ablate` reads configs/ablation.py unless --config names another file, so that
+    --config.KEY=VALUE overrides work without a --config flag."""
+    if words != ["ablate"] or any(arg == "--config" or arg.startswith("--config=")
+                                  for arg in args):
+        return args
+    return [args[0], f"--config={ABLATION_CONFIG}", *args[1:]]
+
+
 COMMANDS: dict[tuple[str, ...], Callable[[], None]] = {
     ("tokenizer", "train"): _tokenizer_train,
     ("data", "build"): _data_build,
@@ -215,6 +246,7 @@ COMMANDS: dict[tuple[str, ...], Callable[[], None]] = {
     ("checkpoint", "verify"): _checkpoint_verify,
     ("plan",): _plan,
     ("convert",): _convert,
+    ("ablate",): _ablate,
 }
 
 
@@ -235,7 +267,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     command = COMMANDS.get(tuple(words))
     if command is None:
         sys.exit(f"albert-jax: unknown command {' '.join(words)!r}\n{_usage()}")
-    rest = [argv[0]] + argv[1 + len(words):]
+    rest = _with_ablation_config(words, [argv[0]] + argv[1 + len(words):])
     try:
         remaining = flags.FLAGS(rest)  # parsed here, so a bad config is one line, not a trace
     except flags.Error as error:

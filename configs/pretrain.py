@@ -61,6 +61,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.data.comma_rule = "reference"  # SPEC 2.3 digit-comma rule; "hf": HuggingFace's
     config.data.eval_fraction = 0.01  # documents held out for the eval split
     config.data.shuffle_buffer_seed = config_dict.placeholder(int)  # None: derived from seed
+    # The seed of the built examples (pairs, masks); None: config.seed. Fixed, runs of several
+    # seeds share one dataset and differ only in init and order (albert-jax ablate --seeds).
+    config.data.seed = config_dict.placeholder(int)
     config.data.num_workers = 0  # grain worker processes per host (0: in the main process)
     config.data.prefetch = 2
 

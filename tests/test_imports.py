@@ -16,6 +16,7 @@ LAYERS = [
     {"convert"},
     {"pretraining"},
     {"finetune"},
+    {"ablation"},
     {"cli"},
 ]
 RANK = {unit: rank for rank, units in enumerate(LAYERS) for unit in units}

@@ -78,7 +78,8 @@ class DatasetSettings(tfds.core.BuilderConfig):
             short_seq_prob=float(data.short_seq_prob), dupe_factor=int(data.dupe_factor),
             sentence_objective=str(data.sentence_objective),
             reference_compat=bool(data.reference_compat), eval_fraction=float(data.eval_fraction),
-            seed=int(config.seed), file_format=str(data.format))
+            seed=int(config.seed if data.get("seed") is None else data.seed),
+            file_format=str(data.format))
         # Paths are not part of the identity: a moved corpus or a copied tokenizer file (same
         # names, sizes and bytes) gives the same data, so it finds the same folder.
         identity = {key: value for key, value in settings.items()
