@@ -35,7 +35,7 @@ from albert_jax.train.task import Task
 RESUMABLE_CHANGES = ("total_steps", "mesh", "log_every_steps", "eval_every_steps", "eval_steps",
                      "eval_batch_size", "checkpoint_every_steps", "keep_checkpoints",
                      "compute_dtype", "num_microbatches", "init_from", "data.prefetch",
-                     "length_buckets")
+                     "length_buckets", "model_overrides.attention_impl")
 BEST_SUBDIR = "best"
 BEST_FILE = "best.json"
 CONFIG_FILE = "config.json"
