@@ -731,7 +731,10 @@ def hf_compiled_for(model_config: ModelConfig, mesh: jax.sharding.Mesh, batch: i
                       rng).compile()
 
 
-def topology_counts(topology: str) -> dict[str, Any]:
+TOPOLOGY_PRESETS, TOPOLOGY_DTYPES = ("albert-base-v2", "albert-xxlarge-v2"), ("float32", "bfloat16")
+
+
+def topology_counts(topology: str, presets: list[str], dtypes: list[str]) -> dict[str, Any]:
     """The compiler's per-device counts of every contender on `topology` (module doc)."""
     from albert_jax.train import plan  # libtpu's abstract devices
     target = plan.tpu_target(topology)
@@ -739,8 +742,8 @@ def topology_counts(topology: str) -> dict[str, Any]:
                               devices=list(target.devices))
     batch = TOPOLOGY_BATCH_PER_DEVICE * len(target.devices)
     rows = []
-    for preset in ("albert-base-v2", "albert-xxlarge-v2"):
-        for dtype in ("float32", "bfloat16"):
+    for preset in presets:
+        for dtype in dtypes:
             contenders = [(f"ours {impl}", functools.partial(
                 ours_compiled_for, get_config(preset, dtype=dtype, attention_impl=impl)))
                 for impl in ("xla", "splash")]
@@ -790,9 +793,12 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print JSON instead of the table")
     parser.add_argument("--topology", default="",
                         help="a TPU topology (e.g. v5e:2x2): the compiler's counts, no timing")
+    parser.add_argument("--topology_presets", default=",".join(TOPOLOGY_PRESETS))
+    parser.add_argument("--topology_dtypes", default=",".join(TOPOLOGY_DTYPES))
     args = parser.parse_args()
     if args.topology:
-        result = topology_counts(args.topology)
+        result = topology_counts(args.topology, args.topology_presets.split(","),
+                                 args.topology_dtypes.split(","))
         if args.json:
             print(json.dumps(result, indent=1))
         else:
