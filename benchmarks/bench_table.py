@@ -384,13 +384,9 @@ def _donating_contender(name: str, train_step: Callable, params: Any, opt_state:
     return Contender(name, run, compile_s, peak_bytes(compiled))
 
 
-def hf_train(name: str, model_config: ModelConfig, batch: int) -> Contender:
-    """FlaxAlbertForPreTraining + optax.lamb: MLM CE over all positions with -100 ignored."""
-    model = FlaxAlbertForPreTraining(hf_config(model_config), input_shape=(1, SEQ_LEN), seed=0)
-    data = {key: jnp.asarray(value) for key, value in
-            hf_pretraining_batch(pretraining_batch(batch, model_config.vocab_size)).items()}
-    optimizer = optax.lamb(1e-4, weight_decay=0.01)
-
+def hf_pretraining_loss(model: Any) -> Callable:
+    """(params, batch, dropout_rng) -> loss of FlaxAlbertForPreTraining: MLM CE over all
+    positions with -100 ignored, plus SOP."""
     def loss_fn(params, batch, rng):
         out = model(batch["input_ids"], attention_mask=batch["attention_mask"],
                     token_type_ids=batch["token_type_ids"], params=params, dropout_rng=rng,
@@ -402,9 +398,17 @@ def hf_train(name: str, model_config: ModelConfig, batch: int) -> Contender:
         sop = optax.softmax_cross_entropy_with_integer_labels(
             out.sop_logits.astype(jnp.float32), batch["sentence_order_label"]).mean()
         return (nll * weights).sum() / weights.sum() + sop
+    return loss_fn
 
+
+def hf_train(name: str, model_config: ModelConfig, batch: int) -> Contender:
+    """FlaxAlbertForPreTraining + optax.lamb: MLM CE over all positions with -100 ignored."""
+    model = FlaxAlbertForPreTraining(hf_config(model_config), input_shape=(1, SEQ_LEN), seed=0)
+    data = {key: jnp.asarray(value) for key, value in
+            hf_pretraining_batch(pretraining_batch(batch, model_config.vocab_size)).items()}
+    optimizer = optax.lamb(1e-4, weight_decay=0.01)
     params = model.params
-    return _donating_contender(name, _train_step(loss_fn, optimizer), params,
+    return _donating_contender(name, _train_step(hf_pretraining_loss(model), optimizer), params,
                                optimizer.init(params), [data])
 
 
@@ -469,7 +473,7 @@ def hf_finetune(name: str, model_config: ModelConfig,
         return optax.softmax_cross_entropy_with_integer_labels(logits, batch["labels"]).mean()
 
     params = model.params
-    return _donating_contender(name, _train_step(loss_fn, optimizer), params,
+    return _donating_contender(name, _train_step(hf_pretraining_loss(model), optimizer), params,
                                optimizer.init(params), data)
 
 
@@ -701,19 +705,6 @@ def hf_compiled_for(model_config: ModelConfig, mesh: jax.sharding.Mesh, batch: i
         hf_config(model_config), input_shape=(1, TOPOLOGY_SEQ_LEN), seed=0, _do_init=False,
         dtype=model_config.compute_dtype)
     optimizer = optax.lamb(1e-4, weight_decay=0.01)
-
-    def loss_fn(params, batch, rng):
-        out = hf_model(batch["input_ids"], attention_mask=batch["attention_mask"],
-                       token_type_ids=batch["token_type_ids"], params=params, dropout_rng=rng,
-                       train=True)
-        labels = batch["labels"]
-        weights = (labels != -100).astype(jnp.float32)
-        log_probs = jax.nn.log_softmax(out.prediction_logits.astype(jnp.float32), axis=-1)
-        nll = -jnp.take_along_axis(log_probs, jnp.maximum(labels, 0)[..., None], -1)[..., 0]
-        sop = optax.softmax_cross_entropy_with_integer_labels(
-            out.sop_logits.astype(jnp.float32), batch["sentence_order_label"]).mean()
-        return (nll * weights).sum() / weights.sum() + sop
-
     params = jax.eval_shape(lambda: hf_model.init_weights(jax.random.PRNGKey(0),
                                                            (1, TOPOLOGY_SEQ_LEN)))
     opt_state = jax.eval_shape(optimizer.init, params)
@@ -726,7 +717,7 @@ def hf_compiled_for(model_config: ModelConfig, mesh: jax.sharding.Mesh, batch: i
                                        sharding=batch_sharding)
             for name, value in example.items()}
     rng = jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=replicated)
-    step = jax.jit(_train_step(loss_fn, optimizer), donate_argnums=(0, 1))
+    step = jax.jit(_train_step(hf_pretraining_loss(hf_model), optimizer), donate_argnums=(0, 1))
     return step.lower(place(params, replicated), place(opt_state, replicated), data,
                       rng).compile()
 
