@@ -168,3 +168,25 @@ def test_splash_tiles_divide_the_sequence():
         128, 256, 384, 512, 512]
     with pytest.raises(ConfigError, match="attention_impl='splash'.*multiple of 128, got 100"):
         attention.splash_block(100)
+
+
+def test_a_checkpoint_does_not_depend_on_the_kernel(tmp_path):
+    """The same parameter tree under every kernel, and a run may resume with another one."""
+    from albert_jax import config as config_lib
+    from albert_jax.train import loop
+
+    shapes = {impl: jax.tree.map(lambda leaf: (leaf.shape, leaf.dtype), jax.eval_shape(
+        AlbertModel(get_config("tiny", attention_impl=impl, max_position_embeddings=SEQ)).init,
+        jax.random.PRNGKey(0),
+        *padded_inputs(2, 128).values()))
+        for impl in ("xla", "splash", "auto")}
+    assert shapes["xla"] == shapes["splash"] == shapes["auto"]
+    saved = pretrain_config.get_config("model=tiny")
+    saved.model_overrides.attention_impl = "xla"
+    (tmp_path / loop.CONFIG_FILE).write_text(config_lib.to_json(saved))
+    resumed = pretrain_config.get_config("model=tiny")
+    resumed.model_overrides.attention_impl = "splash"
+    loop.check_workdir_config(resumed, tmp_path)  # accepted
+    resumed.model_overrides.hidden_size = 64
+    with pytest.raises(ValueError, match="model_overrides.hidden_size"):
+        loop.check_workdir_config(resumed, tmp_path)
