@@ -1,6 +1,7 @@
 # The two commands of the README:
 #   make demo   install, then pretrain a tiny ALBERT on the embedded demo corpus and fine-tune it
-#               on a paraphrase task made from the same text (offline, CPU)
+#               on a paraphrase task made from the same text, then predict on new pairs
+#               (offline, CPU)
 #   make test   install with the test extra, then run the test suite (two workers, one file each:
 #               module fixtures stay in one process; 16 min on a 2-core Xeon, 29 min of CPU)
 PYTHON ?= python3
@@ -30,6 +31,8 @@ demo: $(VENV)/.installed-core
 	$(VENV)/bin/albert-jax pretrain --config=$(DEMO_CONFIG) --workdir=$(DEMO_WORKDIR)
 	$(VENV)/bin/python -m albert_jax.finetune.demo --pretrained=$(DEMO_WORKDIR) \
 		--workdir=$(DEMO_WORKDIR)-paraphrase
+	$(VENV)/bin/albert-jax predict --workdir=$(DEMO_WORKDIR)-paraphrase/pretrained \
+		--input=$(DEMO_WORKDIR)-paraphrase/new_pairs.jsonl --output=-
 
 test: $(VENV)/.installed-test
 	$(VENV)/bin/python -m pytest -q -n 2 --dist loadfile tests

@@ -7,6 +7,7 @@
   albert-jax finetune        --config=configs/glue.py:task=mnli --config.data.path=DIR
                              --config.init_from=PATH --workdir=DIR
   albert-jax evaluate        --workdir=DIR --split=dev|test
+  albert-jax predict         --workdir=DIR --input=FILE [--output=OUT.jsonl|-]
   albert-jax checkpoint verify --workdir=DIR    (one line per checkpoint; exit 0 if all intact)
   albert-jax plan            --config=configs/pretrain.py:size=xxlarge --topology=v5e:16x16
                              [--devices=N --hbm_gib=16] [--json]   (HBM per device; fits?)
@@ -33,9 +34,9 @@ from albert_jax import config as config_lib, distributed, pretraining
 from albert_jax.convert import formats
 from albert_jax.data import builder, inspection, tokenizer
 from albert_jax.errors import ConfigError
-from albert_jax.finetune import run as finetune_run, squad_eval, task as finetune_task
-from albert_jax.model import presets
+from albert_jax.finetune import registry, run as finetune_run, squad_eval
 from albert_jax.train import checkpoint, integrity, loop, plan as plan_lib, workdir_lock
+from albert_jax.train import workdir as workdir_names
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file, e.g. configs/pretrain.py:size=base.",
                                           lock_config=True)
@@ -69,7 +70,11 @@ _FROM = flags.DEFINE_enum("from", None, ["tf", "huggingface", "orbax"], "convert
 _TO = flags.DEFINE_enum("to", None, ["orbax", "huggingface"], "convert: target format.")
 _PATH = flags.DEFINE_string("path", None, "convert: source checkpoint (file prefix or directory).")
 _CONFIG_PATH = flags.DEFINE_string("config_path", None, "convert --from=tf: albert_config.json.")
-_OUTPUT = flags.DEFINE_string("output", None, "convert: output directory.")
+_OUTPUT = flags.DEFINE_string("output", None, "convert: output directory. predict: the JSON "
+                              "Lines file (default <workdir>/predictions/<input name>.jsonl; "
+                              "-: standard output).")
+_INPUT = flags.DEFINE_string("input", None, "predict: the file of examples (CSV, TSV, JSONL, "
+                             "Parquet, or the task's own layout).")
 _TOPOLOGY = flags.DEFINE_string("topology", None, "plan: TPU slice, e.g. v5e:16x16 (needs the "
                                 "[tpu] extra, libtpu; no TPU needed).")
 _DEVICES = flags.DEFINE_integer("devices", None, "plan: N fake CPU devices instead of a TPU.")
@@ -125,13 +130,19 @@ def _evaluate() -> None:
     finetune_run.evaluate(workdir, _SPLIT.value)
 
 
+def _predict() -> None:
+    workdir, input_path = _need(_WORKDIR, "predict"), _need(_INPUT, "predict")
+    _join_hosts()
+    finetune_run.predict(workdir, input_path, _OUTPUT.value)
+
+
 def _checkpoint_verify() -> None:
     """`<step> intact` or `<step> damaged: <reason>` for every checkpoint of the workdir, then
     `best/<step> ...` for the best one; exits 1 if any is damaged. Reads only."""
     workdir = epath.Path(_need(_WORKDIR, "checkpoint verify"))
     verdicts = []
-    for directory, label in ((workdir / checkpoint.CHECKPOINTS_SUBDIR, ""),
-                             (workdir / loop.BEST_SUBDIR, f"{loop.BEST_SUBDIR}/")):
+    for directory, label in ((workdir / workdir_names.CHECKPOINTS_SUBDIR, ""),
+                             (workdir / workdir_names.BEST_SUBDIR, f"{workdir_names.BEST_SUBDIR}/")):
         if not directory.is_dir():
             continue
         checkpointer = checkpoint.Checkpointer(directory, read_only=True)
@@ -147,19 +158,18 @@ def _checkpoint_verify() -> None:
         checkpointer.close()
     if not verdicts:
         raise FileNotFoundError(f"no checkpoint in {workdir}: expected "
-                                f"{checkpoint.CHECKPOINTS_SUBDIR}/<step>/ or "
-                                f"{loop.BEST_SUBDIR}/<step>/ there")
+                                f"{workdir_names.CHECKPOINTS_SUBDIR}/<step>/ or "
+                                f"{workdir_names.BEST_SUBDIR}/<step>/ there")
     print("\n".join(verdicts), flush=True)
     if any(" damaged: " in verdict for verdict in verdicts):
         sys.exit(1)
 
 
 def _plan_task(config: ml_collections.ConfigDict) -> tuple[Any, dict[str, Any]]:
-    """The task of a pretraining or fine-tuning config and its train batch as shapes: no data,
+    """The task of a pretraining or fine-tuning config and its train batch as shapes: no
     tokenizer or checkpoint is read (a fine-tuning architecture is config.model's preset)."""
     if "task" in config:  # a fine-tuning config
-        model_config = finetune_task.finetune_model_config(config, presets.get_config(config.model))
-        task = finetune_run.task_class(config)(config, model_config, None, None)
+        task = registry.get(config.task).for_shapes(config)
     else:
         task = pretraining.PretrainingTask(config, config_lib.model_config(config))
     return task, task.train_batch_spec(config.batch_size)
@@ -201,6 +211,7 @@ COMMANDS: dict[tuple[str, ...], Callable[[], None]] = {
     ("pretrain",): _pretrain,
     ("finetune",): _finetune,
     ("evaluate",): _evaluate,
+    ("predict",): _predict,
     ("checkpoint", "verify"): _checkpoint_verify,
     ("plan",): _plan,
     ("convert",): _convert,

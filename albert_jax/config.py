@@ -46,18 +46,26 @@ def model_overrides_placeholder() -> ml_collections.ConfigDict:
         {key: config_dict.placeholder(type(value)) for key, value in fields.items()})
 
 
-def model_config(config: ml_collections.ConfigDict) -> presets.ModelConfig:
-    """The validated model config of a run: the preset, its overrides, and compute_dtype."""
-    overrides = {key: value for key, value in config.model_overrides.items() if value is not None}
+def model_config(config: ml_collections.ConfigDict,
+                 base: presets.ModelConfig | None = None) -> presets.ModelConfig:
+    """The validated model config of a run: the architecture (`base`, e.g. a fine-tuning
+    checkpoint's, else the preset `config.model`) with the run's `compute_dtype`, pretraining's
+    `data.vocab_size`, fine-tuning's backbone dropout (`dropout`: SPEC 8.2 "ALBERT DR", hidden
+    and attention) and, over all of them, `model_overrides`."""
+    fields: dict[str, Any] = {}
+    if "dropout" in config:
+        fields.update(hidden_dropout_prob=config.dropout, attention_probs_dropout_prob=config.dropout)
     if "compute_dtype" in config:
-        overrides.setdefault("dtype", config.compute_dtype)
+        fields["dtype"] = config.compute_dtype
     if "data" in config and "vocab_size" in config.data:
-        overrides.setdefault("vocab_size", config.data.vocab_size)
-    model = presets.get_config(config.model, **overrides)
+        fields["vocab_size"] = config.data.vocab_size
+    fields.update({key: value for key, value in config.model_overrides.items() if value is not None})
+    model = (presets.get_config(config.model, **fields) if base is None
+             else presets.from_dict({**base.to_dict(), **fields}))
     if "seq_len" in config and config.seq_len > model.max_position_embeddings:
         raise ConfigError(
             f"config seq_len={config.seq_len} exceeds max_position_embeddings="
-            f"{model.max_position_embeddings} of model {config.model!r}; lower seq_len or set "
+            f"{model.max_position_embeddings} of the model; lower seq_len or set "
             "model_overrides.max_position_embeddings")
     return model
 
@@ -82,6 +90,7 @@ def finetune_config(args: ml_collections.ConfigDict) -> ml_collections.ConfigDic
     config.data.path = ""  # the task's folder in the original format
     config.data.tfds_name = ""  # or a TFDS name, e.g. glue/mnli, race/high
     config.data.tfds_data_dir = ""
+    config.data.comma_rule = "reference"  # SPEC 2.3 digit-comma rule; "hf": HuggingFace's
     config.data.num_workers = 0
     config.data.prefetch = 2
 

@@ -10,6 +10,7 @@ over up to `eval_steps` batches of the eval split, always the same examples (SPE
 """
 from __future__ import annotations
 
+import os
 from typing import Any, Iterator
 
 import jax
@@ -19,13 +20,14 @@ import numpy as np
 from etils import epath
 
 from albert_jax.data import pipeline
+from albert_jax.data.tokenizer import Tokenizer
 from albert_jax.model import AlbertForPreTraining, ModelConfig, example_inputs
 from albert_jax.train import checkpoint, flops
+from albert_jax.train import workdir as workdir_names
 from albert_jax.train.task import Batch, HostBatch, Task
 
 MLM_DENOMINATOR_EPSILON = 1e-5  # SPEC 5.3
 EVAL_SPLIT = "eval"
-TOKENIZER_FILE = "spiece.model"  # the workdir's copy of the tokenizer (HuggingFace's name)
 
 
 def loss_sums(mlm_logits: jax.Array, sop_logits: jax.Array, batch: Batch) -> dict[str, jax.Array]:
@@ -157,9 +159,14 @@ class PretrainingTask(Task):
                 f"sop_acc {metrics['sentence_order_accuracy']:.3f}"]
 
     def workdir_files(self) -> dict[str, bytes]:
-        # The tokenizer travels with the weights: fine-tuning from this workdir finds it.
-        tokenizer = epath.Path(self.config.data.tokenizer)
-        return {TOKENIZER_FILE: tokenizer.read_bytes()} if tokenizer.exists() else {}
+        # The tokenizer travels with the weights, with the run's digit-comma rule (SPEC 2.3):
+        # fine-tuning from this workdir finds it.
+        path = epath.Path(self.config.data.tokenizer)
+        if not path.exists():
+            return {}
+        tokenizer = Tokenizer(path.read_bytes(), comma_rule=self.config.data.comma_rule,
+                              path=os.fspath(path))
+        return tokenizer.files(workdir_names.TOKENIZER_FILE)
 
     def flops_per_example(self, seq_len: int) -> float:
         predictions = self.config.data.max_predictions

@@ -1,7 +1,7 @@
 """Loss curves of fp32 and bf16 compute over the same steps: is bf16 within fp32's noise?
 
   .venv/bin/python -m benchmarks.bench_bf16_curve [--steps=200] [--model=demo]
-      [--layers=N] [--workdir=DIR] [--variant=NAME]
+      [--layers=N] [--workdir=DIR]
 
 Data and settings are the demo's (configs/pretrain.py:runlocal: seq 64, batch 32, LAMB at lr
 3e-3 with 80 warmup steps, on the stdlib-docstring corpus), built once with the real
@@ -12,9 +12,6 @@ The first --steps batches are read once and fed to every run, in the same order:
   bf16        compute_dtype bfloat16 (bf16 matmul inputs and activations, float32 parameters,
               accumulation, LayerNorm, softmax and loss: model/layers.py), init seed S
   fp32 seed   float32, init seed S + 1: how far two equally good fp32 runs drift apart
-
---variant=NAME runs the bf16 curve with a model variant of benchmarks/ab_model_variants.py
-(e.g. dense_low_precision_grads: backward dots in bf16 too), to check a speed change's numerics.
 
 Printed: the training loss at steps 50, 100, ... (and its mean over the 10 steps before), the
 fp32 step-to-step noise (std of the loss around its 10-step moving mean, steps 21..end: each
@@ -39,7 +36,6 @@ from albert_jax import pretraining
 from albert_jax.train import optim, sharding
 from albert_jax.train import state as state_lib
 from albert_jax.train import step as step_lib
-from benchmarks import ab_model_variants
 from configs import pretrain as pretrain_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -76,9 +72,8 @@ def first_batches(config: ml_collections.ConfigDict, steps: int) -> list[dict[st
 
 
 def loss_curve(config: ml_collections.ConfigDict, compute_dtype: str, seed: int,
-               batches: list[dict[str, np.ndarray]], variant: str | None = None) -> np.ndarray:
-    """Training loss [steps] of the real train step (train/step.py, LAMB) over `batches`, the
-    model traced with ab_model_variants' `variant` (None: as it is)."""
+               batches: list[dict[str, np.ndarray]]) -> np.ndarray:
+    """Training loss [steps] of the real train step (train/step.py, LAMB) over `batches`."""
     config = config.copy_and_resolve_references()
     config.compute_dtype = compute_dtype
     task = pretraining.PretrainingTask(config, config_lib.model_config(config))
@@ -92,12 +87,11 @@ def loss_curve(config: ml_collections.ConfigDict, compute_dtype: str, seed: int,
     rng = jax.random.PRNGKey(seed + 1)
     losses = []
     start = time.perf_counter()
-    with ab_model_variants.patched(variant):  # the step is traced at its first call
-        for batch in batches:
-            state, metrics = train_step(state, batch, rng)
-            losses.append(metrics["loss"])
+    for batch in batches:
+        state, metrics = train_step(state, batch, rng)
+        losses.append(metrics["loss"])
     losses = np.asarray(jax.device_get(losses), np.float64)
-    print(f"{compute_dtype} {variant or ''} seed {seed}: {len(batches)} steps in "
+    print(f"{compute_dtype} seed {seed}: {len(batches)} steps in "
           f"{time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
     return losses
 
@@ -135,30 +129,23 @@ def main() -> None:
     parser.add_argument("--model", default="demo", help="a preset of model/presets.py")
     parser.add_argument("--layers", type=int, default=None, help="num_hidden_layers override")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--variant", default=None,
-                        help="a benchmarks/ab_model_variants.py variant for the bf16 run")
     parser.add_argument("--workdir", default=os.path.join(REPO, "runs", "bf16_curve"),
                         help="where the demo tokenizer and data are built (and reused)")
     args = parser.parse_args()
     if args.steps < 50:
         parser.error(f"--steps={args.steps}: give at least 50 (the summary is every 50 steps)")
-    unknown = set(args.variant.split("+") if args.variant else []) - set(ab_model_variants.VARIANTS)
-    if unknown:
-        parser.error(f"--variant={args.variant}: unknown {sorted(unknown)}; choose from "
-                     f"{sorted(ab_model_variants.VARIANTS)}")
     config = run_config(os.path.abspath(args.workdir), args.model, args.layers)
     build_data(config)
     batches = first_batches(config, args.steps)
     curves = {"fp32": loss_curve(config, "float32", args.seed, batches),
-              "bf16": loss_curve(config, "bfloat16", args.seed, batches, args.variant),
+              "bf16": loss_curve(config, "bfloat16", args.seed, batches),
               "fp32 seed": loss_curve(config, "float32", args.seed + 1, batches)}
     result = summary(curves)
     model = config_lib.model_config(config)
     print(f"model {args.model} (H{model.hidden_size} L{model.num_hidden_layers} "
           f"E{model.embedding_size}), seq {config.seq_len}, batch {config.batch_size}, "
           f"LAMB lr {config.optim.lr} warmup {config.optim.warmup_steps}, {args.steps} steps, "
-          f"same batches; seeds {args.seed} and {args.seed + 1}"
-          + (f"; bf16 with variant {args.variant}" if args.variant else ""))
+          f"same batches; seeds {args.seed} and {args.seed + 1}")
     print(f"| step | fp32 | bf16 | fp32 seed+1 |  (loss at the step / mean of the {WINDOW} "
           "steps up to it)")
     print("|---|---|---|---|")

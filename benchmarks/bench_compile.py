@@ -29,8 +29,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import ml_collections
-import optax
 
+from albert_jax import pretraining
 from albert_jax.model import AlbertForPreTraining, get_config, heads, layers
 from albert_jax.model.albert import Embeddings
 from albert_jax.model.encoder import AttentionBlock, FeedForwardBlock
@@ -67,13 +67,13 @@ class LoopAlbertForPreTraining(nn.Module):
     config: ml_collections.ConfigDict
 
     @nn.compact
-    def __call__(self, input_ids: jax.Array, token_type_ids: jax.Array,
-                 attention_mask: jax.Array, masked_lm_positions: jax.Array
+    def __call__(self, input_ids: jax.Array, segment_ids: jax.Array,
+                 input_mask: jax.Array, masked_lm_positions: jax.Array
                  ) -> tuple[jax.Array, jax.Array]:
         config = self.config
         embeddings = Embeddings(config, name="embeddings")
         sequence_output = LoopEncoder(config, name="encoder")(
-            embeddings(input_ids, token_type_ids), attention_mask)
+            embeddings(input_ids, segment_ids), input_mask)
         pooled_output = jnp.tanh(layers.Dense(
             config.hidden_size, ("hidden", "hidden_out"),
             layers.truncated_normal(config.initializer_range), name="pooler")(
@@ -86,28 +86,25 @@ class LoopAlbertForPreTraining(nn.Module):
 
 
 def abstract_batch(batch_size: int) -> dict[str, jax.ShapeDtypeStruct]:
+    """The SPEC 1.5 features the loss reads, as ShapeDtypeStructs."""
     tokens = jax.ShapeDtypeStruct((batch_size, SEQ_LEN), jnp.int32)
     predictions = jax.ShapeDtypeStruct((batch_size, MAX_PREDICTIONS), jnp.int32)
-    return dict(input_ids=tokens, token_type_ids=tokens, attention_mask=tokens,
+    return dict(input_ids=tokens, segment_ids=tokens, input_mask=tokens,
                 masked_lm_positions=predictions, masked_lm_ids=predictions,
                 masked_lm_weights=jax.ShapeDtypeStruct((batch_size, MAX_PREDICTIONS), jnp.float32),
-                sentence_order_labels=jax.ShapeDtypeStruct((batch_size,), jnp.int32))
+                next_sentence_labels=jax.ShapeDtypeStruct((batch_size, 1), jnp.int32))
 
 
 def gradient_fn(model: nn.Module) -> Callable:
-    """jax.grad of SPEC 5.3-5.5: weighted MLM cross-entropy + mean SOP cross-entropy."""
+    """jax.grad of the pretraining loss (SPEC 5.3-5.5, pretraining.py's): weighted MLM
+    cross-entropy + mean SOP cross-entropy."""
 
     def loss(params, batch):
         mlm_logits, sop_logits = model.apply(
-            {"params": params}, batch["input_ids"], batch["token_type_ids"],
-            batch["attention_mask"], batch["masked_lm_positions"])
-        per_prediction = optax.softmax_cross_entropy_with_integer_labels(
-            mlm_logits, batch["masked_lm_ids"])
-        weights = batch["masked_lm_weights"]
-        mlm_loss = jnp.sum(per_prediction * weights) / (jnp.sum(weights) + 1e-5)
-        sop_loss = optax.softmax_cross_entropy_with_integer_labels(
-            sop_logits, batch["sentence_order_labels"]).mean()
-        return mlm_loss + sop_loss
+            {"params": params}, batch["input_ids"], batch["segment_ids"],
+            batch["input_mask"], batch["masked_lm_positions"])
+        sums = pretraining.loss_sums(mlm_logits, sop_logits, batch)
+        return pretraining.metrics_from_sums(sums, "sop")["loss"]
 
     return jax.grad(loss)
 
@@ -118,8 +115,8 @@ def parameter_count(model: nn.Module) -> int:
 
 def abstract_params(model: nn.Module, batch: dict[str, jax.ShapeDtypeStruct]) -> dict:
     """The params tree as ShapeDtypeStructs (jax.eval_shape: nothing allocated)."""
-    init = lambda b: model.init(jax.random.key(0), b["input_ids"], b["token_type_ids"],
-                                b["attention_mask"], b["masked_lm_positions"])
+    init = lambda b: model.init(jax.random.key(0), b["input_ids"], b["segment_ids"],
+                                b["input_mask"], b["masked_lm_positions"])
     return nn.unbox(jax.eval_shape(init, batch)["params"])
 
 

@@ -16,29 +16,26 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
+import sys
 import tempfile
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
-from albert_jax.data import builder, corpus, dataset_settings, pipeline, tokenizer
-from albert_jax.model import AlbertForPreTraining, get_config
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # configs/
+from albert_jax import pretraining  # noqa: E402
+from albert_jax.data import builder, corpus, dataset_settings, pipeline, tokenizer  # noqa: E402
+from albert_jax.model import AlbertForPreTraining, get_config  # noqa: E402
+from configs import pretrain as pretrain_config  # noqa: E402
 
 # SPEC 12.6 (DERIVED): ALBERT-base at seq 512 on one H100 at ~40% MFU, sequences per second.
 H100_ALBERT_BASE_512 = 1400
 
 
 def _pretraining_config(directory: str, batch: int, vocab_size: int):
-    import importlib.util
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                        "configs", "pretrain.py")
-    spec = importlib.util.spec_from_file_location("pretrain_config", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    config = module.get_config("size=base")
+    config = pretrain_config.get_config("size=base")
     config.batch_size = batch
     config.data.corpus = corpus.DEMO
     config.data.tokenizer = os.path.join(directory, "spm.model")
@@ -81,11 +78,8 @@ def _step_seconds(model_batch: int, seq_len: int, steps: int) -> float:
     def loss_fn(params, batch):
         mlm_logits, sop_logits = model.apply(params, batch["input_ids"], batch["segment_ids"],
                                              batch["input_mask"], batch["masked_lm_positions"])
-        mlm = optax.softmax_cross_entropy_with_integer_labels(mlm_logits, batch["masked_lm_ids"])
-        weights = batch["masked_lm_weights"]
-        sop = optax.softmax_cross_entropy_with_integer_labels(
-            sop_logits, batch["next_sentence_labels"][:, 0])
-        return (mlm * weights).sum() / (weights.sum() + 1e-5) + sop.mean()
+        sums = pretraining.loss_sums(mlm_logits, sop_logits, batch)
+        return pretraining.metrics_from_sums(sums, "sop")["loss"]
 
     step = jax.jit(jax.value_and_grad(loss_fn))
     jax.block_until_ready(step(params, batch))  # compile

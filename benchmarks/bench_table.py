@@ -22,7 +22,7 @@ Cases (the shapes of ../shared/peers, random weights, nothing downloaded):
                masked positions, as training computes them; HF: at all 128, as it only can).
   finetune     sequence classification (2 labels, classifier dropout 0.1), batch 8, seq 128:
                our fine-tuning step as `albert-jax finetune` runs it (configs/glue.py MRPC,
-               GlueTask, AdamW of SPEC 6.4 with clipping, train/step.py, state donated) against
+               MrpcTask, AdamW of SPEC 6.4 with clipping, train/step.py, state donated) against
                FlaxAlbertForSequenceClassification + optax.adamw.
   finetune_glue512
                GLUE as the reference runs it (seq_len 512, SPEC 8.2), batch 8, on 4 batches of
@@ -68,7 +68,8 @@ import numpy as np
 import optax
 
 from albert_jax import pretraining
-from albert_jax.finetune.task import GlueTask, finetune_model_config
+from albert_jax import config as config_lib
+from albert_jax.finetune.glue_task import MrpcTask
 from albert_jax.model import get_config
 from albert_jax.train import buckets, flops, optim, sharding
 from albert_jax.train import state as state_lib
@@ -310,7 +311,7 @@ def full_length_batch(batch: int, vocab: int) -> list[dict[str, np.ndarray]]:
 def ours_finetune(name: str, model_config: ModelConfig, host_batches: list[dict[str, np.ndarray]],
                   length_buckets: tuple[int, ...] = ()) -> Contender:
     """The fine-tuning path of `albert-jax finetune`: configs/glue.py (MRPC, 2 labels, backbone
-    dropout 0, classifier dropout 0.1), GlueTask, AdamW with clipping from `make_optimizer`
+    dropout 0, classifier dropout 0.1), MrpcTask, AdamW with clipping from `make_optimizer`
     (SPEC 6.4), train/step.py's step with the state donated, as train/loop.py jits it, each
     batch cut to its length bucket (train/buckets.py) as the loop does. One call = one step on
     the next of `host_batches` (in turn); every bucket's step is compiled ahead."""
@@ -318,7 +319,7 @@ def ours_finetune(name: str, model_config: ModelConfig, host_batches: list[dict[
     config = glue_config.get_config("task=mrpc")
     config.seq_len, config.batch_size, config.length_buckets = seq_len, batch, length_buckets
     config.compute_dtype = model_config.dtype
-    task = GlueTask(config, finetune_model_config(config, model_config), tokenizer=None,
+    task = MrpcTask(config, config_lib.model_config(config, model_config), tokenizer=None,
                     pretrained=None)
     optimizer, lr_fn = optim.make_optimizer(config.optim, config.total_steps)
     mesh = _single_device_mesh()
@@ -552,7 +553,7 @@ def finetune_case(model_config: ModelConfig, repeats: int, steps: int) -> list[d
     contenders = [ours_finetune("ours fp32 AdamW", model_config, full)]
     if HF_MISSING is None:
         contenders.append(hf_finetune("HF Flax fp32 optax.adamw", model_config, full))
-    # The backbone at every position, no masked-LM head (GlueTask.flops_per_example).
+    # The backbone at every position, no masked-LM head (FinetuneTask.flops_per_example).
     finetune_flops = (flops.TRAIN_FLOPS_PER_FORWARD * batch
                       * flops.forward_flops_per_sequence(model_config, SEQ_LEN, 0))
     return _speed_rows("finetune", contenders, repeats, steps,

@@ -2,12 +2,9 @@
 one process, each executed op mapped to its HLO instruction and source (the op_name metadata).
 
   .venv/bin/python -m benchmarks.profile_step [--case=finetune|train|bf16] [--steps=3] [--top=25]
-      [--variant=NAME]
 
 Cases: finetune (ours GlueTask + AdamW vs HF Flax + optax.adamw), train (ours LAMB vs HF Flax
 + optax.lamb), bf16 (our LAMB step in fp32 vs bf16 compute); albert-base, batch 8, seq 128.
---variant=NAME adds our step (the case's last compute dtype) with a model variant of
-benchmarks/ab_model_variants.py.
 
 Printed per contender, in ms per step: wall time; executed-op time by kind (dot: a dot or
 convolution or a YNNPACK/XNNPACK fusion, which also holds some reductions; elementwise,
@@ -30,7 +27,7 @@ from typing import Any
 
 import jax
 
-from benchmarks import ab_model_variants, bench_table
+from benchmarks import bench_table
 
 # Parts of the model, by the source op_name (ours and HF's module names).
 PARTS = (("LayerNorm", r"LayerNorm|layer_norm"),
@@ -104,7 +101,7 @@ def hlo_dtype_counts(text: str) -> dict[str, int]:
     return dict(counts)
 
 
-def contenders_of(case: str, variant: str | None) -> list[bench_table.Contender]:
+def contenders_of(case: str) -> list[bench_table.Contender]:
     base = bench_table.get_config("albert-base-v2")
     if case == "finetune":
         full = bench_table.full_length_batch(8, base.vocab_size)
@@ -117,11 +114,6 @@ def contenders_of(case: str, variant: str | None) -> list[bench_table.Contender]
         contenders = [bench_table.ours_train("ours fp32", bench_table.get_config("albert-base-v2"),
                                              8),
                       bench_table.ours_train("ours bf16", base, 8)]
-    if variant:
-        with ab_model_variants.patched(variant):
-            contenders.append(bench_table.ours_finetune(f"ours {variant}", base, full)
-                              if case == "finetune" else
-                              bench_table.ours_train(f"ours {variant}", base, 8))
     return contenders
 
 
@@ -132,8 +124,6 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--out", default="/tmp/albert_jax_profile")
-    parser.add_argument("--variant", default=None,
-                        help="a benchmarks/ab_model_variants.py variant to add as a contender")
     args = parser.parse_args()
 
     # Keep each contender's compiled executable: its HLO names the ops of the trace.
@@ -146,7 +136,7 @@ def main() -> None:
         return compiled, seconds
 
     bench_table.compile_timed = keep_compiled
-    contenders = contenders_of(args.case, args.variant)
+    contenders = contenders_of(args.case)
     bench_table.compile_timed = compile_timed
     os.makedirs(args.out, exist_ok=True)
     hlo = {}

@@ -58,6 +58,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.data.sentence_objective = "sop"  # "sop" | "nsp" | "none" (paper Table 5 ablations)
     config.data.reference_compat = False  # True: SPEC 1.3.5a single-chunk quirk, as released
     config.data.do_lower_case = True
+    config.data.comma_rule = "reference"  # SPEC 2.3 digit-comma rule; "hf": HuggingFace's
     config.data.eval_fraction = 0.01  # documents held out for the eval split
     config.data.shuffle_buffer_seed = config_dict.placeholder(int)  # None: derived from seed
     config.data.num_workers = 0  # grain worker processes per host (0: in the main process)

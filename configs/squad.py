@@ -43,6 +43,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.max_query_length = 64
     config.max_answer_length = 30
     config.n_best_size = 20
+    # A training window without the whole answer: "cls" labels it start = end = 0 as the
+    # reference (SPEC 8.3); "drop" leaves it out (v1.1 only; finetune/squad.py says why).
+    config.train_windows_without_answer = "cls"
     config.classifier_dropout = 0.1  # v2.0: the answer-class dropout (dropout_prob); v1.1: none
     # SQuAD reads two files, not a task folder.
     del config.data.path

@@ -173,7 +173,7 @@ def test_splash_tiles_divide_the_sequence():
 def test_a_checkpoint_does_not_depend_on_the_kernel(tmp_path):
     """The same parameter tree under every kernel, and a run may resume with another one."""
     from albert_jax import config as config_lib
-    from albert_jax.train import loop
+    from albert_jax.train import loop, workdir
 
     shapes = {impl: jax.tree.map(lambda leaf: (leaf.shape, leaf.dtype), jax.eval_shape(
         AlbertModel(get_config("tiny", attention_impl=impl, max_position_embeddings=SEQ)).init,
@@ -183,7 +183,7 @@ def test_a_checkpoint_does_not_depend_on_the_kernel(tmp_path):
     assert shapes["xla"] == shapes["splash"] == shapes["auto"]
     saved = pretrain_config.get_config("model=tiny")
     saved.model_overrides.attention_impl = "xla"
-    (tmp_path / loop.CONFIG_FILE).write_text(config_lib.to_json(saved))
+    (tmp_path / workdir.CONFIG_FILE).write_text(config_lib.to_json(saved))
     resumed = pretrain_config.get_config("model=tiny")
     resumed.model_overrides.attention_impl = "splash"
     loop.check_workdir_config(resumed, tmp_path)  # accepted

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from albert_jax.errors import ConfigError
-from albert_jax.finetune import run as finetune_run
+from albert_jax.finetune import registry, run as finetune_run
 from albert_jax.train import buckets, validation
 from configs import glue as glue_config
 from configs import squad as squad_config
@@ -82,7 +82,7 @@ def test_squad_refuses_buckets():
     with config.unlocked():
         config.length_buckets = (64,)
     with pytest.raises(ConfigError, match="SQuAD runs every batch at seq_len"):
-        finetune_run.task_class(config)(config, None, None, None)
+        registry.get(config.task)(config, None, None, None)
 
 
 def test_two_processes_agree_on_the_bucket(tmp_path):

@@ -5,7 +5,6 @@ import json
 
 import flax.linen as nn
 import jax
-import ml_collections
 import numpy as np
 import pytest
 
@@ -13,15 +12,16 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from albert_jax import cli  # noqa: E402
+from configs import squad as squad_config  # noqa: E402
 from albert_jax.convert import load_huggingface, save_huggingface  # noqa: E402
 from albert_jax.convert.huggingface import FinetunedHead  # noqa: E402
 from albert_jax.data import tokenizer as tokenizer_lib  # noqa: E402
 from albert_jax.errors import ConfigError  # noqa: E402
-from albert_jax.finetune import run as finetune_run  # noqa: E402
+from albert_jax.finetune import registry, run as finetune_run  # noqa: E402
 from albert_jax.finetune.demo import demo_sentences  # noqa: E402
 from albert_jax.model import (AlbertForMultipleChoice, AlbertForQuestionAnswering,  # noqa: E402
                               AlbertForSequenceClassification, get_config)
-from albert_jax.pretraining import TOKENIZER_FILE  # noqa: E402
+from albert_jax.train.workdir import TOKENIZER_FILE  # noqa: E402
 from albert_jax.train import checkpoint  # noqa: E402
 from configs import glue as glue_config  # noqa: E402
 from finetune_fixtures import write_glue_task  # noqa: E402
@@ -162,6 +162,6 @@ def test_a_finetuned_workdir_converts_from_the_command_line(tmp_path):
 
 
 def test_squad_v2_has_no_transformers_class():
-    config = ml_collections.ConfigDict({"task": "squad", "version": "v2.0"})
+    config = squad_config.get_config("version=2.0,runlocal")
     with pytest.raises(ConfigError, match="no transformers class"):
-        finetune_run.huggingface_head(config)
+        registry.get("squad").for_shapes(config).huggingface_head()

@@ -61,12 +61,31 @@ def eval_records(workdir: Path, split: str = "dev") -> dict[int, dict]:
 
 
 @pytest.mark.parametrize("task", glue.TASKS)
-def test_glue_task_from_a_pretraining_workdir(task, pretrained, tmp_path):
+def test_glue_task_from_a_pretraining_workdir(task, pretrained, tmp_path, capsys):
     data_path = Path(write_glue_task(str(tmp_path / "glue_data"), task, num_train=12, num_dev=6,
                                      num_test=5, seed=1))
+    if task == "qqp":  # Issue 25: the official train.tsv has short lines, which QQP skips.
+        for name in ("train.tsv", "dev.tsv"):
+            with (data_path / name).open("a", encoding="utf-8") as file:
+                file.write('"\tWas Muhammad a real historical figure?\t0\n')
     workdir = tmp_path / "run"
     finetune_run.finetune(small_config(glue_config, f"task={task}", data_path, pretrained),
                           str(workdir))
+    # What each file gave, beside the run: header + 12 (6) rows, then the short line.
+    summary = json.loads((workdir / "data_summary.json").read_text())
+    eval_splits = ["dev", "dev_mismatched"] if task == "mnli" else ["dev"]
+    assert sorted(summary) == sorted(["train", *eval_splits])
+    assert summary["train"]["examples"] == 12
+    assert [summary[split]["examples"] for split in eval_splits] == [6] * len(eval_splits)
+    skipped = {split: (record["skipped"], record["first_skipped_lines"])
+               for split, record in summary.items()}
+    if task == "qqp":
+        assert skipped == {"train": (1, [14]), "dev": (1, [8])}
+        out = capsys.readouterr().out
+        assert (f"{data_path / 'train.tsv'}: skipped 1 line with too few columns, as the "
+                f"reference does for QQP: line 14") in out
+    else:
+        assert list(skipped.values()) == [(0, [])] * len(summary)
     # The best dev checkpoint is the step with the best selection metric, and best.json says so.
     best = json.loads((workdir / "best.json").read_text())
     records = eval_records(workdir)

@@ -17,7 +17,7 @@ import pytest
 from albert_jax.data import tokenizer as tokenizer_lib
 from albert_jax.finetune import run as finetune_run
 from albert_jax.finetune.demo import demo_sentences
-from configs import glue as glue_config, race as race_config
+from configs import custom as custom_config, glue as glue_config, race as race_config
 
 _VOCAB_SIZE = 1000
 _MRPC_HEADER = "#1 ID\t#2 ID\t#1 String\t#2 String"
@@ -90,7 +90,9 @@ def write_race_continuation_task(directory: Path, pools: dict[str, list[str]], n
 
 def _from_scratch(config, data_path: Path, tokenizer: str, steps: int):
     """The tiny model (E=16, H=32, 2 layers), lr 1e-3, batch 32, no dropout."""
-    config.data.path, config.tokenizer, config.init_from = str(data_path), tokenizer, ""
+    if "path" in config.data:
+        config.data.path = str(data_path)
+    config.tokenizer, config.init_from = tokenizer, ""
     config.model_overrides.vocab_size = _VOCAB_SIZE
     config.batch_size, config.eval_batch_size, config.seq_len = 32, 64, 48
     config.total_steps, config.optim.lr, config.optim.warmup_steps = steps, 1e-3, steps // 10
@@ -122,6 +124,43 @@ def test_race_format_task_from_real_text_is_well_above_chance(spm_model, sentenc
     assert (tmp_path / "run" / "best" / str(best["step"])).is_dir()
 
 
+_THREE_WAY_LABELS = ("in order", "swapped", "échoed")  # string labels, one with a space, non-ASCII
+
+
+def write_three_way_task(directory: Path, pools: dict[str, list[str]], num_train: int,
+                         seed: int = 0) -> dict[str, Path]:
+    """Your own data (configs/custom.py, JSON Lines): the halves of a sentence in order, swapped,
+    or the first half twice; three string labels, exactly balanced (chance is 1/3)."""
+    rng = random.Random(seed)
+    paths = {}
+    for split, count in (("train", num_train), ("dev", len(pools["dev"]))):
+        lines = []
+        for row in range(count):
+            first, second = _halves(pools[split][row % len(pools[split])], rng)
+            label = _THREE_WAY_LABELS[row % 3]
+            pair = {"in order": (first, second), "swapped": (second, first),
+                    "échoed": (first, first)}[label]
+            lines.append(json.dumps({"first": pair[0], "second": pair[1], "label": label}))
+        paths[split] = directory / f"{split}.jsonl"
+        paths[split].write_text("\n".join(lines) + "\n")
+    return paths
+
+
+def test_own_three_class_task_from_real_text_is_well_above_chance(spm_model, sentence_pools,
+                                                                  tmp_path):
+    steps = 400
+    paths = write_three_way_task(tmp_path, sentence_pools, num_train=steps * 32)
+    config = custom_config.get_config("kind=classification,runlocal")
+    config.data.train_file, config.data.dev_file = str(paths["train"]), str(paths["dev"])
+    config.data.text_a, config.data.text_b = "first", "second"
+    config.selection_metric = "macro_f1"
+    config = _from_scratch(config, Path(), spm_model, steps)
+    best = finetune_run.finetune(config, str(tmp_path / "run"))
+    # Chance is 1/3; the echoed pairs alone (identical halves) give 1/3 + a coin flip on the
+    # rest, 2/3; above that the model tells the order of the halves.
+    assert best["accuracy"] > 0.75 and best["macro_f1"] > 0.7, best
+
+
 def test_the_demo_paraphrase_task_reads_as_mrpc(tmp_path):
     """`make demo`'s task: GLUE's MRPC reader takes it; labels balanced; a positive pair is the
     sentence less one word; dev sentences never appear in train."""
@@ -129,7 +168,7 @@ def test_the_demo_paraphrase_task_reads_as_mrpc(tmp_path):
     from albert_jax.finetune.demo import write_paraphrase_task
 
     data_path = write_paraphrase_task(str(tmp_path), num_train=400, num_dev=100, num_test=20)
-    train = glue.read_train("mrpc", data_path)
+    train, _ = glue.read_train("mrpc", data_path)
     (dev_set,) = glue.read_eval_sets("mrpc", data_path, "dev")
     dev = dev_set.examples
     assert len(train) == 400 and len(dev) == 100

@@ -1,4 +1,5 @@
-"""GLUE / RACE metrics: equal to scikit-learn and SciPy, 0.0 (never NaN) when undefined."""
+"""GLUE / RACE / own-data metrics: equal to scikit-learn and SciPy, 0.0 (never NaN) when
+undefined."""
 import math
 import warnings
 
@@ -7,7 +8,10 @@ import pytest
 import scipy.stats
 from sklearn import metrics as sklearn_metrics
 
-from albert_jax.finetune.metrics import BEST_METRIC, GLUE_TASKS, glue_metrics, race_metrics
+from albert_jax.finetune.metrics import (BEST_METRIC, CUSTOM_METRICS, CUSTOM_SELECTABLE_METRICS,
+                                        GLUE_TASKS, classification_metrics, glue_metrics,
+                                        multiple_choice_metrics, race_metrics,
+                                        regression_metrics)
 
 NUM_CLASSES = {"cola": 2, "sst2": 2, "mrpc": 2, "qqp": 2, "mnli": 3, "qnli": 2, "rte": 2, "wnli": 2,
                "ax": 3}
@@ -160,5 +164,69 @@ def test_best_metric_is_a_key_of_each_task_metrics():
     (lambda: race_metrics([0, 4], [0, 1], ["middle", "high"]), r"race: predictions .* 0\.\.3, got 4"),
 ])
 def test_bad_input_is_a_clear_value_error(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+# --- Own data (issue 21) ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("seed", range(6))
+def test_own_data_metrics_equal_sklearn_and_scipy(seed):
+    rng = np.random.default_rng(seed)
+    num_classes = int(rng.integers(2, 7))
+    num_examples = int(rng.integers(5, 200))
+    # Some seeds leave the last class out of both sides: macro F1 then averages the others.
+    drawn = num_classes - 1 if seed % 2 else num_classes
+    labels = rng.integers(0, drawn, num_examples)
+    predictions = np.where(rng.random(num_examples) < 0.6, labels,
+                           rng.integers(0, drawn, num_examples))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected = {"accuracy": sklearn_metrics.accuracy_score(labels, predictions),
+                    "macro_f1": sklearn_metrics.f1_score(labels, predictions, average="macro"),
+                    "mcc": sklearn_metrics.matthews_corrcoef(labels, predictions)}
+    assert classification_metrics(predictions, labels, num_classes) == pytest.approx(expected)
+    assert multiple_choice_metrics(predictions, labels, num_classes) == pytest.approx(
+        {"accuracy": expected["accuracy"]})
+
+    scores = rng.normal(0, 2, num_examples)
+    predicted_scores = scores + rng.normal(0, 1, num_examples)
+    assert regression_metrics(predicted_scores, scores) == pytest.approx({
+        "pearson": scipy.stats.pearsonr(predicted_scores, scores).statistic,
+        "spearman": scipy.stats.spearmanr(predicted_scores, scores).statistic,
+        "mse": sklearn_metrics.mean_squared_error(scores, predicted_scores)})
+
+
+def test_own_data_hand_computed():
+    # Per-class F1 2TP/(2TP+FP+FN): class 0 2/(2+0+1), class 1 4/(4+1+1), class 2 0/(0+1+0).
+    predictions, labels = [0, 1, 1, 2, 1], [0, 1, 1, 1, 0]
+    metrics = classification_metrics(predictions, labels, 3)
+    assert metrics["accuracy"] == pytest.approx(3 / 5)
+    assert metrics["macro_f1"] == pytest.approx((2 / 3 + 2 / 3 + 0) / 3)
+    assert regression_metrics([1.0, 2.0, 4.0], [1.0, 3.0, 2.0])["mse"] == pytest.approx(5 / 3)
+    # Constant predictions: no correlation is 0.0, not NaN.
+    assert classification_metrics([1, 1, 1], [0, 1, 2], 3)["mcc"] == 0.0
+    assert regression_metrics([2.0, 2.0], [1.0, 3.0])["pearson"] == 0.0
+
+
+def test_own_data_metric_names():
+    outputs = {"classification": classification_metrics([0, 1], [0, 1], 2),
+               "regression": regression_metrics([0.0, 1.0], [0.0, 1.0]),
+               "multiple_choice": multiple_choice_metrics([0, 1], [0, 1], 2)}
+    for kind, metrics in outputs.items():
+        assert tuple(metrics) == CUSTOM_METRICS[kind]
+        assert set(CUSTOM_SELECTABLE_METRICS[kind]) <= set(CUSTOM_METRICS[kind])
+    assert "mse" not in CUSTOM_SELECTABLE_METRICS["regression"]  # smaller is better
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: classification_metrics([0, 3], [0, 1], 3),
+     r"classification: predictions .* 0\.\.2, got 3"),
+    (lambda: regression_metrics([1.0, float("inf")], [1.0, 2.0]),
+     "regression: predictions contain NaN"),
+    (lambda: multiple_choice_metrics([0, 1], [0, 5], 5),
+     r"multiple_choice: labels .* 0\.\.4, got 5"),
+])
+def test_own_data_bad_input(call, message):
     with pytest.raises(ValueError, match=message):
         call()

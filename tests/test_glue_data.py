@@ -55,7 +55,8 @@ def _as_rows(examples: list[glue.Example], path: str) -> list[tuple]:
 def test_every_task_reads_its_files(tmp_path, task):
     data_path = write_glue_task(tmp_path, task, num_train=7, num_dev=5, num_test=6, seed=3)
     assert os.path.basename(data_path) == GLUE_FOLDERS[task]
-    train = glue.read_train(task, data_path)
+    train, skipped = glue.read_train(task, data_path)
+    assert skipped == glue.SkipReport(os.path.join(data_path, "train.tsv"), ())
     assert _as_rows(train, os.path.join(data_path, "train.tsv")) == _file_rows(
         os.path.join(data_path, "train.tsv"), task, labelled=True)
     assert len(train) == 7
@@ -82,6 +83,7 @@ def test_every_task_reads_its_files(tmp_path, task):
             expected = _file_rows(path, "mnli" if file_name.startswith("..") else task,
                                   labelled)
             assert _as_rows(eval_set.examples, path) == expected
+            assert eval_set.skipped == glue.SkipReport(path, ())
             if not labelled:
                 assert [example.index for example in eval_set.examples] == [
                     str(number) for number in range(len(expected))]
@@ -124,7 +126,7 @@ def test_cola_train_has_no_header_and_test_has_one(tmp_path):
         "gj04\t0\t*\tThe more we study verbs, the crazier they get\"\n", encoding="utf-8")
     (tmp_path / "test.tsv").write_text(
         "index\tsentence\n0\tBill whistled past the house.\n1\t\"Quote.\n", encoding="utf-8")
-    train = glue.read_train("cola", str(tmp_path))
+    train, _ = glue.read_train("cola", str(tmp_path))
     assert [(example.index, example.text_a, example.text_b, example.label)
             for example in train] == [
         ("0", "Our friends won't buy this analysis, let alone the next one we propose.", None,
@@ -140,9 +142,119 @@ def test_quotes_are_text(tmp_path):
         'index\tquestion\tsentence\tlabel\n'
         '0\t"Who wrote "The Tempest"?\tIt was "Shakespeare\tentailment\n'
         '1\tWhat is ""it""?\t"\tnot_entailment\n', encoding="utf-8")
-    examples = glue.read_train("qnli", str(tmp_path))
+    examples, _ = glue.read_train("qnli", str(tmp_path))
     assert [(example.text_a, example.text_b) for example in examples] == [
         ('"Who wrote "The Tempest"?', 'It was "Shakespeare'), ('What is ""it""?', '"')]
+
+
+# A QQP train/dev file with the official train.tsv's kind of damage (a question split over two
+# lines, line 4 and 5, the second is the one near line 97,931 of the real file) and other shapes.
+_QQP_LINES = [
+    "id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate",                    # 1 header
+    "0\t1\t2\tHow do I learn Python?\tWhat is the best way to learn Python?\t1",  # 2
+    '1\t3\t4\tWhy is the sky blue?\t"Why is the sea blue?\t0',               # 3 a quote is text
+    '2\t5\t6\tWas Muhammad a real person? Was he "the Prophet',              # 4 4 columns
+    '"\tWas Muhammad a real historical figure? What is the evidence for his existence?\t0',  # 5
+    "",                                                                      # 6 empty
+    "3\t7\t8\tIs this a question?\t\t0",                                     # 7 empty question2
+    "4\t9\t10\tExtra tab?\tYes.\t1\t",                                       # 8 7 columns
+    "5\t11\t12\tFive columns\tonly",                                         # 9 5 columns
+    "6\t13\t14\tLast one?\tYes, last.\t0",                                   # 10
+]
+# Worked out by hand from the reference's QqpProcessor: it reads line[3], line[4], line[5] in a
+# try and skips the line on IndexError (lines 4, 5, 9); enough columns are kept whatever they
+# hold: the quote (3), an empty question2 (7; features then make a single-sentence input, as
+# the reference's `if tokens_b`), a trailing tab (8: the label is still column 5). The empty
+# line 6 would stop the reference (its `guid = line[0]` is outside the try); we skip and count it.
+_QQP_KEPT = [("0", "How do I learn Python?", "What is the best way to learn Python?", "1", 2),
+             ("1", "Why is the sky blue?", '"Why is the sea blue?', "0", 3),
+             ("3", "Is this a question?", "", "0", 7),
+             ("4", "Extra tab?", "Yes.", "1", 8),
+             ("6", "Last one?", "Yes, last.", "0", 10)]
+_QQP_SKIPPED_LINES = (4, 5, 6, 9)
+
+
+def test_qqp_train_and_dev_skip_short_lines_as_the_reference(tmp_path):
+    # SPEC 8.2, issue 25: QQP train and dev skip a line with too few columns and report it.
+    for name in ("train.tsv", "dev.tsv"):
+        (tmp_path / name).write_text("\n".join(_QQP_LINES) + "\n", encoding="utf-8")
+    (tmp_path / "test.tsv").write_text("id\tquestion1\tquestion2\n0\tA?\tB?\n",
+                                       encoding="utf-8")
+    train, train_skipped = glue.read_train("qqp", str(tmp_path))
+    (dev,) = glue.read_eval_sets("qqp", str(tmp_path), "dev")
+    for examples, skipped, name in ((train, train_skipped, "train.tsv"),
+                                    (dev.examples, dev.skipped, "dev.tsv")):
+        path = str(tmp_path / name)
+        assert _as_rows(examples, path) == _QQP_KEPT
+        assert skipped == glue.SkipReport(path, _QQP_SKIPPED_LINES)
+        assert skipped.message() == (f"{path}: skipped 4 lines with too few columns, as the "
+                                     f"reference does for QQP: lines 4, 5, 6, 9")
+        assert skipped.record() == {"source": path, "skipped": 4,
+                                    "first_skipped_lines": [4, 5, 6, 9]}
+    # Only the first five numbers are shown.
+    assert glue.SkipReport("f", (1, 2, 3, 4, 5, 6)).message().endswith(": lines 1, 2, 3, 4, 5, ...")
+    assert glue.SkipReport("f", (7,)).message().endswith(": line 7")
+
+    # A test file must have every index: a short line is an error naming file and line.
+    test = tmp_path / "test.tsv"
+    test.write_text("id\tquestion1\tquestion2\n0\tA?\tB?\n1\tOnly one question?\n",
+                    encoding="utf-8")
+    with pytest.raises(ValueError, match=re.escape(
+            f"{test}:3: 2 columns, expected 3 tab-separated columns (id, question1, "
+            f"question2)")):
+        glue.read_eval_sets("qqp", str(tmp_path), "test")
+    # A file with nothing but short lines has no example at all.
+    (tmp_path / "train.tsv").write_text(_QQP_LINES[0] + "\n" + _QQP_LINES[3] + "\n",
+                                        encoding="utf-8")
+    with pytest.raises(ValueError, match=re.escape(
+            f"{tmp_path / 'train.tsv'}: empty file (every line after the header has fewer than "
+            f"6 columns)")):
+        glue.read_train("qqp", str(tmp_path))
+
+
+@pytest.mark.parametrize("task, split, line", [
+    ("mnli", "train", "0\t1\t1e\tletters\t( x )\t( y )\t(ROOT x)\t(ROOT y)\tA premise."),
+    ("qnli", "dev", "0\tWho?"),
+    ("sst2", "train", "A sentence without its label."),
+    ("mrpc", "dev", "1\t702876\t702977\tOnly one string."),
+])
+def test_other_tasks_still_stop_at_a_short_line(tmp_path, task, split, line):
+    # The reference crashes on these (IndexError); only QQP train/dev skip.
+    data_path = write_glue_task(tmp_path, task, 3, 3, 3, 0)
+    path = os.path.join(data_path, "train.tsv" if split == "train" else "dev.tsv")
+    _replace_line(path, 3, line)
+    with pytest.raises(ValueError, match=re.escape(f"{path}:3: {len(line.split(chr(9)))} "
+                                                   "columns, expected")):
+        if split == "train":
+            glue.read_train(task, data_path)
+        else:
+            glue.read_eval_sets(task, data_path, split)
+
+
+def test_extra_tabs_read_the_reference_columns(tmp_path):
+    # Worked out from the reference processors: text and fixed labels by column number, the
+    # other labels from line[-1] (SPEC 8.2 table), whatever the columns in between hold.
+    rte, mrpc, sst2 = (tmp_path / "RTE", tmp_path / "MRPC", tmp_path / "SST-2")
+    for folder in (rte, mrpc, sst2):
+        folder.mkdir()
+    (rte / "train.tsv").write_text(
+        "index\tsentence1\tsentence2\tlabel\n"
+        "0\tA premise.\tA hypothesis.\tstray\tentailment\n", encoding="utf-8")
+    (mrpc / "train.tsv").write_text(
+        "Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n"
+        "1\t11\t12\tString one.\tString two.\textra\n", encoding="utf-8")
+    (sst2 / "train.tsv").write_text("sentence\tlabel\nA sentence.\t1\t\n", encoding="utf-8")
+    assert [(e.text_a, e.text_b, e.label) for e in glue.read_train("rte", str(rte))[0]] == [
+        ("A premise.", "A hypothesis.", "entailment")]
+    assert [(e.text_a, e.text_b, e.label) for e in glue.read_train("mrpc", str(mrpc))[0]] == [
+        ("String one.", "String two.", "1")]
+    assert [(e.text_a, e.label) for e in glue.read_train("sst2", str(sst2))[0]] == [
+        ("A sentence.", "1")]
+    # A trailing tab makes line[-1] empty: the reference stops (KeyError in its label map).
+    (rte / "train.tsv").write_text("index\tsentence1\tsentence2\tlabel\n"
+                                   "0\tP.\tH.\tnot_entailment\t\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=re.escape(f"{rte / 'train.tsv'}:2: unknown label ''")):
+        glue.read_train("rte", str(rte))
 
 
 def test_ax_beside_or_inside_the_mnli_folder(tmp_path):
@@ -291,7 +403,7 @@ def test_tfds_mnli_labels_by_name_and_splits():
                ("ax", "test"): [_nli_record(0, "diagnostic", "h", -1)]}
     context, requested = _mock_tfds(records)
     with context:
-        train = glue.read_tfds_train("mnli", "glue/mnli")
+        train, train_skipped = glue.read_tfds_train("mnli", "glue/mnli")
         dev = glue.read_tfds_eval_sets("mnli", "glue/mnli", "dev")
         test = glue.read_tfds_eval_sets("mnli", "glue/mnli", "test")
     # Sorted by idx; labels by class name, so the reference ids are 1, 2, 0 (SPEC 8.2 order).
@@ -300,6 +412,7 @@ def test_tfds_mnli_labels_by_name_and_splits():
                                       ("1", "p1", "h1", "neutral"),
                                       ("2", "p2", "h2", "contradiction")]
     assert [glue.labels("mnli").index(example.label) for example in train] == [1, 2, 0]
+    assert train_skipped == glue.SkipReport("TFDS glue/mnli split train", (), "idx")
     assert [(s.name, s.submission_file, s.examples[0].text_a, s.examples[0].label)
             for s in dev] == [("dev", "MNLI-m.tsv", "matched", "neutral"),
                               ("dev_mismatched", "MNLI-mm.tsv", "mismatched", "contradiction")]
@@ -324,7 +437,7 @@ def test_tfds_binary_and_regression_tasks():
                ("sst2", "train"): [{"sentence": b"Fine.", "label": np.int64(1), "idx": 0}]}
     context, requested = _mock_tfds(records)
     with context:
-        cola = glue.read_tfds_train("cola", "glue/cola")
+        cola, _ = glue.read_tfds_train("cola", "glue/cola")
         (stsb_dev,) = glue.read_tfds_eval_sets("stsb", "glue/stsb", "dev")
         (stsb_test,) = glue.read_tfds_eval_sets("stsb", "glue/stsb", "test")
         (qnli_dev,) = glue.read_tfds_eval_sets("qnli", "glue/qnli", "dev")
@@ -344,10 +457,47 @@ def test_tfds_binary_and_regression_tasks():
 def test_tfds_random_mock_data_source():
     # The real ArrayRecordDataSource path with TFDS's generated examples.
     with tfds.testing.mock_data(num_examples=5, policy=tfds.testing.MockPolicy.USE_CODE):
-        examples = glue.read_tfds_train("mnli", "glue/mnli")
+        examples, _ = glue.read_tfds_train("mnli", "glue/mnli")
         raw = tfds.data_source("glue/mnli", split="train")
         names = raw.dataset_info.features["label"].names
         expected = sorted((int(record["idx"]), str(record["premise"]), names[record["label"]])
                           for record in raw)
     assert [(int(example.index), example.text_a, example.label)
             for example in examples] == expected
+
+
+def _qqp_tfds_records(path: str) -> list[dict]:
+    """The records TFDS's glue builder generates from a QQP file: its own code on our file."""
+    import tensorflow_datasets.text.glue  # noqa: F401
+    builder = tfds.builder("glue/qqp", data_dir=os.path.dirname(path))
+    return [record for _, record in builder._generate_examples(data_file=path, split="train")]
+
+
+def test_tfds_qqp_reports_the_rows_tfds_dropped(tmp_path):
+    # TFDS drops a row with too few columns itself and keeps each row's number as `idx`, so a
+    # dropped row is a missing idx. The file's short lines 4, 5, 9 are data rows 2, 3, 6 (TFDS
+    # skips the empty line 6 without numbering it).
+    path = tmp_path / "train.tsv"
+    path.write_text("\n".join(_QQP_LINES) + "\n", encoding="utf-8")
+    records = _qqp_tfds_records(str(path))
+    assert [record["idx"] for record in records] == [0, 1, 4, 5, 7]
+    test_records = [dict(record, label=-1) for record in records]
+    context, _ = _mock_tfds({("qqp", "train"): records[::-1],
+                             ("qqp", "validation"): records[:2],
+                             ("qqp", "test"): test_records})
+    with context:
+        train, skipped = glue.read_tfds_train("qqp", "glue/qqp")
+        (dev,) = glue.read_tfds_eval_sets("qqp", "glue/qqp", "dev")
+        with pytest.raises(ValueError, match=re.escape(
+                "TFDS glue/qqp split test has no rows idx 2, 3, 6 (3 rows; TFDS drops a row with "
+                "too few columns): a QQP prediction file needs every index")):
+            glue.read_tfds_eval_sets("qqp", "glue/qqp", "test")
+    # The same examples as the file reader keeps; TFDS's index is the row number.
+    assert [(example.text_a, example.text_b, example.label) for example in train] == [
+        (text_a, text_b, label) for _, text_a, text_b, label, _ in _QQP_KEPT]
+    assert [example.index for example in train] == ["0", "1", "4", "5", "7"]
+    assert skipped == glue.SkipReport("TFDS glue/qqp split train", (2, 3, 6), "idx")
+    assert skipped.message() == ("TFDS glue/qqp split train: 3 rows missing (TFDS drops rows "
+                                 "with too few columns, as the reference does for QQP): idx 2, 3, 6")
+    assert skipped.record()["first_skipped_idx"] == [2, 3, 6]
+    assert dev.skipped == glue.SkipReport("TFDS glue/qqp split validation", (), "idx")

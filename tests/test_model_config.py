@@ -180,6 +180,20 @@ def test_runlocal_shrinks_the_run() -> None:
     assert run_config.model_config(config).vocab_size == 1234
 
 
+def test_pretrain_data_defaults_are_the_reference_flags() -> None:
+    # SPEC 1.1 "Ours": the flag defaults of the reference's create_pretraining_data.py,
+    # transcribed from its table (max_seq_length, max_predictions_per_seq, masked_lm_prob,
+    # dupe_factor, short_seq_prob, ngram, favor_shorter_ngram, random_next_sentence=False,
+    # do_lower_case, random_seed), and the SPEC 2.3 digit-comma rule of the reference.
+    config = pretrain_module().get_config(None)
+    data = config.data
+    assert (config.seq_len, data.max_predictions, data.masked_lm_prob, data.dupe_factor,
+            data.short_seq_prob, data.max_ngram, data.favor_shorter_ngram,
+            data.sentence_objective, data.do_lower_case, config.seed) == (
+        512, 20, 0.15, 40, 0.1, 3, True, "sop", True, 12345)
+    assert data.comma_rule == "reference"
+
+
 def test_unknown_pretrain_argument_is_rejected() -> None:
     with pytest.raises(ConfigError, match="'sise'"):
         pretrain_module().get_config("sise=large")

@@ -30,6 +30,7 @@ import pytest
 
 from albert_jax.model import get_config
 from albert_jax.train import checkpoint, integrity, optim, state as state_lib, workdir_lock
+from albert_jax.train import workdir as workdir_names
 from cli_fixtures import build_demo_pretraining_data, config_flags
 
 REPO = Path(__file__).resolve().parents[1]
@@ -239,7 +240,7 @@ def hold_lock_in_a_child(workdir: Path) -> subprocess.Popen:
 
 
 def test_live_locks_are_refused_and_stale_ones_taken_over(tmp_path, caplog):
-    lock_path = tmp_path / workdir_lock.LOCK_FILE
+    lock_path = tmp_path / workdir_names.LOCK_FILE
     child = hold_lock_in_a_child(tmp_path)
     try:
         with pytest.raises(workdir_lock.WorkdirLocked) as error:

@@ -13,7 +13,7 @@ import pytest
 import squad_fixtures
 from cli_fixtures import CLI, REPO, cli
 from albert_jax.errors import ConfigError
-from albert_jax.finetune import run as finetune_run, squad_eval, squad_postprocess
+from albert_jax.finetune import registry, run as finetune_run, squad_eval, squad_postprocess
 from configs import squad as squad_config
 
 # Throughput and timing keys of metrics.jsonl, which differ between any two runs.
@@ -139,6 +139,8 @@ def test_v1_overfits_and_evaluate_writes_its_files(v1_runs, data, monkeypatch):
     monkeypatch.setattr(squad_postprocess, "postprocess_v1",
                         lambda *args, **kwargs: calls.append(1) or search(*args, **kwargs))
     best = check_best(workdir, "f1")
+    # SPEC 8.3: windows without the answer trained as [CLS] (the default), recorded.
+    assert read_json(workdir / "config.json")["train_windows_without_answer"] == "cls"
     last = dev_records(workdir)[200]
     assert set(last) == {"step", "split", "exact_match", "f1"}
     # 20 of the 21 answers can be exact: "한강" ends inside the piece "강은" (squad_fixtures).
@@ -248,15 +250,29 @@ def test_missing_files_are_one_line_errors(data, tmp_path):
     assert f"data.train_file={tmp_path / 'nope.json'} does not exist" in message
     assert "data.train_file is empty" in error_of()
     assert "needs version=1.1 or version=2.0" in error_of(config="version=3")
+    message = error_of(f"--config.tokenizer={data / 'spm.model'}",
+                       f"--config.data.train_file={data / 'train-v2.0.json'}",
+                       f"--config.data.dev_file={data / 'train-v2.0.json'}",
+                       "--config.train_windows_without_answer=drop",
+                       config="version=2.0,runlocal")
+    assert "config train_windows_without_answer='drop' is for SQuAD v1.1 only" in message
 
 
 def test_config_validation(data):
     config = small_config("1.1", data, 10)
     config.max_query_length = 126
     with pytest.raises(ConfigError, match="seq_len=128 leaves no room"):
-        finetune_run.validate(config)
+        registry.get(config.task).validate_config(config)
     config = small_config("2.0", data, 10)
     config.data.tfds_name = "squad/v2.0"
     with pytest.raises(ConfigError, match="are both set"):
-        finetune_run.validate(config)
+        registry.get(config.task).validate_config(config)
     assert squad_config.get_config("version=2.0").seq_len == 512  # SPEC 8.3, paper Table 14
+    assert squad_config.get_config("version=1.1").train_windows_without_answer == "cls"
+    config = small_config("1.1", data, 10)
+    config.train_windows_without_answer = "drop"
+    finetune_run.validate(config)
+    config.train_windows_without_answer = "none"
+    with pytest.raises(ConfigError, match=r"config train_windows_without_answer='none' must be "
+                                          r"one of \('cls', 'drop'\)"):
+        finetune_run.validate(config)

@@ -322,46 +322,113 @@ def test_windows_and_max_context(tokenizer):
     assert (owner[5], owner[15], owner[25], owner[35], owner[40], owner[45]) == (0, 0, 1, 2, 3, 3)
 
 
+def test_three_windows_answer_in_the_second(tokenizer):
+    """Worked out by hand from the reference's `convert_examples_to_features` (SPEC 8.3).
+
+    Question "the" (1 token), context 16 x "the" (token i covers characters 4i..4i+2),
+    max_seq_length 12: max_tokens_for_doc = 12 - 1 - 3 = 8; doc_stride 4 gives the doc_spans
+    (0, 8), (4, 8), (8, 8) (the third ends at token 16). The answer "the the the the" at character
+    24 is tokens 6..9: only the second span [4, 11] holds both ends. The reference labels the
+    first and third out_of_span (its `continue` is commented out): start = end = 0,
+    is_impossible; the second: doc_offset = len(query_tokens) + 2 = 3, start = 6 - 4 + 3 = 5,
+    end = 9 - 4 + 3 = 8."""
+    context = " ".join(["the"] * 16)
+    example = SquadExample("three", "the", context, (Answer("the the the the", 24),), False)
+    settings = dict(version="v1.1", max_seq_length=12, max_query_length=4, doc_stride=4,
+                    training=True)
+    arrays, infos, stats = squad.build_features([example], tokenizer, **settings)
+    assert [(info.token_start, len(info.char_starts)) for info in infos] == [(0, 8), (4, 8),
+                                                                            (8, 8)]
+    np.testing.assert_array_equal(arrays["start_positions"], [0, 5, 0])
+    np.testing.assert_array_equal(arrays["end_positions"], [0, 8, 0])
+    np.testing.assert_array_equal(arrays["is_impossible"], [1, 0, 1])
+    cls, sep, the = tokenizer.cls_id, tokenizer.sep_id, tokenizer.encode("the")[0]
+    np.testing.assert_array_equal(arrays["input_ids"], [[cls, the, sep] + [the] * 8 + [sep]] * 3)
+    assert infos[1].text(context, 5 - 3, 8 - 3) == "the the the the"
+    assert (stats.features, stats.windows_without_answer, stats.dropped_qids) == (3, 2, [])
+    # "drop" (v1.1 only) keeps the second window alone, with the same label.
+    arrays, infos, stats = squad.build_features([example], tokenizer, **settings,
+                                                windows_without_answer="drop")
+    assert [info.window_index for info in infos] == [1]
+    assert (arrays["start_positions"].tolist(), arrays["end_positions"].tolist(),
+            arrays["is_impossible"].tolist()) == ([5], [8], [0])
+    assert (stats.features, stats.windows_without_answer) == (1, 2)
+
+
 def test_training_labels_over_windows(tokenizer, data_dir):
-    """Long contexts: v1.1 keeps only the windows that hold the answer, v2.0 labels the others
-    "no answer" at [CLS]; every label maps back to the answer through its window's offsets."""
+    """Long contexts: v1.1 and v2.0 label the windows without the whole answer "no answer" at
+    [CLS], and an answerable question gets the same features in both; with "drop" v1.1 keeps only
+    the windows that hold the answer. Every label maps back to the answer through its window's
+    offsets."""
     examples = squad.read_squad(data_dir / "train-v2.0.json", "v2.0")
     answerable = [example for example in examples if not example.is_impossible]
     settings = dict(max_seq_length=48, max_query_length=12, doc_stride=12, training=True)
+    kept_arrays, kept_infos, kept_stats = squad.build_features(
+        answerable, tokenizer, version="v1.1", windows_without_answer="drop", **settings)
     v1_arrays, v1_infos, v1_stats = squad.build_features(answerable, tokenizer, version="v1.1",
                                                          **settings)
     v2_arrays, v2_infos, v2_stats = squad.build_features(examples, tokenizer, version="v2.0",
                                                          **settings)
-    assert v1_stats.split_contexts >= 4 and v1_stats.windows_without_answer > 10
-    assert not v1_arrays["is_impossible"].any()
-    assert sorted(set(v1_arrays["example_index"].tolist())) == list(range(len(answerable)))
-    for index, info in enumerate(v1_infos):
+    assert kept_stats.split_contexts >= 4 and kept_stats.windows_without_answer > 10
+    assert not kept_arrays["is_impossible"].any()
+    assert sorted(set(kept_arrays["example_index"].tolist())) == list(range(len(answerable)))
+    for index, info in enumerate(kept_infos):
         example = answerable[info.example_index]
-        text = info.text(example.context, v1_arrays["start_positions"][index] - info.context_offset,
-                         v1_arrays["end_positions"][index] - info.context_offset)
+        text = info.text(example.context,
+                         kept_arrays["start_positions"][index] - info.context_offset,
+                         kept_arrays["end_positions"][index] - info.context_offset)
         assert text == _covered(example, example.answers[0], tokenizer)[0]
-    # v2.0: the same answer windows, plus every other window labelled (0, 0, impossible).
+    # "cls": the same answer windows plus every other window, labelled (0, 0, impossible).
+    assert v1_stats.windows_without_answer == kept_stats.windows_without_answer
+    assert v1_stats.features == kept_stats.features + kept_stats.windows_without_answer
+    assert not v1_stats.dropped_qids
+    answered = v1_arrays["is_impossible"] == 0
+    for key in ("input_ids", "start_positions", "end_positions", "is_impossible"):
+        np.testing.assert_array_equal(v1_arrays[key][answered], kept_arrays[key])
+    # v2.0 labels windows as v1.1 does; its unanswerable questions add (0, 0) windows only.
     assert v2_stats.windows_without_answer == v1_stats.windows_without_answer
+    v2_answerable = np.isin(v2_arrays["example_index"],
+                            [index for index, example in enumerate(examples)
+                             if not example.is_impossible])
+    for key in ("input_ids", "start_positions", "end_positions", "is_impossible"):
+        np.testing.assert_array_equal(v2_arrays[key][v2_answerable], v1_arrays[key])
     impossible = v2_arrays["is_impossible"] == 1
-    assert impossible.sum() == v2_stats.features - v1_stats.features
-    assert not v2_arrays["start_positions"][impossible].any()
-    assert not v2_arrays["end_positions"][impossible].any()
-    for index in np.flatnonzero(impossible):
-        info = v2_infos[index]
-        example = examples[info.example_index]
-        length = len(info.char_starts)
-        context_ids = tokenizer.encode_with_offsets(example.context)[0]
-        np.testing.assert_array_equal(
-            v2_arrays["input_ids"][index, info.context_offset:info.context_offset + length],
-            context_ids[info.token_start:info.token_start + length])
-        if not example.is_impossible:  # The answer is in another window.
-            first, last = _covered(example, example.answers[0], tokenizer)[1]
-            assert not (info.token_start <= first and last < info.token_start + length)
+    assert impossible.sum() == v2_stats.features - kept_stats.features
+    for arrays, infos, source in ((v1_arrays, v1_infos, answerable),
+                                  (v2_arrays, v2_infos, examples)):
+        impossible = arrays["is_impossible"] == 1
+        assert not arrays["start_positions"][impossible].any()
+        assert not arrays["end_positions"][impossible].any()
+        for index in np.flatnonzero(impossible):
+            info = infos[index]
+            example = source[info.example_index]
+            length = len(info.char_starts)
+            context_ids = tokenizer.encode_with_offsets(example.context)[0]
+            np.testing.assert_array_equal(
+                arrays["input_ids"][index, info.context_offset:info.context_offset + length],
+                context_ids[info.token_start:info.token_start + length])
+            if not example.is_impossible:  # The answer is in another window.
+                first, last = _covered(example, example.answers[0], tokenizer)[1]
+                assert not (info.token_start <= first and last < info.token_start + length)
+
+
+def test_windows_without_answer_errors(tokenizer):
+    example = SquadExample("q", "the", "the the", (Answer("the", 0),), False)
+    settings = dict(max_seq_length=16, max_query_length=4, training=True)
+    with pytest.raises(ConfigError, match="windows_without_answer='drop' is for SQuAD v1.1 only: "
+                                          "v2.0 labels"):
+        squad.build_features([example], tokenizer, version="v2.0",
+                             windows_without_answer="drop", **settings)
+    with pytest.raises(ConfigError, match=r"windows_without_answer='skip' must be one of "
+                                          r"\('cls', 'drop'\)"):
+        squad.build_features([example], tokenizer, version="v1.1",
+                             windows_without_answer="skip", **settings)
 
 
 def test_answers_that_cannot_be_labelled(tokenizer, caplog):
-    """Dropped and counted, never shifted: an answer made only of a combining accent (no piece),
-    an answer longer than any window."""
+    """Counted, never shifted: an answer made only of a combining accent (no piece) drops its
+    example; an answer longer than any window leaves every window of it labelled "no answer"
+    (as the reference), or with "drop" no window, which drops the example."""
     long_context = " ".join(["the"] * 30)
     examples = [
         SquadExample("accent_only", "q", "cafe\u0301 open", (Answer("\u0301", 4),), False),
@@ -369,18 +436,22 @@ def test_answers_that_cannot_be_labelled(tokenizer, caplog):
         SquadExample("fine", "q", "cafe open", (Answer("open", 5),), False),
         SquadExample("several", "q", "cafe open", (Answer("open", 5), Answer("cafe", 0)), False),
     ]
+    settings = dict(max_seq_length=20, max_query_length=4, doc_stride=8, training=True)
     arrays, infos, stats = squad.build_features(examples, tokenizer, version="v1.1",
-                                                max_seq_length=20, max_query_length=4,
-                                                doc_stride=8, training=True)
+                                                windows_without_answer="drop", **settings)
     assert (stats.answers_not_found, stats.answers_in_no_window, stats.several_answers) == (1, 1, 1)
     assert stats.dropped_qids == ["accent_only", "too_long"]
     assert sorted(set(arrays["example_index"].tolist())) == [2, 3]
     assert "dropped question ids: accent_only, too_long" in caplog.text
-    # v2.0 keeps the too-long answer's windows, labelled "no answer", and counts it too.
-    arrays, _, stats = squad.build_features(examples[1:2], tokenizer, version="v2.0",
-                                            max_seq_length=20, max_query_length=4, doc_stride=8,
-                                            training=True)
-    assert stats.answers_in_no_window == 1 and arrays["is_impossible"].all()
+    # "cls" (both versions) keeps the too-long answer's windows, labelled "no answer", and
+    # counts it too.
+    for version in squad.VERSIONS:
+        arrays, _, stats = squad.build_features(examples[1:], tokenizer, version=version,
+                                                **settings)
+        assert stats.answers_in_no_window == 1 and not stats.dropped_qids
+        too_long = arrays["example_index"] == 0
+        assert too_long.sum() > 1 and arrays["is_impossible"][too_long].all()
+        assert not arrays["start_positions"][too_long].any()
 
 
 def test_truncated_question_and_eval_features(tokenizer, data_dir):

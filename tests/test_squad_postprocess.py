@@ -238,3 +238,30 @@ def test_gold_logits_give_gold_texts(tmp_path, tokenizer, version):
         with_null = squad_postprocess.apply_null_threshold(null_odds, predictions, 0.0)
         assert [qid for qid, text in with_null.items() if not text] == [
             example.qid for example in examples if example.is_impossible]
+
+
+def test_v1_never_answers_cls_question_or_sep(tmp_path, tokenizer):
+    """A v1.1 model trained on windows labelled [CLS] (SPEC 8.3) puts its largest start and end
+    logits at [CLS] wherever it sees no answer; here at [CLS] in every window, then the
+    question and both [SEP]s, then the gold span. The prediction is still the gold span of the
+    context: a span starts and ends on context tokens only."""
+    examples = squad.read_squad(squad_fixtures.write_squad_file(tmp_path, "v1.1", "dev"), "v1.1")
+    arrays, infos, stats = squad.build_features(examples, tokenizer, version="v1.1",
+                                                max_seq_length=48, max_query_length=12,
+                                                doc_stride=12, training=False)
+    assert stats.split_contexts >= 4
+    real = arrays["input_mask"] == 1
+    not_context = real & (arrays["p_mask"] == 1)  # the question and both [SEP]s
+    start_logits = np.where(not_context, 20.0, np.where(real, 0.0, -10.0))
+    start_logits[:, 0] = 30.0  # [CLS]
+    end_logits = start_logits.copy()
+    for feature_index, (start, end) in _gold_features(examples, infos, tokenizer).items():
+        start_logits[feature_index, start] = end_logits[feature_index, end] = 5.0
+    assert (start_logits.argmax(axis=1) == 0).all() and (end_logits.argmax(axis=1) == 0).all()
+    predictions, nbest = squad_postprocess.postprocess_v1(examples, infos, start_logits,
+                                                          end_logits)
+    for example in examples:
+        expected = example.answers[0].text if example.answers[0].text != "한강" else "한강은"
+        assert predictions[example.qid] == expected
+        assert nbest[example.qid][0]["start_logit"] == nbest[example.qid][0]["end_logit"] == 5.0
+        assert all(entry["start_logit"] <= 5.0 for entry in nbest[example.qid])

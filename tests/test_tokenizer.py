@@ -86,28 +86,33 @@ def test_encode_known_sentence(tokenizer):
 
 
 def test_digit_comma_rule(tokenizer):
-    # SPEC 2.3: no piece may end in digit + ","; the comma becomes its own piece.
+    # SPEC 2.3: a piece ending in digit + "," is re-encoded and the comma becomes its own piece.
     sp = spm.SentencePieceProcessor(model_proto=tokenizer._model_proto)
     text = "it cost 3,500, said (9,7, ok"
     raw = sp.encode(preprocess_text(text), out_type=str)
     assert any(piece[-1] == "," and piece[-2].isdigit() for piece in raw if len(piece) > 1), raw
-    pieces = tokenizer.pieces(text)
-    assert not any(len(piece) > 1 and piece[-1] == "," and piece[-2].isdigit() for piece in pieces)
-    assert "".join(pieces).replace("▁", " ").strip() == preprocess_text(text)
-    assert pieces.count(",") == 4
-    # A re-encoded piece that did not start a word does not get a "▁" (as HF does): "(9,7"
-    # keeps "9" attached to "(".
-    paren = pieces.index("(")
-    assert not pieces[paren + 1].startswith("▁")
-    assert tokenizer.encode(text).tolist() == [sp.piece_to_id(piece) for piece in pieces]
+    hf_rule = Tokenizer(tokenizer._model_proto, comma_rule="hf")
+    for rule_tokenizer in (tokenizer, hf_rule):
+        pieces = rule_tokenizer.pieces(text)
+        # No character is lost or added ("▁" aside: the reference rule adds some, SPEC 2.3).
+        assert "".join(pieces).replace("▁", "") == preprocess_text(text).replace(" ", "")
+        assert pieces.count(",") == 4
+        assert rule_tokenizer.encode(text).tolist() == [sp.piece_to_id(piece) for piece in pieces]
+    # After "(" the re-encoded "9" keeps SentencePiece's "▁" under the reference's Python 3
+    # behaviour (the default) and loses it under HuggingFace's.
+    pieces, hf_pieces = tokenizer.pieces(text), hf_rule.pieces(text)
+    assert tokenizer.comma_rule == "reference"
+    assert pieces[pieces.index("(") + 1].startswith("▁")
+    assert not hf_pieces[hf_pieces.index("(") + 1].startswith("▁")
 
 
 def test_digit_comma_rule_matches_huggingface(model_path, tokenizer):
     transformers = pytest.importorskip("transformers")
     hf = transformers.AlbertTokenizer(model_path, do_lower_case=True, keep_accents=False)
+    hf_rule = Tokenizer.load(model_path, comma_rule="hf")
     for text in ["It cost 1,234, said (9,5, ok", "x3.0, a1,b 12, (7,", "Naïve  3,000, café 2,"]:
-        assert tokenizer.pieces(text) == hf.tokenize(text), text
-        assert tokenizer.encode(text).tolist() == hf.convert_tokens_to_ids(hf.tokenize(text))
+        assert hf_rule.pieces(text) == hf.tokenize(text), text
+        assert hf_rule.encode(text).tolist() == hf.convert_tokens_to_ids(hf.tokenize(text))
 
 
 @pytest.mark.parametrize("piece, expected", [
@@ -129,10 +134,13 @@ def test_word_start_table(tokenizer):
 
 
 def test_pickle_round_trip(tokenizer):
-    restored = pickle.loads(pickle.dumps(tokenizer))
-    text = "the cat, 1,000,"
-    assert restored.encode(text).tolist() == tokenizer.encode(text).tolist()
-    assert (restored.word_start == tokenizer.word_start).all()
+    text = "the cat, 1,000, (9,7"
+    for comma_rule in ("reference", "hf"):
+        original = Tokenizer(tokenizer._model_proto, comma_rule=comma_rule)
+        restored = pickle.loads(pickle.dumps(original))
+        assert restored.comma_rule == comma_rule
+        assert restored.encode(text).tolist() == original.encode(text).tolist()
+        assert (restored.word_start == tokenizer.word_start).all()
 
 
 def test_training_is_deterministic(tmp_path):
@@ -162,6 +170,18 @@ def test_model_without_albert_symbols_is_rejected(tmp_path):
     spm.SentencePieceTrainer.train(sentence_iterator=iter(_sentences(300)), model_prefix=prefix,
                                    vocab_size=100, minloglevel=2)
     with pytest.raises(ValueError, match=r"plain.model has no '<pad>'"):
+        Tokenizer.load(prefix + ".model")
+
+
+def test_model_with_other_special_ids_is_rejected(tmp_path):
+    # SPEC 2.1: every ALBERT symbol present, but <unk> 0 and <pad> 1 (SentencePiece's own order).
+    prefix = str(tmp_path / "swapped")
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(_sentences(300)), model_prefix=prefix, vocab_size=100,
+        unk_id=0, pad_id=1, bos_id=-1, eos_id=-1, control_symbols=["[CLS]", "[SEP]", "[MASK]"],
+        minloglevel=2)
+    with pytest.raises(ValueError, match=r"swapped.model has <pad> 1, <unk> 0, \[CLS\] 2.*"
+                                         r"needs <pad> 0, <unk> 1"):
         Tokenizer.load(prefix + ".model")
 
 

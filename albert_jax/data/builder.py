@@ -102,7 +102,8 @@ class AlbertPretraining(tfds.core.GeneratorBasedBuilder):
     def tokenizer(self) -> Tokenizer:
         if self._tokenizer is None:
             settings = self.builder_config
-            self._tokenizer = Tokenizer.load(settings.tokenizer, lower=settings.do_lower_case)
+            self._tokenizer = Tokenizer.load(settings.tokenizer, lower=settings.do_lower_case,
+                                             comma_rule=settings.comma_rule)
         return self._tokenizer
 
     def _info(self) -> tfds.core.DatasetInfo:
@@ -156,7 +157,8 @@ def make_builder(config: ml_collections.ConfigDict, *,
                  num_processes: int | None = None) -> AlbertPretraining:
     """The builder of a run config (checks it and the tokenizer file; builds nothing)."""
     settings = DatasetSettings.from_run_config(config)
-    tokenizer = Tokenizer.load(config.data.tokenizer, lower=config.data.do_lower_case)
+    tokenizer = Tokenizer.load(config.data.tokenizer, lower=config.data.do_lower_case,
+                               comma_rule=settings.comma_rule)
     if tokenizer.vocab_size > config.data.vocab_size:
         raise ConfigError(
             f"tokenizer {config.data.tokenizer} has {tokenizer.vocab_size} pieces but "

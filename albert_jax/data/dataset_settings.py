@@ -4,10 +4,11 @@
 
 `DatasetSettings` is the TFDS builder config of `builder.AlbertPretraining` (not the run config,
 which it is made from). Its name ends in a hash of everything that changes the data (the corpus
-files' names and sizes, the tokenizer file's bytes, seq_len, masking and instance settings,
-dupe_factor, seed, format), so two different run configs never share a folder, and a finished
-folder is reused as is (also from another machine where the corpus lies under another path).
-The builder writes the data; the pipeline and `data inspect` find it here, without the builder.
+files' names and sizes, the tokenizer file's bytes and digit-comma rule, seq_len, masking and
+instance settings, dupe_factor, seed, format), so two different run configs never share a
+folder, and a finished folder is reused as is (also from another machine where the corpus
+lies under another path). The builder writes the data; the pipeline and `data inspect` find it
+here, without the builder.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ import tensorflow_datasets as tfds
 from etils import epath
 
 from albert_jax.data import corpus
+from albert_jax.data import tokenizer as tokenizer_lib
 from albert_jax.data.instances import SENTENCE_OBJECTIVES
 from albert_jax.errors import ConfigError
 
@@ -40,6 +42,7 @@ class DatasetSettings(tfds.core.BuilderConfig):
     tokenizer: str = ""
     tokenizer_sha256: str = ""
     do_lower_case: bool = True
+    comma_rule: str = tokenizer_lib.DEFAULT_COMMA_RULE
     seq_len: int = 512
     max_predictions: int = 20
     masked_lm_prob: float = 0.15
@@ -68,7 +71,8 @@ class DatasetSettings(tfds.core.BuilderConfig):
             corpus=data.corpus, corpus_signature=_corpus_signature(data.corpus),
             tokenizer=os.fspath(data.tokenizer),
             tokenizer_sha256=hashlib.sha256(tokenizer_path.read_bytes()).hexdigest(),
-            do_lower_case=bool(data.do_lower_case), seq_len=int(config.seq_len),
+            do_lower_case=bool(data.do_lower_case), comma_rule=str(data.comma_rule),
+            seq_len=int(config.seq_len),
             max_predictions=int(data.max_predictions), masked_lm_prob=float(data.masked_lm_prob),
             max_ngram=int(data.max_ngram), favor_shorter_ngram=bool(data.favor_shorter_ngram),
             short_seq_prob=float(data.short_seq_prob), dupe_factor=int(data.dupe_factor),
@@ -120,6 +124,8 @@ def _check_settings(config: ml_collections.ConfigDict) -> None:
                         f"(one of {SENTENCE_OBJECTIVES})")
     if not 0.0 <= data.eval_fraction < 1.0:
         problems.append(f"data.eval_fraction={data.eval_fraction} (need 0 <= f < 1)")
+    if data.comma_rule not in tokenizer_lib.COMMA_RULES:
+        problems.append(f"data.comma_rule={data.comma_rule!r} (one of {tokenizer_lib.COMMA_RULES})")
     if data.format not in FORMATS:
         problems.append(f"data.format={data.format!r} (one of {FORMATS})")
     if problems:

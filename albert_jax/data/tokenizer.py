@@ -4,6 +4,10 @@
   ids = tokenizer.encode("Hello World, 1,000,")         # int32 [num_pieces]
   tokenizer.word_start                                  # bool [vocab_size], for n-gram masking
   ids, char_starts, char_ends = tokenizer.encode_with_offsets(text)  # exact character spans
+  Tokenizer.load(path, comma_rule="hf")               # HuggingFace's digit-comma rule (SPEC 2.3)
+
+A workdir keeps its tokenizer as the model file plus a settings file beside it
+(`Tokenizer.files`), so `Tokenizer.load` of a workdir's model gets the run's digit-comma rule back.
 
 `albert-jax tokenizer train --config=configs/pretrain.py:runlocal` trains a model on the corpus of
 a config (`train_from_config`).
@@ -11,6 +15,7 @@ a config (`train_from_config`).
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
 import time
@@ -24,6 +29,7 @@ from etils import epath
 from sentencepiece import sentencepiece_pb2
 
 from albert_jax.data import corpus
+from albert_jax.errors import ConfigError
 
 SPIECE_UNDERLINE = "\u2581"  # "▁", SentencePiece's word-start marker.
 
@@ -40,6 +46,13 @@ _START_PUNCTUATION = frozenset('!"#$%&()*+,-./:;?@[\\]^_`{|}~')
 _START_ALLOWED_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz") | _START_PUNCTUATION
 
 _TRAIN_COMMAND = "albert-jax tokenizer train --config=..."
+
+# SPEC 2.3: what happens to the "▁" that re-encoding a digit-comma piece adds in front.
+# "reference": kept, as the reference's `encode_pieces` runs under Python 3 (the default);
+# "hf": removed when the piece did not start a word, as under Python 2 and in HuggingFace's
+# AlbertTokenizer.
+COMMA_RULES = ("reference", "hf")
+DEFAULT_COMMA_RULE = "reference"
 
 
 def preprocess_text(text: str, lower: bool = True) -> str:
@@ -63,6 +76,36 @@ def is_start_piece(piece: str) -> bool:
 def _needs_comma_split(piece: str) -> bool:
     # SPEC 2.3: a piece such as "▁1,000," or "000," (digit then a final comma).
     return len(piece) > 1 and piece[-1] == "," and piece[-2].isdigit()
+
+
+def settings_path(model_path: str) -> str:
+    """The settings file kept beside a workdir's tokenizer model (`Tokenizer.files`)."""
+    return f"{model_path}.json"
+
+
+def recorded_comma_rule(model_path: str) -> str | None:
+    """The digit-comma rule recorded beside `model_path` by `Tokenizer.files`; None without a
+    settings file (a model that is not a workdir's copy, or a workdir written before the rule
+    was recorded)."""
+    path = epath.Path(settings_path(model_path))
+    if not path.exists():
+        return None
+    try:
+        comma_rule = json.loads(path.read_text())["comma_rule"]
+    except (ValueError, KeyError, TypeError):
+        comma_rule = None
+    if comma_rule not in COMMA_RULES:
+        raise ValueError(f"{path} records no digit-comma rule (want {{\"comma_rule\": one of "
+                         f"{list(COMMA_RULES)}}}); fix or delete it")
+    return comma_rule
+
+
+def check_comma_rule(comma_rule: str) -> None:
+    """Raises ConfigError unless `comma_rule` is one of `COMMA_RULES`."""
+    if comma_rule not in COMMA_RULES:
+        raise ConfigError(f"config data.comma_rule={comma_rule!r} is not a digit-comma rule; use "
+                         f"{COMMA_RULES[0]!r} (the reference, SPEC 2.3) or {COMMA_RULES[1]!r} "
+                         "(HuggingFace's AlbertTokenizer)")
 
 
 def _preprocess_with_origins(text: str, lower: bool) -> tuple[str, np.ndarray]:
@@ -112,12 +155,16 @@ class Tokenizer:
       pad_id, unk_id, cls_id, sep_id, mask_id: ids of `<pad>`, `<unk>`, `[CLS]`, `[SEP]`, `[MASK]`.
       word_start: bool [vocab_size], SPEC 1.4.2 start-piece test of every piece.
       lower: whether `encode` lower-cases (SPEC 2.4: the spm model itself does not).
+      comma_rule: "reference" or "hf", the SPEC 2.3 digit-comma rule (`COMMA_RULES`).
     """
 
-    def __init__(self, model_proto: bytes, *, lower: bool = True, path: str = "<bytes>"):
+    def __init__(self, model_proto: bytes, *, lower: bool = True,
+                 comma_rule: str = DEFAULT_COMMA_RULE, path: str = "<bytes>"):
+        check_comma_rule(comma_rule)
         self._model_proto = model_proto
         self.path = path
         self.lower = lower
+        self.comma_rule = comma_rule
         self._sp = spm.SentencePieceProcessor()
         try:
             self._sp.LoadFromSerializedProto(model_proto)
@@ -134,6 +181,12 @@ class Tokenizer:
                     f"SentencePiece model {path} has no {piece!r} piece; ALBERT needs <pad>, "
                     f"<unk>, [CLS], [SEP], [MASK] (SPEC 2.1); create one with `{_TRAIN_COMMAND}`")
             ids[piece] = int(piece_id)
+        # SPEC 2.1: the data pads with 0 (SPEC 1.5) and checkpoints assume the released ids.
+        if list(ids.values()) != list(range(len(ids))):
+            found = ", ".join(f"{piece} {piece_id}" for piece, piece_id in ids.items())
+            raise ValueError(
+                f"SentencePiece model {path} has {found}; ALBERT needs <pad> 0, <unk> 1, [CLS] 2, "
+                f"[SEP] 3, [MASK] 4 (SPEC 2.1); create one with `{_TRAIN_COMMAND}`")
         self.pad_id, self.unk_id = ids[PAD], ids[UNK]
         self.cls_id, self.sep_id, self.mask_id = ids[CLS], ids[SEP], ids[MASK]
         pieces = [self._sp.id_to_piece(i) for i in range(self.vocab_size)]
@@ -142,30 +195,47 @@ class Tokenizer:
         self._comma_split = np.array([_needs_comma_split(piece) for piece in pieces], dtype=bool)
 
     @classmethod
-    def load(cls, path: str, *, lower: bool = True) -> "Tokenizer":
-        """Loads a `.model` file (local or any path etils.epath reads, e.g. gs://)."""
+    def load(cls, path: str, *, lower: bool = True, comma_rule: str | None = None) -> "Tokenizer":
+        """Loads a `.model` file (local or any path etils.epath reads, e.g. gs://).
+
+        comma_rule None: the rule recorded beside the model (`recorded_comma_rule`), else the
+        default "reference".
+        """
         model_path = epath.Path(path)
         if not model_path.exists():
             raise FileNotFoundError(
                 f"SentencePiece model {path} does not exist; create one with `{_TRAIN_COMMAND}` "
                 f"(it writes config.data.tokenizer) or point config.data.tokenizer at e.g. "
                 f"30k-clean.model")
-        return cls(model_path.read_bytes(), lower=lower, path=os.fspath(path))
+        if comma_rule is None:
+            comma_rule = recorded_comma_rule(os.fspath(path)) or DEFAULT_COMMA_RULE
+        return cls(model_path.read_bytes(), lower=lower, comma_rule=comma_rule,
+                   path=os.fspath(path))
+
+    def files(self, name: str) -> dict[str, bytes]:
+        """{file name: content} that keep this tokenizer in a workdir as `name`: the model and
+        its settings (the digit-comma rule), which `Tokenizer.load(<workdir>/name)` reads back."""
+        settings = json.dumps({"comma_rule": self.comma_rule}, indent=2) + "\n"
+        return {name: self._model_proto, settings_path(name): settings.encode("utf-8")}
 
     def __getstate__(self) -> dict:  # Picklable for worker processes: ship the model bytes.
-        return {"model_proto": self._model_proto, "lower": self.lower, "path": self.path}
+        return {"model_proto": self._model_proto, "lower": self.lower,
+                "comma_rule": self.comma_rule, "path": self.path}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["model_proto"], lower=state["lower"], path=state["path"])
+        self.__init__(state["model_proto"], lower=state["lower"], comma_rule=state["comma_rule"],
+                      path=state["path"])
 
     def pieces(self, text: str) -> list[str]:
         """The pieces of `text` after preprocessing and the SPEC 2.3 digit-comma rule.
 
-        The rule is applied as intended (and as HuggingFace's AlbertTokenizer does), not as the
-        reference behaves under Python 3 (SPEC 2.3 QUIRK): a piece ending in digit + "," is
-        re-encoded without its comma and "," becomes its own piece; when the original piece did
-        not start a word, the "▁" that re-encoding adds to the first sub-piece is removed again.
-        So "▁1,000," -> ["▁1", ",", "000", ","] and "9,9" keeps "9" and "9" in one word.
+        A piece ending in digit + "," is re-encoded without its comma (and any "▁"), the
+        re-encoded pieces are NOT split again, and "," follows as its own piece. SentencePiece
+        puts a "▁" in front of the re-encoded text. comma_rule "reference" keeps it, as the
+        reference does under Python 3 (its `SPIECE_UNDERLINE` is bytes, so the test that would
+        remove it never holds): with "0," in the vocabulary "x0," -> ["▁x", "▁", "0", ","].
+        comma_rule "hf" removes it when the original piece did not start a word, as Python 2 and
+        HuggingFace's AlbertTokenizer do: "x0," -> ["▁x", "0", ","].
         """
         new_pieces = []
         for piece in self._sp.encode(preprocess_text(text, self.lower), out_type=str):
@@ -173,12 +243,22 @@ class Tokenizer:
                 new_pieces.append(piece)
                 continue
             sub_pieces = self._sp.encode(piece[:-1].replace(SPIECE_UNDERLINE, ""), out_type=str)
-            if piece[0] != SPIECE_UNDERLINE and sub_pieces and sub_pieces[0][0] == SPIECE_UNDERLINE:
-                sub_pieces = sub_pieces[1:] if len(sub_pieces[0]) == 1 else (
-                    [sub_pieces[0][1:]] + sub_pieces[1:])
-            new_pieces.extend(sub_pieces)
+            new_pieces.extend(sub_piece for sub_piece, _, _ in self._apply_comma_rule(
+                piece, [(sub_piece, 0, 0) for sub_piece in sub_pieces]))
             new_pieces.append(piece[-1])
         return new_pieces
+
+    def _apply_comma_rule(self, piece: str, sub_pieces: list[tuple[str, int, int]]
+                          ) -> list[tuple[str, int, int]]:
+        """(sub-piece, begin, end) of re-encoded digit-comma `piece` (without its comma) under
+        `comma_rule` (see `pieces`): "hf" drops the "▁" re-encoding added to a piece that did
+        not start a word (the whole first sub-piece when it is "▁" alone)."""
+        if self.comma_rule == "reference" or piece[0] == SPIECE_UNDERLINE or not sub_pieces:
+            return sub_pieces
+        (first, begin, end), rest = sub_pieces[0], sub_pieces[1:]
+        if first[0] != SPIECE_UNDERLINE:
+            return sub_pieces
+        return rest if len(first) == 1 else [(first[1:], begin, end)] + rest
 
     def encode(self, text: str) -> np.ndarray:
         """Token ids of one sentence, int32 [num_pieces]; same pieces as `pieces(text)`."""
@@ -201,7 +281,8 @@ class Tokenizer:
         Exact, with no detokenising: two maps are composed, original -> preprocessed (SPEC 2.2
         applied character by character, recording where every preprocessed character comes
         from) and preprocessed -> pieces (SentencePiece's own offsets of every piece in its
-        input, after its NFKC normalisation), with the SPEC 2.3 digit-comma rule as in `pieces`.
+        input, after its NFKC normalisation), with the SPEC 2.3 digit-comma rule as in `pieces`
+        (the "▁" that comma_rule "reference" keeps covers nothing).
         """
         preprocessed, origins = _preprocess_with_origins(text, self.lower)
         spans = self._pieces_with_spans(preprocessed)
@@ -242,18 +323,14 @@ class Tokenizer:
 
     def _pieces_with_spans(self, text: str) -> list[tuple[str, int, int]]:
         """(piece, begin, end) of the pieces of `pieces` for preprocessed `text`, with the
-        SPEC 2.3 digit-comma rule applied as there ("▁1,000," -> "▁1" "," "000" ",")."""
+        SPEC 2.3 digit-comma rule applied as there."""
         result = []
         for piece, begin, end in self._encode_spans(text):
             if not _needs_comma_split(piece):
                 result.append((piece, begin, end))
                 continue
             sub_text = piece[:-1].replace(SPIECE_UNDERLINE, "")
-            sub_pieces = self._encode_spans(sub_text)
-            first, first_begin, first_end = sub_pieces[0] if sub_pieces else ("", 0, 0)
-            if piece[0] != SPIECE_UNDERLINE and first[:1] == SPIECE_UNDERLINE:
-                sub_pieces = sub_pieces[1:] if len(first) == 1 else (
-                    [(first[1:], first_begin, first_end)] + sub_pieces[1:])
+            sub_pieces = self._apply_comma_rule(piece, self._encode_spans(sub_text))
             # The sub-pieces lie in the piece's text before its final comma.
             sub_base = end - 1 - len(sub_text)
             exact = text[sub_base:end - 1] == sub_text

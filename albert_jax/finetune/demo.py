@@ -24,7 +24,7 @@ from albert_jax.config import finetune_config, parse_arg
 from albert_jax.data import corpus
 from albert_jax.files import write_atomically
 from albert_jax.finetune import run as finetune_run
-from albert_jax.pretraining import TOKENIZER_FILE
+from albert_jax.train import workdir as workdir_names
 
 _MRPC_COLUMNS = ("#1 ID", "#2 ID", "#1 String", "#2 String")
 
@@ -87,7 +87,7 @@ def demo_config(data_path: str, init_from: str, tokenizer: str, steps: int, lr: 
 
 
 def _dev_accuracy_by_step(workdir: str) -> dict[int, float]:
-    with open(os.path.join(workdir, "metrics.jsonl"), encoding="utf-8") as file:
+    with open(os.path.join(workdir, workdir_names.METRICS_FILE), encoding="utf-8") as file:
         records = [json.loads(line) for line in file]
     return {record["step"]: record["accuracy"] for record in records
             if record.get("split") == "dev"}
@@ -100,7 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--lr", type=float, default=1e-4)
     args = parser.parse_args(argv)
-    tokenizer = os.path.join(args.pretrained, TOKENIZER_FILE)
+    tokenizer = os.path.join(args.pretrained, workdir_names.TOKENIZER_FILE)
     if not os.path.exists(tokenizer):
         sys.exit(f"{tokenizer} does not exist: run the demo pretraining first "
                  f"(`albert-jax pretrain --config=configs/pretrain.py:runlocal "
@@ -123,7 +123,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name, curve in curves.items():
         print(f"  {name:<17} " + " / ".join(f"{curve[step]:.3f}" for step in steps), flush=True)
     print(f"  {'majority class':<17} {majority:.3f}", flush=True)
+    new_pairs = write_new_pairs(os.path.join(args.workdir, NEW_PAIRS_FILE))
+    print(f"New sentence pairs to predict on: {new_pairs} (`albert-jax predict "
+          f"--workdir={os.path.join(args.workdir, 'pretrained')} --input={new_pairs}`)",
+          flush=True)
     return 0
+
+
+NEW_PAIRS_FILE = "new_pairs.jsonl"
+
+
+def write_new_pairs(path: str) -> str:
+    """A few sentence pairs the runs never saw (sentences of the demo corpus longer than the
+    task's), for `albert-jax predict`: columns id, text, text_b; the first of each two is a
+    paraphrase (one word left out), the second is not."""
+    sentences = demo_sentences(min_words=13, max_words=16)[:4]
+    rows = []
+    for number, sentence in enumerate(sentences):
+        words = sentence.split()
+        rows.append({"id": f"paraphrase-{number}", "text": sentence,
+                     "text_b": " ".join(words[:3] + words[4:])})
+        rows.append({"id": f"unrelated-{number}", "text": sentence,
+                     "text_b": sentences[(number + 1) % len(sentences)]})
+    write_atomically(path, "".join(json.dumps(row) + "\n" for row in rows))
+    return path
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """Fine-tuning features: token id arrays of sentence pairs (GLUE, SPEC 8.1) and of multiple-choice
-questions (RACE, SPEC 8.4).
+questions (RACE, SPEC 8.4, and a user's own questions with any number of options).
 
   features = classification_features(examples, tokenizer, 128, glue.labels("mnli"))
   features["input_ids"]      # int32 [num_examples, 128]: [CLS] A [SEP] B [SEP] <pad>...
@@ -17,7 +17,7 @@ import numpy as np
 from albert_jax.data.tokenizer import Tokenizer, preprocess_text
 
 _ROWS_PER_CHUNK = 4096  # Rows gathered at once: bounds the [rows, seq_len] int64 temporaries.
-_NUM_CHOICES = 4  # SPEC 8.4
+_RACE_NUM_CHOICES = 4  # SPEC 8.4
 
 
 class _TokenPool:
@@ -182,18 +182,19 @@ def _question_with_option(tokenizer: Tokenizer, question: str, option: str) -> s
 
 def _multiple_choice_rows(tokenizer: Tokenizer, articles: Sequence[str],
                           questions: Sequence[str], options: Sequence[Sequence[str]],
-                          seq_len: int, max_qa_length: int) -> tuple[np.ndarray, ...]:
-    """input_ids, segment_ids, input_mask, int32 [len(articles), 4, seq_len]."""
+                          seq_len: int, max_qa_length: int,
+                          num_choices: int) -> tuple[np.ndarray, ...]:
+    """input_ids, segment_ids, input_mask, int32 [len(articles), num_choices, seq_len]."""
     _check_seq_len(seq_len)
     if max_qa_length < 1:
         raise ValueError(f"max_qa_length={max_qa_length} must be at least 1")
     for choices in options:
-        if len(choices) != _NUM_CHOICES:
-            raise ValueError(f"a RACE question needs {_NUM_CHOICES} options, got {len(choices)}: "
-                             f"{list(choices)!r}")
+        if len(choices) != num_choices:
+            raise ValueError(f"a multiple-choice question needs {num_choices} options, got "
+                             f"{len(choices)}: {list(choices)!r}")
     pool = _TokenPool(tokenizer)
     start_article, length_article = pool.add(
-        [article for article in articles for _ in range(_NUM_CHOICES)])
+        [article for article in articles for _ in range(num_choices)])
     start_qa, length_qa = pool.add(
         [_question_with_option(tokenizer, question, option)
          for question, choices in zip(questions, options) for option in choices])
@@ -206,39 +207,43 @@ def _multiple_choice_rows(tokenizer: Tokenizer, articles: Sequence[str],
     length_article = np.minimum(length_article, seq_len - 3 - kept_qa)
     arrays = _assemble(tokenizer, pool.flat(), start_article, length_article, start_qa, kept_qa,
                        np.ones(len(kept_qa), bool), seq_len)
-    return tuple(array.reshape(len(articles), _NUM_CHOICES, seq_len) for array in arrays)
+    return tuple(array.reshape(len(articles), num_choices, seq_len) for array in arrays)
 
 
 def encode_multiple_choice(tokenizer: Tokenizer, article: str, question: str,
-                           options: Sequence[str], seq_len: int,
-                           max_qa_length: int = 128) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One RACE question as 4 rows `[CLS] article [SEP] q_opt [SEP]` (SPEC 8.4).
+                           options: Sequence[str], seq_len: int, max_qa_length: int = 128,
+                           num_choices: int = _RACE_NUM_CHOICES
+                           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One question as `num_choices` rows `[CLS] article [SEP] q_opt [SEP]` (SPEC 8.4).
 
     q_opt is `question.replace("_", option)` when the question has a blank "_", else
     `question + " " + option`, cut to its last `max_qa_length` tokens (and to seq_len - 3); the
     article is cut from its end to fit the rest of `seq_len`.
 
     Returns:
-      input_ids, segment_ids (0 article part, 1 q_opt part), input_mask: int32 [4, seq_len].
+      input_ids, segment_ids (0 article part, 1 q_opt part), input_mask: int32
+      [num_choices, seq_len]. `options` must hold exactly `num_choices` texts (RACE: 4).
     """
     input_ids, segment_ids, input_mask = _multiple_choice_rows(
-        tokenizer, [article], [question], [options], seq_len, max_qa_length)
+        tokenizer, [article], [question], [options], seq_len, max_qa_length, num_choices)
     return input_ids[0], segment_ids[0], input_mask[0]
 
 
 def multiple_choice_features(questions: Sequence[Any], tokenizer: Tokenizer, seq_len: int,
-                             max_qa_length: int = 128) -> dict[str, np.ndarray]:
-    """The model inputs and labels of RACE questions (objects with article, question, options,
-    answer).
+                             max_qa_length: int = 128,
+                             num_choices: int = _RACE_NUM_CHOICES) -> dict[str, np.ndarray]:
+    """The model inputs and labels of multiple-choice questions (objects with article, question,
+    options, answer: `race.Question`, `custom_data.Question`), each with `num_choices` options.
 
     Returns:
-      input_ids, segment_ids, input_mask: int32 [num_questions, 4, seq_len] (see
-      `encode_multiple_choice`); labels: int32 [num_questions], the answer 0..3 (0 when unknown).
+      input_ids, segment_ids, input_mask: int32 [num_questions, num_choices, seq_len] (see
+      `encode_multiple_choice`); labels: int32 [num_questions], the answer 0..num_choices-1 (0
+      when unknown).
     """
     input_ids, segment_ids, input_mask = _multiple_choice_rows(
         tokenizer, [question.article for question in questions],
         [question.question for question in questions],
-        [question.options for question in questions], seq_len, max_qa_length)
+        [question.options for question in questions], seq_len, max_qa_length, num_choices)
     labels = np.array([question.answer or 0 for question in questions], np.int32)
     return {"input_ids": input_ids, "segment_ids": segment_ids, "input_mask": input_mask,
             "labels": labels}

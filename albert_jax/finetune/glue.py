@@ -5,11 +5,17 @@ lists, and the writer of the leaderboard's prediction files.
   for eval_set in glue.read_eval_sets("mnli", "glue_data/MNLI", "test"):  # MNLI-m, MNLI-mm, AX
       glue.write_predictions(workdir, eval_set, predicted_labels)
 
+  examples, skipped = glue.read_train("qqp", "glue_data/QQP")  # skipped: a SkipReport
+
 Each task's columns follow the reference processors (classifier_utils.py, the same as BERT's
 run_classifier.py). Unlike the reference, which turns a short row into an IndexError or a wrong
 label, every row is checked: a bad file raises a one-line ValueError naming the file and line.
-Files are read as UTF-8 with csv.QUOTE_NONE: quotes are part of the text (as in the reference
-and in TFDS's glue builder), so `He said "no` keeps its quote.
+The one exception is the reference's own: QQP train and dev skip a line with too few columns
+(its QqpProcessor's `except IndexError: continue`; the official QQP train.tsv has such lines),
+and the readers return those line numbers as a SkipReport. Files are read as UTF-8 with
+csv.QUOTE_NONE: quotes are part of the text (as in the reference, whose
+`csv.reader(quotechar=None)` means QUOTE_NONE, and TFDS's glue builder), so `He said "no` keeps
+its quote.
 """
 from __future__ import annotations
 
@@ -60,6 +66,42 @@ class Example:
 
 
 @dataclasses.dataclass(frozen=True)
+class SkipReport:
+    """The lines of one file that gave no example because they have too few columns.
+
+    Only QQP train and dev skip such lines (as the reference's QqpProcessor); every other file
+    raises on them, so its report is empty.
+
+    Attributes:
+      source: the file path, or "TFDS <name> split <split>".
+      lines: 1-based line numbers in the file, ascending; for TFDS, which drops such rows
+        itself, the `idx` values (data row numbers) missing from the split.
+      unit: "line" or "idx": what `lines` counts.
+    """
+
+    source: str
+    lines: tuple[int, ...] = ()
+    unit: str = "line"
+
+    def message(self, shown: int = 5) -> str:
+        """One line for the console: the count and the first `shown` line numbers."""
+        numbers = ", ".join(str(number) for number in self.lines[:shown])
+        more = ", ..." if len(self.lines) > shown else ""
+        plural = "" if len(self.lines) == 1 else "s"
+        if self.unit == "idx":
+            return (f"{self.source}: {len(self.lines)} row{plural} missing (TFDS drops rows "
+                    f"with too few columns, as the reference does for QQP): idx {numbers}{more}")
+        return (f"{self.source}: skipped {len(self.lines)} line{plural} with too few columns, as "
+                f"the reference does for QQP: line{plural} {numbers}{more}")
+
+    def record(self, shown: int = 5) -> dict[str, Any]:
+        """{"source", "skipped", "first_skipped_lines" (TFDS: "first_skipped_idx")} for a JSON
+        summary of the run's data."""
+        first = "first_skipped_lines" if self.unit == "line" else "first_skipped_idx"
+        return {"source": self.source, "skipped": len(self.lines), first: list(self.lines[:shown])}
+
+
+@dataclasses.dataclass(frozen=True)
 class EvalSet:
     """One evaluated or predicted split.
 
@@ -67,11 +109,13 @@ class EvalSet:
       name: "dev", "dev_mismatched", "test", "test_mismatched" or "ax".
       submission_file: the name the GLUE server expects for its predictions ("MNLI-m.tsv", ...).
       examples: the split's examples in file order.
+      skipped: the lines of the file that gave no example (QQP dev only; see SkipReport).
     """
 
     name: str
     submission_file: str
     examples: list[Example]
+    skipped: SkipReport
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,11 +128,15 @@ class _Layout:
     text_a_column: int
     text_b_column: int | None
     label_column: int | None  # None: a test file.
+    # Skip (and report) a line with too few columns instead of raising: QQP train/dev only.
+    skip_short_lines: bool
 
 
 def _layout(columns: str, *, header: bool = True, index: int | None = 0, text_a: int,
-            text_b: int | None = None, label: int | None = None) -> _Layout:
-    return _Layout(tuple(columns.split(",")), header, index, text_a, text_b, label)
+            text_b: int | None = None, label: int | None = None,
+            skip_short_lines: bool = False) -> _Layout:
+    return _Layout(tuple(columns.split(",")), header, index, text_a, text_b, label,
+                   skip_short_lines)
 
 
 _MNLI_COLUMNS = ("index,promptID,pairID,genre,sentence1_binary_parse,sentence2_binary_parse,"
@@ -112,7 +160,10 @@ _LAYOUTS: dict[str, tuple[_Layout, _Layout]] = {
                      "score", text_a=7, text_b=8, label=-1),
              _layout("index,genre,filename,year,old_index,source1,source2,sentence1,sentence2",
                      text_a=7, text_b=8)),
-    "qqp": (_layout("id,qid1,qid2,question1,question2,is_duplicate", text_a=3, text_b=4, label=5),
+    # SPEC 8.2: the reference's QqpProcessor skips a train/dev line it cannot index (the official
+    # train.tsv has some, e.g. a question split over two lines); a test line must be whole.
+    "qqp": (_layout("id,qid1,qid2,question1,question2,is_duplicate", text_a=3, text_b=4, label=5,
+                    skip_short_lines=True),
             _layout("id,question1,question2", text_a=1, text_b=2)),
     "mnli": (_layout(_MNLI_COLUMNS + ",label1,gold_label", text_a=8, text_b=9, label=-1),
              _layout(_MNLI_COLUMNS, text_a=8, text_b=9)),
@@ -143,6 +194,12 @@ def _check_task(task: str) -> None:
         raise ValueError(f"unknown GLUE task {task!r}; use one of {', '.join(TASKS)}")
 
 
+def is_pair(task: str) -> bool:
+    """Whether the task's examples are sentence pairs (all but CoLA and SST-2)."""
+    _check_task(task)
+    return _LAYOUTS[task][0].text_b_column is not None
+
+
 def labels(task: str) -> tuple[str, ...] | None:
     """The SPEC 8.2 label list of `task` (class i is labels[i]); None for stsb (regression)."""
     _check_task(task)
@@ -163,8 +220,9 @@ def _label_error(label: str, task: str) -> str:
     return f"unknown label {label!r}; the {task} labels are {', '.join(_LABELS[task])}"
 
 
-def _read_tsv(task: str, data_path: str, file_name: str, layout: _Layout) -> list[Example]:
-    """The examples of one file; `task` picks the labels it checks."""
+def _read_tsv(task: str, data_path: str, file_name: str,
+              layout: _Layout) -> tuple[list[Example], SkipReport]:
+    """The examples of one file, and the lines it skipped; `task` picks the labels it checks."""
     path = os.path.join(data_path, file_name)
     if not os.path.isfile(path):
         raise ValueError(
@@ -172,18 +230,25 @@ def _read_tsv(task: str, data_path: str, file_name: str, layout: _Layout) -> lis
             f"official GLUE download, e.g. glue_data/{_FOLDERS[task]}); it is missing")
     expected = f"{len(layout.columns)} tab-separated columns ({', '.join(layout.columns)})"
     examples = []
+    skipped_lines = []
     header_pending = layout.header
     # utf-8-sig: UTF-8, ignoring a byte-order mark if an editor added one.
     with open(path, encoding="utf-8-sig", newline="") as file:
         reader = csv.reader(file, delimiter="\t", quoting=csv.QUOTE_NONE)
         for row in reader:
             where = f"{path}:{reader.line_num}"
-            if not row:  # A blank line (e.g. at the end of a hand-edited file) holds no example.
+            if not row and (header_pending or not layout.skip_short_lines):
+                # A blank line (e.g. at the end of a hand-edited file) holds no example; QQP
+                # train/dev count it below with their other short lines. (The reference stops
+                # at one: every processor indexes the empty row, QQP's line[0] outside its try.)
                 continue
             if header_pending:
                 header_pending = False
                 continue
             if len(row) < len(layout.columns):
+                if layout.skip_short_lines:
+                    skipped_lines.append(reader.line_num)
+                    continue
                 raise ValueError(f"{where}: {len(row)} columns, expected {expected}")
             label = None if layout.label_column is None else row[layout.label_column]
             if label is not None:
@@ -203,13 +268,16 @@ def _read_tsv(task: str, data_path: str, file_name: str, layout: _Layout) -> lis
                 label=label, source=where))
     if not examples:
         content = "only a header line" if layout.header and not header_pending else "no lines"
+        if skipped_lines:
+            content = f"every line after the header has fewer than {len(layout.columns)} columns"
         raise ValueError(f"{path}: empty file ({content}); expected "
                          f"{'a header line, then ' if layout.header else ''}lines of {expected}")
-    return examples
+    return examples, SkipReport(path, tuple(skipped_lines))
 
 
-def read_train(task: str, data_path: str) -> list[Example]:
-    """The labelled examples of `<data_path>/train.tsv`, in file order."""
+def read_train(task: str, data_path: str) -> tuple[list[Example], SkipReport]:
+    """The labelled examples of `<data_path>/train.tsv` in file order, and the lines skipped
+    (QQP only, see SkipReport)."""
     _check_folder(task, data_path)
     return _read_tsv(task, data_path, "train.tsv", _LAYOUTS[task][0])
 
@@ -236,24 +304,48 @@ def read_eval_sets(task: str, data_path: str, split: str) -> list[EvalSet]:
     if split not in ("dev", "test"):
         raise ValueError(f"unknown GLUE split {split!r}; use dev or test")
     labelled_layout, test_layout = _LAYOUTS[task]
+
+    def eval_set(name: str, submission_file: str, folder: str, file_name: str,
+                 layout: _Layout) -> EvalSet:
+        return EvalSet(name, submission_file, *_read_tsv(task, folder, file_name, layout))
+
     if task != "mnli":
         layout = labelled_layout if split == "dev" else test_layout
-        return [EvalSet(split, _SUBMISSION_FILES[task],
-                        _read_tsv(task, data_path, f"{split}.tsv", layout))]
+        return [eval_set(split, _SUBMISSION_FILES[task], data_path, f"{split}.tsv", layout)]
     if split == "dev":
-        return [EvalSet("dev", _SUBMISSION_FILES[task],
-                        _read_tsv(task, data_path, "dev_matched.tsv", _MNLI_DEV)),
-                EvalSet("dev_mismatched", _MNLI_MISMATCHED_FILE,
-                        _read_tsv(task, data_path, "dev_mismatched.tsv", _MNLI_DEV))]
-    eval_sets = [EvalSet("test", _SUBMISSION_FILES[task],
-                         _read_tsv(task, data_path, "test_matched.tsv", test_layout)),
-                 EvalSet("test_mismatched", _MNLI_MISMATCHED_FILE,
-                         _read_tsv(task, data_path, "test_mismatched.tsv", test_layout))]
+        return [eval_set("dev", _SUBMISSION_FILES[task], data_path, "dev_matched.tsv", _MNLI_DEV),
+                eval_set("dev_mismatched", _MNLI_MISMATCHED_FILE, data_path,
+                         "dev_mismatched.tsv", _MNLI_DEV)]
+    eval_sets = [eval_set("test", _SUBMISSION_FILES[task], data_path, "test_matched.tsv",
+                          test_layout),
+                 eval_set("test_mismatched", _MNLI_MISMATCHED_FILE, data_path,
+                          "test_mismatched.tsv", test_layout)]
     ax_folder = _ax_path(data_path)
     if ax_folder is not None:
-        eval_sets.append(EvalSet("ax", _AX_SUBMISSION_FILE,
-                                 _read_tsv(task, ax_folder, _AX_FILE, _AX)))
+        eval_sets.append(eval_set("ax", _AX_SUBMISSION_FILE, ax_folder, _AX_FILE, _AX))
     return eval_sets
+
+
+def read_official_file(task: str, path: str) -> list[Example] | None:
+    """The examples of one file of the task's official folder, picked by its name (train.tsv,
+    dev.tsv, test.tsv; MNLI's dev/test_matched/mismatched.tsv, diagnostic.tsv), in file order;
+    None for any other file name (`albert-jax predict` then reads it as a table of its own)."""
+    _check_task(task)
+    labelled_layout, test_layout = _LAYOUTS[task]
+    if task == "mnli":
+        layouts = {"train.tsv": labelled_layout, "dev_matched.tsv": _MNLI_DEV,
+                   "dev_mismatched.tsv": _MNLI_DEV, "test_matched.tsv": test_layout,
+                   "test_mismatched.tsv": test_layout, _AX_FILE: _AX}
+    else:
+        layouts = {"train.tsv": labelled_layout, "dev.tsv": labelled_layout,
+                   "test.tsv": test_layout}
+    name = os.path.basename(path)
+    if name not in layouts:
+        return None
+    examples, skipped = _read_tsv(task, os.path.dirname(path) or ".", name, layouts[name])
+    if skipped.lines:
+        print(skipped.message(), flush=True)
+    return examples
 
 
 # --- TFDS glue/<task> ---------------------------------------------------------------------------
@@ -303,8 +395,16 @@ def _tfds_reference_labels(task: str, tfds_name: str, info: Any) -> tuple[str, .
 
 
 def _read_tfds(task: str, tfds_name: str, tfds_split: str,
-               data_dir: str | None) -> list[Example]:
-    """The examples of one TFDS split, sorted by `idx` (the row number in the GLUE file)."""
+               data_dir: str | None) -> tuple[list[Example], SkipReport]:
+    """The examples of one TFDS split, sorted by `idx` (the row number in the GLUE file), and
+    for QQP the rows TFDS dropped.
+
+    TFDS's glue builder drops a row with too few columns itself (every task), keeping each
+    record's `idx` = its data row number, so a dropped QQP row is an `idx` missing below the
+    largest one (a dropped last row cannot be seen). QQP train/validation report them, as the
+    reference skips them; QQP test raises, as a prediction file needs every index. (MRPC's idx
+    has gaps by design: TFDS cuts its train and validation splits from one file.)
+    """
     import tensorflow_datasets as tfds
     import tensorflow_datasets.text.glue  # noqa: F401  Registers `glue` (TFDS skips it without TF).
 
@@ -335,11 +435,25 @@ def _read_tfds(task: str, tfds_name: str, tfds_split: str,
             label=label, source=f"TFDS {tfds_name} split {tfds_split} record {number}"))
     if not examples:
         raise ValueError(f"TFDS dataset {tfds_name} split {tfds_split} is empty")
-    return sorted(examples, key=lambda example: int(example.index))
+    examples.sort(key=lambda example: int(example.index))
+    where = f"TFDS {tfds_name} split {tfds_split}"
+    if task != "qqp":
+        return examples, SkipReport(where, unit="idx")
+    present = {int(example.index) for example in examples}
+    dropped = tuple(idx for idx in range(int(examples[-1].index)) if idx not in present)
+    if dropped and tfds_split == "test":
+        raise ValueError(
+            f"{where} has no rows idx {', '.join(map(str, dropped[:5]))}"
+            f"{', ...' if len(dropped) > 5 else ''} ({len(dropped)} rows; TFDS drops a row with "
+            "too few columns): a QQP prediction file needs every index; rebuild the dataset "
+            "from a whole test.tsv or read the file with data.path")
+    return examples, SkipReport(where, dropped, unit="idx")
 
 
-def read_tfds_train(task: str, tfds_name: str, data_dir: str | None = None) -> list[Example]:
-    """The train split of TFDS `tfds_name` (e.g. "glue/mnli") as reference Examples.
+def read_tfds_train(task: str, tfds_name: str,
+                    data_dir: str | None = None) -> tuple[list[Example], SkipReport]:
+    """The train split of TFDS `tfds_name` (e.g. "glue/mnli") as reference Examples, and the
+    rows TFDS dropped (QQP only, see `_read_tfds`).
 
     Labels are the SPEC 8.2 strings (mapped from the ClassLabel names), the index is TFDS's
     `idx`. The dataset is read as ArrayRecord (prepared with `tfds build --file_format=array_record`
@@ -363,14 +477,15 @@ def read_tfds_eval_sets(task: str, tfds_name: str, split: str,
     tfds_splits = _TFDS_EVAL_SPLITS.get(
         (task, split), ((("validation" if split == "dev" else "test"), split,
                          _SUBMISSION_FILES[task]),))
-    eval_sets = [EvalSet(name, submission_file, _read_tfds(task, tfds_name, tfds_split, data_dir))
+    eval_sets = [EvalSet(name, submission_file, *_read_tfds(task, tfds_name, tfds_split,
+                                                            data_dir))
                  for tfds_split, name, submission_file in tfds_splits]
     if (task, split) == ("mnli", "test"):
         # The diagnostic set is its own TFDS config; keep the dataset name and version given.
         name, _, version = tfds_name.partition(":")
         ax_name = name.split("/")[0] + "/ax" + (f":{version}" if version else "")
         eval_sets.append(EvalSet("ax", _AX_SUBMISSION_FILE,
-                                 _read_tfds("ax", ax_name, "test", data_dir)))
+                                 *_read_tfds("ax", ax_name, "test", data_dir)))
     return eval_sets
 
 

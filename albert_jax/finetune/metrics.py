@@ -1,9 +1,11 @@
-"""GLUE and RACE dev metrics, computed on the host from the gathered predictions of a split.
+"""GLUE, RACE and own-data dev metrics, computed on the host from the gathered predictions of a
+split.
 
-The numbers are those of scikit-learn (`accuracy_score`, `f1_score`, `matthews_corrcoef`) and
-SciPy (`pearsonr`, `spearmanr`), written with NumPy/SciPy so that scikit-learn stays a test-only
-dependency. Degenerate inputs (one class only, constant predictions) give 0.0, never NaN, so the
-checkpoint selection of SPEC 8.1 always has a number to compare.
+The numbers are those of scikit-learn (`accuracy_score`, `f1_score`, `matthews_corrcoef`,
+`mean_squared_error`) and SciPy (`pearsonr`, `spearmanr`), written with NumPy/SciPy so that
+scikit-learn stays a test-only dependency. Degenerate inputs (one class only, constant
+predictions) give 0.0, never NaN, so the checkpoint selection of SPEC 8.1 always has a number to
+compare.
 """
 from __future__ import annotations
 
@@ -32,6 +34,20 @@ BEST_METRIC: dict[str, str] = {
     "race": "accuracy",
 }
 
+# The metrics of a user's own task per kind (finetune/custom_data.py KINDS), in report order.
+# `config.selection_metric` picks the largest of one of them, so mse (smaller is better) is
+# reported but cannot select.
+CUSTOM_METRICS: dict[str, tuple[str, ...]] = {
+    "classification": ("accuracy", "macro_f1", "mcc"),
+    "regression": ("pearson", "spearman", "mse"),
+    "multiple_choice": ("accuracy",),
+}
+CUSTOM_SELECTABLE_METRICS: dict[str, tuple[str, ...]] = {
+    "classification": ("accuracy", "macro_f1", "mcc"),
+    "regression": ("pearson", "spearman"),
+    "multiple_choice": ("accuracy",),
+}
+
 
 def glue_metrics(task: str, predictions: npt.ArrayLike, labels: npt.ArrayLike) -> dict[str, float]:
     """Scores one GLUE split.
@@ -50,8 +66,8 @@ def glue_metrics(task: str, predictions: npt.ArrayLike, labels: npt.ArrayLike) -
         raise ValueError(f"unknown GLUE task {task!r}; use one of {', '.join(GLUE_TASKS)}")
     predictions, labels = _paired_vectors(predictions, labels)
     if task == "stsb":
-        predictions = _real_values(predictions, "predictions")
-        labels = _real_values(labels, "labels")
+        predictions = _real_values(predictions, "predictions", task)
+        labels = _real_values(labels, "labels", task)
         return {"pearson": _pearson(predictions, labels), "spearman": _spearman(predictions, labels)}
     num_classes = _NUM_CLASSES[task]
     predictions = _class_ids(predictions, "predictions", num_classes, task)
@@ -96,6 +112,62 @@ def race_metrics(predictions: npt.ArrayLike, labels: npt.ArrayLike,
     return metrics
 
 
+def classification_metrics(predictions: npt.ArrayLike, labels: npt.ArrayLike,
+                           num_classes: int) -> dict[str, float]:
+    """Scores a classification of a user's own data (any number of classes).
+
+    Args:
+      predictions: [num_examples] predicted class ids, 0..num_classes-1.
+      labels: [num_examples] true class ids, 0..num_classes-1.
+      num_classes: the length of the task's label list.
+
+    Returns:
+      accuracy; macro_f1, the unweighted mean of the per-class F1 over the classes that occur in
+      labels or predictions (scikit-learn's `f1_score(average="macro")`); mcc, the multi-class
+      Matthews correlation (`matthews_corrcoef`), 0.0 when undefined.
+    """
+    predictions, labels = _paired_vectors(predictions, labels)
+    predictions = _class_ids(predictions, "predictions", num_classes, "classification")
+    labels = _class_ids(labels, "labels", num_classes, "classification")
+    return {"accuracy": _accuracy(predictions, labels),
+            "macro_f1": _macro_f1(predictions, labels, num_classes),
+            "mcc": _matthews(predictions, labels, num_classes)}
+
+
+def regression_metrics(predictions: npt.ArrayLike, labels: npt.ArrayLike) -> dict[str, float]:
+    """Scores a regression of a user's own data.
+
+    Args:
+      predictions, labels: [num_examples] numbers.
+
+    Returns:
+      pearson, spearman (0.0 when a side is constant), mse (mean squared error).
+    """
+    predictions, labels = _paired_vectors(predictions, labels)
+    predictions = _real_values(predictions, "predictions", "regression")
+    labels = _real_values(labels, "labels", "regression")
+    return {"pearson": _pearson(predictions, labels), "spearman": _spearman(predictions, labels),
+            "mse": float(np.mean((predictions - labels) ** 2))}
+
+
+def multiple_choice_metrics(predictions: npt.ArrayLike, labels: npt.ArrayLike,
+                            num_choices: int) -> dict[str, float]:
+    """Scores a multiple-choice task of a user's own data.
+
+    Args:
+      predictions: [num_examples] chosen option, 0..num_choices-1.
+      labels: [num_examples] correct option, 0..num_choices-1.
+      num_choices: options per question.
+
+    Returns:
+      accuracy.
+    """
+    predictions, labels = _paired_vectors(predictions, labels)
+    predictions = _class_ids(predictions, "predictions", num_choices, "multiple_choice")
+    labels = _class_ids(labels, "labels", num_choices, "multiple_choice")
+    return {"accuracy": _accuracy(predictions, labels)}
+
+
 def _paired_vectors(predictions: npt.ArrayLike, labels: npt.ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     predictions, labels = np.asarray(predictions), np.asarray(labels)
     for name, values in (("predictions", predictions), ("labels", labels)):
@@ -121,12 +193,12 @@ def _class_ids(values: np.ndarray, name: str, num_classes: int, task: str) -> np
     return values
 
 
-def _real_values(values: np.ndarray, name: str) -> np.ndarray:
+def _real_values(values: np.ndarray, name: str, task: str) -> np.ndarray:
     if not (np.issubdtype(values.dtype, np.number) or values.dtype == bool):
-        raise ValueError(f"stsb: {name} must be numbers, got dtype {values.dtype}")
+        raise ValueError(f"{task}: {name} must be numbers, got dtype {values.dtype}")
     values = values.astype(np.float64)
     if not np.isfinite(values).all():
-        raise ValueError(f"stsb: {name} contain NaN or infinity (did training diverge?)")
+        raise ValueError(f"{task}: {name} contain NaN or infinity (did training diverge?)")
     return values
 
 
@@ -142,6 +214,17 @@ def _binary_f1(predictions: np.ndarray, labels: np.ndarray) -> float:
     # 2·precision·recall / (precision + recall), simplified as scikit-learn computes it.
     denominator = predicted_positives + actual_positives
     return 0.0 if denominator == 0 else float(2 * true_positives / denominator)
+
+
+def _macro_f1(predictions: np.ndarray, labels: np.ndarray, num_classes: int) -> float:
+    """Mean F1 = 2·TP / (2·TP + FP + FN) over the classes present in labels or predictions (a
+    class absent from both has no F1; scikit-learn leaves it out of the mean)."""
+    true_positives = np.bincount(labels[predictions == labels], minlength=num_classes)
+    predicted = np.bincount(predictions, minlength=num_classes)
+    actual = np.bincount(labels, minlength=num_classes)
+    present = (predicted + actual) > 0
+    f1 = 2 * true_positives[present] / (predicted[present] + actual[present])
+    return float(f1.mean())
 
 
 def _matthews(predictions: np.ndarray, labels: np.ndarray, num_classes: int) -> float:

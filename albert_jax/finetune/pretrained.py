@@ -21,13 +21,15 @@ import json
 import os
 from typing import Any
 
+from absl import logging
 from etils import epath
 
 from albert_jax.convert import load_huggingface, load_tf_checkpoint
+from albert_jax.data.tokenizer import recorded_comma_rule
 from albert_jax.errors import ConfigError
 from albert_jax.model import ModelConfig
-from albert_jax.pretraining import TOKENIZER_FILE
-from albert_jax.train import checkpoint, loop
+from albert_jax.train import checkpoint
+from albert_jax.train import workdir as workdir_names
 
 _TF_TOKENIZER_FILE = "30k-clean.model"  # the official TF releases (SPEC 2.1)
 
@@ -35,12 +37,25 @@ _TF_TOKENIZER_FILE = "30k-clean.model"  # the official TF releases (SPEC 2.1)
 @dataclasses.dataclass(frozen=True)
 class Pretrained:
     """model_config: the checkpoint's architecture; backbone: the `albert` params (numpy or
-    jax arrays); tokenizer: a SentencePiece model path that came with it, or None."""
+    jax arrays); tokenizer: a SentencePiece model path that came with it, or None; comma_rule:
+    the SPEC 2.3 digit-comma rule its tokenizer was used with, where known ("hf" for a
+    HuggingFace checkpoint, the recorded rule for one of our workdirs), else None."""
 
     model_config: ModelConfig
     backbone: dict[str, Any]
     tokenizer: str | None
     kind: str  # "workdir", "orbax", "huggingface", "tf"
+    comma_rule: str | None = None
+
+
+def warn_if_comma_rule_differs(pretrained: Pretrained, comma_rule: str) -> None:
+    """One warning line when the run tokenizes numbers unlike the checkpoint did (SPEC 2.3)."""
+    if pretrained.comma_rule is not None and pretrained.comma_rule != comma_rule:
+        logging.warning(
+            "config data.comma_rule=%r differs from the digit-comma rule of the init_from "
+            "checkpoint (%s: %r), so numbers followed by a comma are tokenized differently "
+            "(SPEC 2.3); --config.data.comma_rule=%s matches it", comma_rule, pretrained.kind,
+            pretrained.comma_rule, pretrained.comma_rule)
 
 
 def _first_existing(*paths: epath.Path) -> str | None:
@@ -50,10 +65,10 @@ def _first_existing(*paths: epath.Path) -> str | None:
 def _workdir_tokenizer(path: epath.Path) -> str | None:
     """The tokenizer of one of our workdirs: its copy, else the file its config names."""
     for directory in (path, path.parent, path.parent.parent):  # workdir, checkpoints/, <step>/
-        if (directory / TOKENIZER_FILE).exists():
-            return os.fspath(directory / TOKENIZER_FILE)
-        if (directory / "config.json").exists():
-            saved = json.loads((directory / "config.json").read_text())
+        if (directory / workdir_names.TOKENIZER_FILE).exists():
+            return os.fspath(directory / workdir_names.TOKENIZER_FILE)
+        if (directory / workdir_names.CONFIG_FILE).exists():
+            saved = json.loads((directory / workdir_names.CONFIG_FILE).read_text())
             named = saved.get("tokenizer") or saved.get("data", {}).get("tokenizer")
             if named and epath.Path(named).exists():
                 return named
@@ -85,22 +100,25 @@ def load(path: str) -> Pretrained:
             raise FileNotFoundError(f"init_from={path} has albert_config.json but no TF checkpoint "
                                     "(model.ckpt-*.index or variables/variables.index)")
         model_config, params = load_tf_checkpoint(prefix, os.fspath(directory / "albert_config.json"))
-        tokenizer = _first_existing(directory / _TF_TOKENIZER_FILE, directory / TOKENIZER_FILE)
+        tokenizer = _first_existing(directory / _TF_TOKENIZER_FILE,
+                                    directory / workdir_names.TOKENIZER_FILE)
         if tokenizer is None:
             tokenizer = next(iter(sorted(glob.glob(os.path.join(os.fspath(directory), "*.model")))),
                              None)
         return Pretrained(model_config, params["albert"], tokenizer, "tf")
 
-    hf_config = directory / "config.json"
+    hf_config = directory / workdir_names.CONFIG_FILE
     if hf_config.exists() and json.loads(hf_config.read_text()).get("model_type") == "albert":
         model_config, params = load_huggingface(os.fspath(directory))
+        # HuggingFace's AlbertTokenizer applies the Python 2 digit-comma rule (SPEC 2.3).
         return Pretrained(model_config, params["albert"],
-                          _first_existing(directory / TOKENIZER_FILE), "huggingface")
+                          _first_existing(directory / workdir_names.TOKENIZER_FILE), "huggingface",
+                          "hf")
 
-    kind = "workdir" if (root / "config.json").exists() else "orbax"
+    kind = "workdir" if (root / workdir_names.CONFIG_FILE).exists() else "orbax"
     source = root
-    if (root / loop.BEST_FILE).exists():
-        source = root / loop.BEST_SUBDIR  # a fine-tuned workdir: its best dev checkpoint
+    if (root / workdir_names.BEST_FILE).exists():
+        source = root / workdir_names.BEST_SUBDIR  # a fine-tuned workdir: its best dev checkpoint
     try:
         model_config, params = checkpoint.load(os.fspath(source))
     except FileNotFoundError as error:
@@ -111,4 +129,6 @@ def load(path: str) -> Pretrained:
     if "albert" not in params:
         raise ConfigError(f"config init_from={path}: the checkpoint has no `albert` backbone "
                           f"(top-level params: {sorted(params)})")
-    return Pretrained(model_config, params["albert"], _workdir_tokenizer(root), kind)
+    tokenizer = _workdir_tokenizer(root)
+    return Pretrained(model_config, params["albert"], tokenizer, kind,
+                      recorded_comma_rule(tokenizer) if tokenizer else None)

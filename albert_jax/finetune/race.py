@@ -121,6 +121,33 @@ def read_split(data_path: str, split: str,
     return questions
 
 
+def read_path(path: str) -> list[Question] | None:
+    """The questions of one RACE .txt file, or of every .txt file under a folder (sorted, levels
+    taken from a middle/ or high/ folder on the way, else "high"); None when `path` is neither
+    (`albert-jax predict` then reads it as a table of its own). Ids are as `read_split` makes
+    them, from the folder given: `RACE/dev` gives "dev/high/1234.txt-0"."""
+    if os.path.isdir(path):
+        paths = sorted(os.path.join(folder, name) for folder, _, names in os.walk(path)
+                       for name in names if name.endswith(".txt"))
+    elif path.endswith(".txt"):
+        paths = [path]
+    else:
+        return None
+    questions = []
+    for file_path in paths:
+        parts = os.path.normpath(file_path).split(os.sep)
+        level = next((part for part in reversed(parts[:-1]) if part in LEVELS), "high")
+        with open(file_path, encoding="utf-8") as file:
+            try:
+                data = json.load(file)
+            except json.JSONDecodeError as error:
+                raise ValueError(f"{file_path}: not a RACE JSON file ({error}); expected one JSON "
+                                 "object with article, questions, options, answers") from None
+        id_prefix = os.path.relpath(file_path, os.path.dirname(os.path.normpath(path)))
+        questions.extend(_questions(data, file_path, id_prefix, level))
+    return questions
+
+
 def _text(value: Any) -> str:
     return value.decode("utf-8") if isinstance(value, bytes) else str(value)
 

@@ -1,114 +1,51 @@
-"""`albert-jax finetune` and `albert-jax evaluate`: GLUE, RACE and SQuAD from a checkpoint to the
-dev score and the leaderboard files.
+"""`albert-jax finetune`, `evaluate`, `predict` and the fine-tuned HuggingFace export, for every
+registered task (finetune/registry.py); nothing here names a task.
 
-  finetune: config -> the checkpoint of `init_from` (architecture, backbone, tokenizer) -> the
-            task -> the training loop (best dev checkpoint kept in <workdir>/best/, best.json).
-            `config.seeds=N` runs seeds seed .. seed+N-1 in <workdir>/seed_<s>/ and writes
-            <workdir>/seeds.json with each seed's best dev metrics and their medians (the
-            paper's protocol: medians over 5 runs, SPEC 8.1).
+  finetune: config -> the task class of `config.task` -> its checks, tokenizer, architecture
+            and backbone from `init_from` -> the training loop (best dev checkpoint kept in
+            <workdir>/best/, best.json). `config.seeds=N` runs seeds seed .. seed+N-1 in
+            <workdir>/seed_<s>/ and writes <workdir>/seeds.json with each seed's best dev
+            metrics and their medians (the paper's protocol: medians over 5 runs, SPEC 8.1).
   evaluate: the best dev checkpoint of a workdir (of the best seed) -> predictions of every
-            dev or test set -> <workdir>/predictions/<split>/ (GLUE server / RACE files; SQuAD's
-            predictions.json & co., dev only) and, for dev, metrics.json.
+            dev or test set -> <workdir>/predictions/<split>/: predictions.jsonl (one record
+            per example, as `predict` writes), the task's own files (GLUE server / RACE files;
+            SQuAD's predictions.json & co.) and, for dev, metrics.json.
+  predict:  the same checkpoint on a file of new examples -> one JSON line per example, in
+            input order, streamed in chunks.
   export_huggingface (`albert-jax convert --from=orbax --path=<workdir> --to=huggingface`): the
             same best checkpoint as the transformers class of its task, labels included.
 """
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import os
 import statistics
-from typing import Any
+import sys
+import time
+from typing import Any, Iterator
 
 import jax
 import ml_collections
 import numpy as np
 from etils import epath
 
-from albert_jax.convert.huggingface import FinetunedHead, save_huggingface
-from albert_jax.data.tokenizer import Tokenizer
+from albert_jax import files
+from albert_jax.convert.huggingface import save_huggingface
 from albert_jax.errors import ConfigError
-from albert_jax.finetune import glue, pretrained as pretrained_lib, squad
-from albert_jax.finetune.squad_task import SquadTask
-from albert_jax.finetune.task import FinetuneTask, GlueTask, RaceTask, finetune_model_config
-from albert_jax.model import presets
-from albert_jax.pretraining import TOKENIZER_FILE
-from albert_jax.train import buckets, checkpoint, loop, sharding, validation
+from albert_jax.finetune import registry
+from albert_jax.finetune.task import FinetuneTask, real_rows
+from albert_jax.train import buckets, checkpoint, loop, sharding
 from albert_jax.train import step as step_lib
+from albert_jax.train import workdir as workdir_names
 
-TASKS = (*glue.TASKS, "race", "squad")
-SEEDS_FILE = "seeds.json"
-
-
-def validate(config: ml_collections.ConfigDict) -> None:
-    """Raises ConfigError, naming the key, for a fine-tuning config that cannot work."""
-    if config.task not in TASKS:
-        raise ConfigError(f"config task={config.task!r} is not a task; choose one of {TASKS}")
-    if config.task == "squad":
-        _validate_squad(config)
-    else:
-        if not config.data.path and not config.data.tfds_name:
-            raise ConfigError(f"config data.path is empty: give the {config.task} data folder "
-                              "(--config.data.path=DIR) or a TFDS name "
-                              "(--config.data.tfds_name=...)")
-        if config.data.path and not epath.Path(config.data.path).is_dir():
-            raise FileNotFoundError(f"config data.path={config.data.path} is not a directory")
-    validation.check_numbers(config)  # before init_from is read
-
-
-def _validate_squad(config: ml_collections.ConfigDict) -> None:
-    """SQuAD reads data.train_file and data.dev_file (official JSON) or data.tfds_name."""
-    if config.version not in squad.VERSIONS:
-        raise ConfigError(f"config version={config.version!r} must be one of {squad.VERSIONS} "
-                          "(configs/squad.py:version=1.1 or version=2.0)")
-    data = config.data
-    if data.tfds_name and (data.train_file or data.dev_file):
-        raise ConfigError(f"config data.tfds_name={data.tfds_name!r} and data.train_file/"
-                          "data.dev_file are both set; give the files or the TFDS name")
-    if not data.tfds_name:
-        for key in ("train_file", "dev_file"):
-            split = key.split("_")[0]
-            if not data[key]:
-                raise ConfigError(
-                    f"config data.{key} is empty: give the SQuAD {split} file "
-                    f"(--config.data.{key}={split}-{config.version}.json) or a TFDS name "
-                    f"(--config.data.tfds_name=squad/{config.version})")
-            if not epath.Path(data[key]).is_file():
-                raise FileNotFoundError(f"config data.{key}={data[key]} does not exist")
-    for key in ("doc_stride", "max_query_length", "max_answer_length", "n_best_size"):
-        if config[key] < 1:
-            raise ConfigError(f"config {key}={config[key]} must be a positive integer")
-    if config.seq_len < config.max_query_length + 4:
-        raise ConfigError(f"config seq_len={config.seq_len} leaves no room for the context after "
-                          f"max_query_length={config.max_query_length} question tokens and "
-                          "[CLS] [SEP] [SEP]; raise seq_len or lower max_query_length")
+PREDICT_CHUNK_ROWS = 4096  # rows read, featurised and predicted at once: bounds predict's memory
 
 
 def build_task(config: ml_collections.ConfigDict) -> FinetuneTask:
-    """The task of `config`: its tokenizer and architecture from `init_from` (or the preset
-    `config.model` for a from-scratch run), its data, its head."""
-    validate(config)
-    pretrained = pretrained_lib.load(config.init_from) if config.init_from else None
-    tokenizer_path = config.tokenizer or (pretrained.tokenizer if pretrained else None)
-    if not tokenizer_path:
-        where = (f"init_from={config.init_from} carries no tokenizer (no spiece.model, "
-                 "30k-clean.model or config naming one)" if pretrained
-                 else "a from-scratch run (empty init_from) has no tokenizer")
-        raise ConfigError(f"config {where}; give one with --config.tokenizer=PATH/TO/spiece.model")
-    tokenizer = Tokenizer.load(tokenizer_path)
-    base = (pretrained.model_config if pretrained
-            else presets.get_config(config.model, vocab_size=tokenizer.vocab_size))
-    model_config = finetune_model_config(config, base)
-    if tokenizer.vocab_size != model_config.vocab_size:
-        raise ConfigError(
-            f"tokenizer {tokenizer_path} has {tokenizer.vocab_size} pieces but the model "
-            f"embedding has vocab_size={model_config.vocab_size}; use the tokenizer the "
-            "checkpoint was trained with (--config.tokenizer)")
-    return task_class(config)(config, model_config, tokenizer, pretrained)
-
-
-def task_class(config: ml_collections.ConfigDict) -> type[FinetuneTask]:
-    """The Task class of a fine-tuning config's `task` (GLUE task names, race, squad)."""
-    return {"race": RaceTask, "squad": SquadTask}.get(config.task, GlueTask)
+    """The task of a fine-tuning config, ready to train (module docstring)."""
+    return registry.get(config.task).from_config(config)
 
 
 def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
@@ -118,13 +55,13 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
         loop.train_and_evaluate(config, workdir, build_task(config))
         best = loop.read_best(workdir)
         print(f"Best dev {best['metric']} {best['value']:.4f} at step {best['step']} "
-              f"(kept in {epath.Path(workdir) / loop.BEST_SUBDIR}).", flush=True)
+              f"(kept in {epath.Path(workdir) / workdir_names.BEST_SUBDIR}).", flush=True)
         return best
     runs = []
     for seed in range(config.seed, config.seed + config.seeds):
         seed_config = config.copy_and_resolve_references()
         seed_config.seed = seed
-        seed_workdir = os.path.join(workdir, f"seed_{seed}")
+        seed_workdir = os.fspath(workdir_names.seed_dir(workdir, seed))
         print(f"--- seed {seed} ({seed - config.seed + 1} of {config.seeds}) in {seed_workdir}",
               flush=True)
         loop.train_and_evaluate(seed_config, seed_workdir, build_task(seed_config))
@@ -134,7 +71,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
               "median": {key: statistics.median(run["metrics"]["dev"][key] for run in runs)
                          for key in sorted(dev_metrics)}}
     if jax.process_index() == 0:
-        path = epath.Path(workdir) / SEEDS_FILE
+        path = epath.Path(workdir) / workdir_names.SEEDS_FILE
         path.write_text(json.dumps(record, indent=2))
         for run in runs:
             print(f"seed {run['seed']}: " + ", ".join(
@@ -144,88 +81,190 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     return record
 
 
-def _run_workdir(workdir: epath.Path) -> epath.Path:
-    """The run to evaluate: the workdir, or with several seeds the seed with the best dev score."""
-    seeds = workdir / SEEDS_FILE
+# --- A finished run: its task and best checkpoint -----------------------------------------------
+
+@dataclasses.dataclass
+class FinishedRun:
+    """The best dev checkpoint of a fine-tuning workdir (of its best seed), ready to predict.
+
+    run_dir: the run (the workdir, or the best seed's); best: its best.json record; task: the
+    task rebuilt from the run's config.json, tokenizer and files; params: the best checkpoint's
+    params, placed on `mesh`; eval_step: jitted for `mesh` (train/step.py)."""
+
+    run_dir: epath.Path
+    best: dict[str, Any]
+    task: FinetuneTask
+    params: Any
+    mesh: jax.sharding.Mesh
+    eval_step: Any
+
+    def predict(self, host_batches: Iterator[dict[str, np.ndarray]]
+                ) -> tuple[dict[str, np.ndarray] | None, dict[str, np.ndarray]]:
+        """The summed loss sums and per-example predictions of `host_batches`."""
+        return loop.predict_batches(self.eval_step, self.params, sharding.batch_sharding(self.mesh),
+                                    host_batches, self.task.sequence_fields,
+                                    buckets.lengths_of(self.task.config))
+
+
+def is_finetuning_workdir(path: str) -> bool:
+    """Whether `path` is a workdir of `albert-jax finetune` (its config.json names a task)."""
+    config_path = epath.Path(path) / workdir_names.CONFIG_FILE
+    return config_path.exists() and bool(json.loads(config_path.read_text()).get("task"))
+
+
+def _run_dir(workdir: epath.Path) -> epath.Path:
+    """The run to use: the workdir, or with several seeds the seed with the best dev score."""
+    if not (workdir / workdir_names.CONFIG_FILE).exists():
+        raise FileNotFoundError(
+            f"{workdir / workdir_names.CONFIG_FILE} does not exist: --workdir must be a "
+            "fine-tuning workdir (`albert-jax finetune --workdir=...`)")
+    seeds = workdir / workdir_names.SEEDS_FILE
     if not seeds.exists():
         return workdir
     runs = json.loads(seeds.read_text())["runs"]
     return epath.Path(max(runs, key=lambda run: run["value"])["workdir"])
 
 
+def _saved_config(run_dir: epath.Path) -> ml_collections.ConfigDict:
+    return ml_collections.ConfigDict(
+        json.loads((run_dir / workdir_names.CONFIG_FILE).read_text()))
+
+
+def load_finished_run(workdir: str) -> FinishedRun:
+    """The best dev checkpoint of `workdir` and its task, on this job's devices."""
+    run_dir = _run_dir(epath.Path(workdir))
+    config = _saved_config(run_dir)
+    best = loop.read_best(run_dir)
+    mesh = sharding.make_mesh(config.mesh)
+    model_config, params = checkpoint.load(
+        os.fspath(run_dir / workdir_names.BEST_SUBDIR), best["step"], mesh=mesh)
+    task = registry.get(config.task).from_run(config, run_dir, model_config)
+    eval_step = step_lib.jit_eval_step(task, mesh, jax.tree.map(lambda leaf: leaf.sharding, params))
+    return FinishedRun(run_dir, best, task, params, mesh, eval_step)
+
+
+# --- albert-jax evaluate ------------------------------------------------------------------------
+
 def evaluate(workdir: str, split: str) -> list[str]:
     """`albert-jax evaluate`: predictions of the best dev checkpoint on every `split` set
     ("dev" or "test") into <workdir>/predictions/<split>/; returns the files written."""
     if split not in ("dev", "test"):
         raise ConfigError(f"--split={split!r}: use dev or test")
-    root = epath.Path(workdir)
-    if not (root / "config.json").exists():
-        raise FileNotFoundError(f"{root / 'config.json'} does not exist: --workdir must be a "
-                                "fine-tuning workdir (`albert-jax finetune --workdir=...`)")
-    run = _run_workdir(root)
-    config = ml_collections.ConfigDict(json.loads((run / "config.json").read_text()))
-    best = loop.read_best(run)
-    mesh = sharding.make_mesh(config.mesh)
-    model_config, params = checkpoint.load(os.fspath(run / loop.BEST_SUBDIR), best["step"],
-                                           mesh=mesh)
-    tokenizer = Tokenizer.load(os.fspath(run / TOKENIZER_FILE))
-    task = task_class(config)(config, model_config, tokenizer, None)
-    eval_step = jax.jit(step_lib.make_eval_step(task), out_shardings=sharding.replicated(mesh))
-    batch_sharding = sharding.batch_sharding(mesh)
-    eval_splits = task.prediction_splits(split)
-    directory = root / "predictions" / split
-    if jax.process_index() == 0:
+    run = load_finished_run(workdir)
+    task = run.task
+    directory = workdir_names.predictions_dir(workdir, split)
+    is_main = jax.process_index() == 0
+    if is_main:
         directory.mkdir(parents=True, exist_ok=True)
     written, split_metrics = [], {}
-    for eval_split in eval_splits:
-        sums, predictions = loop.predict(task, eval_step, params, batch_sharding, eval_split,
-                                         buckets.lengths_of(config))
+    for eval_split in task.prediction_splits(split):
+        sums, predictions = run.predict(task.eval_batches(eval_split))
         if split == "dev" and sums is not None:
             split_metrics[eval_split] = task.eval_metrics(eval_split, sums, predictions)
-        if jax.process_index() == 0:
+        if is_main:
+            written.append(_write_records(
+                os.fspath(directory / _records_file(split, eval_split)),
+                task.split_records(eval_split, predictions)))
             written += task.write_predictions(eval_split, predictions, os.fspath(directory))
-    if split == "dev" and jax.process_index() == 0:
-        written += task.write_dev_metrics(split_metrics, best["step"], os.fspath(directory))
+    if split == "dev" and is_main:
+        written += task.write_dev_metrics(split_metrics, run.best["step"], os.fspath(directory))
     for path in written:
         print(f"wrote {path}", flush=True)
     return written
 
 
-def is_finetuning_workdir(path: str) -> bool:
-    """Whether `path` is a workdir of `albert-jax finetune` (its config.json names a task)."""
-    config_path = epath.Path(path) / "config.json"
-    return config_path.exists() and json.loads(config_path.read_text()).get("task") in TASKS
+def _records_file(kind: str, eval_split: str) -> str:
+    """predictions.jsonl for the set named like the split; predictions-<set>.jsonl for the
+    others (MNLI's dev_mismatched, test_mismatched and ax)."""
+    return "predictions.jsonl" if eval_split == kind else f"predictions-{eval_split}.jsonl"
 
 
-def huggingface_head(config: ml_collections.ConfigDict) -> FinetunedHead:
-    """The transformers class of a fine-tuning run's model (SPEC 11.6): GLUE ->
-    AlbertForSequenceClassification with the task's labels (STS-B: regression), RACE ->
-    AlbertForMultipleChoice, SQuAD v1.1 -> AlbertForQuestionAnswering."""
-    if config.task == "race":
-        return FinetunedHead("AlbertForMultipleChoice")
-    if config.task == "squad":
-        if config.version != "v1.1":
-            raise ConfigError(
-                f"SQuAD {config.version}'s head (SPEC 8.3: the XLNet-style start/end beam and the "
-                "answerability class) has no transformers class; export the backbone alone with "
-                "`albert-jax convert --from=orbax --path=<workdir>/best --to=huggingface`")
-        return FinetunedHead("AlbertForQuestionAnswering")
-    return FinetunedHead("AlbertForSequenceClassification", glue.labels(config.task) or ())
+def _write_records(path: str, records: list[dict[str, Any]]) -> str:
+    files.write_atomically(path, "".join(json.dumps(record, ensure_ascii=False) + "\n"
+                                         for record in records))
+    return path
 
+
+# --- albert-jax predict -------------------------------------------------------------------------
+
+def predict(workdir: str, input_path: str, output: str | None = None) -> str:
+    """`albert-jax predict`: the best dev checkpoint of `workdir` on the examples of
+    `input_path`, one JSON object per line in input order, into `output` (default
+    <workdir>/predictions/<input name>.jsonl; "-": standard output). A file is written under a
+    temporary name and renamed when complete, so a killed predict leaves no half file.
+    Returns where the predictions went."""
+    if not os.path.exists(input_path):
+        raise FileNotFoundError(f"--input={input_path} does not exist")
+    if output is None:
+        name = os.path.splitext(os.path.basename(os.path.normpath(input_path)))[0]
+        output = os.fspath(epath.Path(workdir) / workdir_names.PREDICTIONS_SUBDIR / f"{name}.jsonl")
+    to_stdout = output == "-"
+    is_main = jax.process_index() == 0
+    # With --output=-, standard output carries the predictions alone; every message goes to
+    # standard error.
+    with contextlib.redirect_stdout(sys.stderr) if to_stdout else contextlib.nullcontext():
+        run = load_finished_run(workdir)
+        print(f"Predicting with the best dev checkpoint of {run.run_dir} (step "
+              f"{run.best['step']}, {run.best['metric']} {run.best['value']:.4f}).", flush=True)
+        total = sum(len(examples) for examples in run.task.read_inputs(input_path,
+                                                                        PREDICT_CHUNK_ROWS))
+        with _output_lines(output, is_main) as write:
+            rows, started = 0, time.perf_counter()
+            for examples in run.task.read_inputs(input_path, PREDICT_CHUNK_ROWS):
+                arrays = run.task.input_features(examples)
+                _, predictions = run.predict(run.task.batches_of(arrays))
+                for record in run.task.prediction_records(examples, real_rows(predictions)):
+                    write(json.dumps(record, ensure_ascii=False) + "\n")
+                rows += len(examples)
+                rate = rows / max(time.perf_counter() - started, 1e-9)
+                print(f"predict: {rows}/{total} rows, {rate:.1f} rows/s, ETA "
+                      f"{(total - rows) / rate:.0f} s", flush=True)
+            if rows == 0:  # before the output is renamed into place
+                raise ValueError(f"--input={input_path} holds no example")
+    if not to_stdout:
+        print(f"wrote {rows} predictions to {output}", flush=True)
+    return output
+
+
+@contextlib.contextmanager
+def _output_lines(output: str, is_main: bool) -> Iterator[Any]:
+    """write(line) to `output` ("-": standard output), under a temporary name renamed at the
+    end; an exception removes the temporary file and leaves `output` as it was. Other
+    processes than the first write nothing."""
+    if not is_main:
+        yield lambda line: None
+        return
+    if output == "-":
+        yield sys.__stdout__.write
+        sys.__stdout__.flush()
+        return
+    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+    partial = f"{output}.partial-{os.getpid()}"
+    try:
+        with open(partial, "w", encoding="utf-8") as file:
+            yield file.write
+        os.replace(partial, output)
+    finally:
+        if os.path.exists(partial):
+            os.remove(partial)
+
+
+# --- albert-jax convert --from=orbax --to=huggingface of a fine-tuned workdir -------------------
 
 def export_huggingface(workdir: str, output: str) -> None:
     """Writes the best dev checkpoint of fine-tuning `workdir` (of its best seed) to `output` as
     a transformers model of its task's class (config.json with the labels, model.safetensors)
     with the run's `spiece.model` beside it, so `from_pretrained(output)` gives model and
     tokenizer."""
-    run = _run_workdir(epath.Path(workdir))
-    config = ml_collections.ConfigDict(json.loads((run / "config.json").read_text()))
-    head = huggingface_head(config)
-    best = loop.read_best(run)
-    model_config, params = checkpoint.load(os.fspath(run / loop.BEST_SUBDIR), best["step"])
+    run_dir = _run_dir(epath.Path(workdir))
+    config = _saved_config(run_dir)
+    best = loop.read_best(run_dir)
+    model_config, params = checkpoint.load(os.fspath(run_dir / workdir_names.BEST_SUBDIR),
+                                           best["step"])
+    head = registry.get(config.task).from_run(config, run_dir, model_config).huggingface_head()
     save_huggingface(model_config, jax.tree.map(np.asarray, params), output, head=head)
-    tokenizer = epath.Path(run) / TOKENIZER_FILE
+    tokenizer = run_dir / workdir_names.TOKENIZER_FILE
     if tokenizer.exists():
-        (epath.Path(output) / TOKENIZER_FILE).write_bytes(tokenizer.read_bytes())
-    print(f"wrote the best dev checkpoint of {run} (step {best['step']}, {best['metric']} "
+        (epath.Path(output) / workdir_names.TOKENIZER_FILE).write_bytes(tokenizer.read_bytes())
+    print(f"wrote the best dev checkpoint of {run_dir} (step {best['step']}, {best['metric']} "
           f"{best['value']:.4f}) as transformers.{head.architecture} to {output}", flush=True)

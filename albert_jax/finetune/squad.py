@@ -11,8 +11,10 @@ Public API:
   Answer(text, char_start); SquadExample(qid, question, context, answers, is_impossible)
   read_squad(path, version) -> list[SquadExample]
   read_tfds(tfds_name, split, version, data_dir=None, download=True) -> list[SquadExample]
+  WINDOWS_WITHOUT_ANSWER; check_windows_without_answer(value, version, name)
   build_features(examples, tokenizer, *, version, max_seq_length, doc_stride=128,
-                 max_query_length=64, training) -> (arrays, list[FeatureInfo], FeatureStats)
+                 max_query_length=64, training, windows_without_answer="cls")
+      -> (arrays, list[FeatureInfo], FeatureStats)
   FeatureInfo(example_index, window_index, context_offset, token_start, char_starts, char_ends,
               is_max_context); .text(context, start, end)
   FeatureStats: counters of what building saw; .report() is one line.
@@ -29,8 +31,14 @@ Training labels (what happens to answers that do not fit; each case is counted i
   * an answer whose characters produce no piece (only whitespace or accents) drops the example;
   * an answer that starts or ends inside a piece is labelled with the pieces that cover it (the
     model can only predict whole pieces; the reference does the same);
-  * a window that does not contain the whole answer is dropped for v1.1 and labelled "no answer"
-    ([CLS], is_impossible=1) for v2.0, as the reference's run_squad_v2 does.
+  * a window that does not contain the whole answer is labelled "no answer": start = end = 0
+    ([CLS]), is_impossible=1, for v1.1 and v2.0 alike, as the reference's
+    `convert_examples_to_features` does (its `continue` that would drop the window is commented
+    out; BERT's run_squad and HuggingFace's run_qa label it [CLS] too). A v1.1 model so learns
+    what a window without the answer looks like, and every window of a long context puts
+    forward candidates at prediction. `windows_without_answer="drop"` (v1.1 only) drops such
+    windows instead, as albert_jax did before; an answer in no window then drops its example.
+    v1.1 prediction never answers [CLS] (squad_postprocess: spans lie in the context).
 """
 from __future__ import annotations
 
@@ -51,6 +59,9 @@ VERSIONS = ("v1.1", "v2.0")
 MAX_SEQ_LENGTH = {"v1.1": 384, "v2.0": 512}
 DOC_STRIDE = 128
 MAX_QUERY_LENGTH = 64
+# What a training window that does not hold the whole answer becomes (module docstring): "cls"
+# labels it start = end = 0 as the reference (SPEC 8.3); "drop" leaves it out (v1.1 only).
+WINDOWS_WITHOUT_ANSWER = ("cls", "drop")
 
 _NUM_IDS_SHOWN = 5  # question ids a warning lists
 
@@ -103,8 +114,8 @@ class FeatureStats:
     several_answers: int = 0  # training examples with several answers: the first one trains
     answers_not_found: int = 0  # training answers that produce no piece: example dropped
     answers_inside_pieces: int = 0  # start or end inside a piece: labelled with covering pieces
-    windows_without_answer: int = 0  # v1.1: window dropped; v2.0: labelled no answer
-    answers_in_no_window: int = 0  # answers longer than any window (no window holds them)
+    windows_without_answer: int = 0  # labelled [CLS] ("cls"), or dropped ("drop", v1.1)
+    answers_in_no_window: int = 0  # answers longer than any window: all its windows lack it
     dropped_qids: list[str] = dataclasses.field(default_factory=list)
 
     def report(self) -> str:
@@ -306,9 +317,24 @@ def _max_context_window(windows: Sequence[tuple[int, int]], num_tokens: int) -> 
     return np.argmax(scores, axis=0)
 
 
+def check_windows_without_answer(value: str, version: str,
+                                 name: str = "windows_without_answer") -> None:
+    """Raises ConfigError, naming `name`, unless `value` is in WINDOWS_WITHOUT_ANSWER and fits
+    `version` ("drop" is v1.1 only: v2.0 trains its answerability class on such windows)."""
+    if value not in WINDOWS_WITHOUT_ANSWER:
+        raise ConfigError(f"{name}={value!r} must be one of {WINDOWS_WITHOUT_ANSWER} (cls: label "
+                          "a training window without the answer [CLS] as the reference; drop: "
+                          "leave it out, v1.1 only)")
+    if value == "drop" and version != "v1.1":
+        raise ConfigError(f"{name}='drop' is for SQuAD v1.1 only: {version} labels a training "
+                          "window without the answer \"no answer\" ([CLS]) to train its "
+                          "answerability class (SPEC 8.3); set it to 'cls' (the default)")
+
+
 def build_features(examples: Sequence[SquadExample], tokenizer: tokenizer_lib.Tokenizer, *,
                    version: str, max_seq_length: int, doc_stride: int = DOC_STRIDE,
-                   max_query_length: int = MAX_QUERY_LENGTH, training: bool
+                   max_query_length: int = MAX_QUERY_LENGTH, training: bool,
+                   windows_without_answer: str = "cls"
                    ) -> tuple[dict[str, np.ndarray], list[FeatureInfo], FeatureStats]:
     """Sliding windows `[CLS] question [SEP] context window [SEP] <pad>...` (SPEC 8.3).
 
@@ -319,8 +345,11 @@ def build_features(examples: Sequence[SquadExample], tokenizer: tokenizer_lib.To
         `training` also start_positions, end_positions, is_impossible [num_features].
       infos: one FeatureInfo per feature, for post-processing.
       stats: what was split, truncated, dropped (see the module docstring).
+    With `training`, `windows_without_answer` says what a window that does not hold the whole
+    answer becomes: "cls" (start = end = 0, is_impossible 1, the reference) or "drop" (v1.1).
     """
     _check_version(version)
+    check_windows_without_answer(windows_without_answer, version)
     if max_seq_length - max_query_length - 3 < 1:
         raise ConfigError(
             f"max_seq_length={max_seq_length} leaves no room for the context after "
@@ -375,9 +404,9 @@ def build_features(examples: Sequence[SquadExample], tokenizer: tokenizer_lib.To
                     answer_in_some_window = True
                 else:
                     stats.windows_without_answer += 1
-                    if version == "v1.1":
+                    if windows_without_answer == "drop":
                         continue
-                    label = (0, 0, 1)  # The reference's v2.0 rule: this window has no answer.
+                    label = (0, 0, 1)  # SPEC 8.3: [CLS], both versions, as the reference.
             sequence_length = context_offset + length + 1
             input_ids = np.full(max_seq_length, tokenizer.pad_id, dtype=np.int32)
             input_ids[0] = tokenizer.cls_id
@@ -408,7 +437,7 @@ def build_features(examples: Sequence[SquadExample], tokenizer: tokenizer_lib.To
                 is_max_context=best_window[start:start + length] == window_index))
         if answer_span is not None and not answer_in_some_window:
             stats.answers_in_no_window += 1
-            if version == "v1.1":
+            if windows_without_answer == "drop":  # no window left for this question
                 stats.dropped_qids.append(example.qid)
     stats.features = len(infos)
     keys = ["input_ids", "segment_ids", "input_mask", "p_mask", "example_index"]

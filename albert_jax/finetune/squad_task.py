@@ -19,25 +19,27 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any
+from typing import Any, Iterator
 
 import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
+from etils import epath
 
+from albert_jax.convert.huggingface import FinetunedHead
 from albert_jax.data.tokenizer import Tokenizer
 from albert_jax.errors import ConfigError
-from albert_jax.finetune import squad, squad_eval, squad_postprocess
+from albert_jax.finetune import custom_data, registry, squad, squad_eval, squad_postprocess
 from albert_jax.finetune.pretrained import Pretrained
 from albert_jax.finetune.squad import FeatureInfo, SquadExample
 from albert_jax.finetune.task import FinetuneTask
 from albert_jax.model import (AlbertForQuestionAnswering, AlbertForQuestionAnsweringV2, ModelConfig,
                               example_inputs, heads)
 from albert_jax.train import flops
+from albert_jax.train import workdir as workdir_names
 from albert_jax.train.task import Batch, Selection
 
-METRICS_FILE = "metrics.json"
 _TFDS_SPLITS = {"train": "train", "dev": "validation"}
 
 
@@ -64,8 +66,26 @@ def evaluator_dataset(examples: list[SquadExample]) -> dict[str, Any]:
         for example in examples]}]}
 
 
+def _table_question(path: str, line: int, row: dict[str, Any], number: int) -> SquadExample:
+    """A question of a table to predict: columns `context`, `question` and optionally `id`."""
+    texts = {}
+    for column in ("context", "question"):
+        value = row.get(column)
+        if not isinstance(value, str) or not value.strip():
+            raise ValueError(f"{path}:{line}: column {column!r} is missing or empty "
+                             f"({value!r}); a SQuAD question needs a context and a question "
+                             f"(the file's columns: {', '.join(map(repr, row))})")
+        texts[column] = value
+    return SquadExample(qid=str(row.get("id", number)), question=texts["question"],
+                        context=texts["context"], answers=(), is_impossible=False)
+
+
+@registry.register("squad")
 class SquadTask(FinetuneTask):
-    """SQuAD `config.version` (v1.1 or v2.0) from data.train_file/data.dev_file or a TFDS name."""
+    """SQuAD `config.version` (v1.1 or v2.0) from data.train_file/data.dev_file or a TFDS name.
+
+    One registered name for both versions: `version` picks the head, loss and evaluator (the
+    data, windows and post-processing are shared)."""
 
     eval_splits = ("dev",)
     # Every batch at seq_len: the n-best of SPEC 8.3 ranks the span logits of every position,
@@ -73,8 +93,9 @@ class SquadTask(FinetuneTask):
     sequence_fields = ()
 
     def __init__(self, config: ml_collections.ConfigDict, model_config: ModelConfig,
-                 tokenizer: Tokenizer, pretrained: Pretrained | None) -> None:
-        super().__init__(config, model_config, tokenizer, pretrained)
+                 tokenizer: Tokenizer | None, pretrained: Pretrained | None,
+                 run_dir: epath.Path | None = None) -> None:
+        super().__init__(config, model_config, tokenizer, pretrained, run_dir)
         if config.get("length_buckets"):
             raise ConfigError(f"config length_buckets={tuple(config.length_buckets)}: SQuAD runs "
                               "every batch at seq_len (its n-best reads every position's "
@@ -95,6 +116,47 @@ class SquadTask(FinetuneTask):
         self._eval_sets: dict[str, tuple[list[SquadExample], list[FeatureInfo],
                                          dict[str, np.ndarray]]] = {}
         self._last_postprocess: tuple[str, dict[str, np.ndarray], SquadResult] | None = None
+        self._input_windows: tuple[list[SquadExample], list[FeatureInfo]] | None = None
+
+    @classmethod
+    def validate_config(cls, config: ml_collections.ConfigDict) -> None:
+        """SQuAD reads data.train_file and data.dev_file (official JSON) or data.tfds_name."""
+        if config.version not in squad.VERSIONS:
+            raise ConfigError(f"config version={config.version!r} must be one of {squad.VERSIONS} "
+                              "(configs/squad.py:version=1.1 or version=2.0)")
+        data = config.data
+        if data.tfds_name and (data.train_file or data.dev_file):
+            raise ConfigError(f"config data.tfds_name={data.tfds_name!r} and data.train_file/"
+                              "data.dev_file are both set; give the files or the TFDS name")
+        if not data.tfds_name:
+            for key in ("train_file", "dev_file"):
+                split = key.split("_")[0]
+                if not data[key]:
+                    raise ConfigError(
+                        f"config data.{key} is empty: give the SQuAD {split} file "
+                        f"(--config.data.{key}={split}-{config.version}.json) or a TFDS name "
+                        f"(--config.data.tfds_name=squad/{config.version})")
+                if not epath.Path(data[key]).is_file():
+                    raise FileNotFoundError(f"config data.{key}={data[key]} does not exist")
+        squad.check_windows_without_answer(config.train_windows_without_answer, config.version,
+                                           "config train_windows_without_answer")
+        for key in ("doc_stride", "max_query_length", "max_answer_length", "n_best_size"):
+            if config[key] < 1:
+                raise ConfigError(f"config {key}={config[key]} must be a positive integer")
+        if config.seq_len < config.max_query_length + 4:
+            raise ConfigError(f"config seq_len={config.seq_len} leaves no room for the context "
+                              f"after max_query_length={config.max_query_length} question tokens "
+                              "and [CLS] [SEP] [SEP]; raise seq_len or lower max_query_length")
+        super().validate_config(config)
+
+    def huggingface_head(self) -> FinetunedHead:
+        """v1.1: AlbertForQuestionAnswering (SPEC 11.6); v2.0 has no transformers class."""
+        if self.version != "v1.1":
+            raise ConfigError(
+                f"SQuAD {self.version}'s head (SPEC 8.3: the XLNet-style start/end beam and the "
+                "answerability class) has no transformers class; export the backbone alone with "
+                "`albert-jax convert --from=orbax --path=<workdir>/best --to=huggingface`")
+        return FinetunedHead("AlbertForQuestionAnswering")
 
     # --- Data ----------------------------------------------------------------------------------
     def examples(self, split: str) -> list[SquadExample]:
@@ -109,10 +171,13 @@ class SquadTask(FinetuneTask):
     def _features(self, examples: list[SquadExample], split: str, *, training: bool
                   ) -> tuple[dict[str, np.ndarray], list[FeatureInfo]]:
         config = self.config
+        # Only training reads the key, so `albert-jax evaluate` of an older workdir still works.
+        labels = ({"windows_without_answer": config.train_windows_without_answer} if training
+                  else {})
         arrays, infos, stats = squad.build_features(
             examples, self.tokenizer, version=self.version, max_seq_length=config.seq_len,
             doc_stride=config.doc_stride, max_query_length=config.max_query_length,
-            training=training)
+            training=training, **labels)
         print(f"{self.name} {split}: {stats.report()}", flush=True)
         if not infos:
             raise ValueError(f"{self.name} {split}: no feature could be built from "
@@ -220,23 +285,88 @@ class SquadTask(FinetuneTask):
 
     def _postprocess(self, split: str, predictions: dict[str, np.ndarray]) -> SquadResult:
         examples, infos, _ = self._eval_set(split)
+        return self._answers(examples, infos, predictions, evaluate=True)
+
+    def _answers(self, examples: list[SquadExample], infos: list[FeatureInfo],
+                 predictions: dict[str, np.ndarray], *, evaluate: bool) -> SquadResult:
+        """Each question's answer from its windows' `predictions` (padding rows included, any
+        order); with `evaluate`, the official evaluation of them (else an empty dict)."""
         keep = predictions["example_weight"] > 0
         order = np.argsort(predictions["feature_index"][keep], kind="stable")
         rows = {key: value[keep][order] for key, value in predictions.items()}
         if not np.array_equal(rows["feature_index"], np.arange(len(infos))):
-            raise RuntimeError(f"{self.name} {split}: the gathered predictions do not hold each "
-                               f"of the {len(infos)} windows once; please report this")
+            raise RuntimeError(f"{self.name}: the gathered predictions do not hold each of the "
+                               f"{len(infos)} windows once; please report this")
         config = self.config
         sizes = dict(n_best_size=config.n_best_size, max_answer_length=config.max_answer_length)
         dataset = evaluator_dataset(examples)
         if self.version == "v1.1":
             answers, nbest = squad_postprocess.postprocess_v1(
                 examples, infos, rows["start_logits"], rows["end_logits"], **sizes)
-            return SquadResult(answers, nbest, None, squad_eval.evaluate_v1(dataset, answers))
+            return SquadResult(answers, nbest, None,
+                               squad_eval.evaluate_v1(dataset, answers) if evaluate else {})
         answers, nbest, null_odds = squad_postprocess.postprocess_v2(examples, infos, rows,
                                                                      **sizes)
         return SquadResult(answers, nbest, null_odds,
-                           squad_eval.evaluate(dataset, answers, na_probs=null_odds))
+                           squad_eval.evaluate(dataset, answers, na_probs=null_odds)
+                           if evaluate else {})
+
+    # --- `albert-jax predict` and predictions.jsonl ----------------------------------------------
+    def read_inputs(self, path: str, chunk_rows: int) -> Iterator[list[SquadExample]]:
+        """An official SQuAD JSON file, else a CSV/TSV/JSONL/Parquet table with the columns
+        `id` (optional), `context` and `question`; questions in file order."""
+        if path.endswith(".json"):
+            examples = squad.read_squad(path, self.version)
+            for start in range(0, len(examples), chunk_rows):
+                yield examples[start:start + chunk_rows]
+            return
+        rows_before = 0
+        for chunk in custom_data.iter_row_chunks(path, chunk_rows):
+            yield [_table_question(path, line, row, rows_before + number)
+                   for number, (line, row) in enumerate(chunk)]
+            rows_before += len(chunk)
+
+    def input_features(self, examples: list[SquadExample]) -> dict[str, np.ndarray]:
+        """The windows of `examples` (SPEC 8.3) with their `feature_index`; the windows are kept
+        for `prediction_records` of the same examples."""
+        arrays, infos = self._features(examples, "predict", training=False)
+        self._input_windows = (examples, infos)
+        arrays = {key: value for key, value in arrays.items() if key != "example_index"}
+        arrays["feature_index"] = np.arange(len(infos), dtype=np.int32)
+        return arrays
+
+    def prediction_records(self, examples: list[SquadExample],
+                           predictions: dict[str, np.ndarray]) -> list[dict[str, Any]]:
+        kept_examples, infos = self._input_windows or (None, None)
+        if kept_examples is not examples:
+            raise RuntimeError("prediction_records of SQuAD needs the examples of the last "
+                               "input_features call; please report this")
+        return self._records(self._answers(examples, infos, predictions, evaluate=False),
+                             examples)
+
+    def split_records(self, split: str, predictions: dict[str, np.ndarray]
+                      ) -> list[dict[str, Any]]:
+        return self._records(self.postprocess(split, predictions), self.split_examples(split))
+
+    def split_examples(self, split: str) -> list[SquadExample]:
+        return self._eval_set(split)[0]
+
+    def _records(self, result: SquadResult, examples: list[SquadExample]) -> list[dict[str, Any]]:
+        """One JSON object per question: id, prediction (the best non-null answer text),
+        answer_score (its n-best probability) and, for v2.0, no_answer_probability: the
+        sigmoid of the null score, the answerability logit the v2.0 head is trained on with a
+        sigmoid loss (SPEC 8.3)."""
+        records = []
+        for example in examples:
+            best = result.nbest[example.qid][0]
+            record = {"id": example.qid, "prediction": result.predictions[example.qid],
+                      "answer_score": best["probability"]}
+            if result.null_odds is not None:
+                null_score = (result.null_odds[example.qid] + best["start_log_prob"]
+                              + best["end_log_prob"])
+                record["no_answer_probability"] = float(1 / (1 + np.exp(-null_score)))
+            records.append(record)
+        return records
 
     def eval_metrics(self, split: str, sums: dict[str, np.ndarray],
                      predictions: dict[str, np.ndarray]) -> dict[str, float]:
@@ -259,7 +389,7 @@ class SquadTask(FinetuneTask):
                 result.null_odds, result.predictions, result.evaluation["best_f1_thresh"])
         written = squad_postprocess.write_prediction_files(
             directory, result.predictions, result.nbest, result.null_odds, with_null)
-        metrics_path = os.path.join(directory, METRICS_FILE)
+        metrics_path = os.path.join(directory, workdir_names.SPLIT_METRICS_FILE)
         squad_postprocess.write_json(metrics_path, result.evaluation)
         return [*written.values(), metrics_path]
 

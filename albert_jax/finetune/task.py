@@ -1,15 +1,23 @@
-"""GLUE and RACE as tasks of the training loop (SPEC 8.1, 8.2, 8.4).
+"""What every fine-tuning task shares: its setup, not its problem.
 
-  GlueTask: AlbertForSequenceClassification; softmax cross-entropy, or mean squared error for
-            STS-B (regression, one output); metrics from finetune/metrics.py.
-  RaceTask: AlbertForMultipleChoice over 4 options; cross-entropy; accuracy overall, middle, high.
-
-Data: the examples are read and tokenised once, at start, into arrays held in memory
-(`ArraySource`) and streamed with the pretraining pipeline's grain stream (one global shuffled
-stream cut into global batches, each host reading its rows), so the train iterator is saved with
-every checkpoint and a resumed run sees the batches it would have seen. Eval sets are padded to
-whole global eval batches with rows of `example_weight` 0, so every example is scored once and
-the dev score covers the whole set.
+`FinetuneTask` (a `train.task.Task`) holds how a task is built and fed, and nothing about what it
+learns:
+  setup:    the config checks before anything is read (`validate_config`), the tokenizer and the
+            architecture of `init_from` (or the preset of a from-scratch run), the model config
+            of the run (`albert_jax.config.model_config`), the backbone weights of `init_from`;
+  data:     examples read and tokenised once, at start, into arrays held in memory
+            (`ArraySource`) and streamed with the pretraining pipeline's grain stream (one global
+            shuffled stream cut into global batches, each host reading its rows), so the train
+            iterator is saved with every checkpoint and a resumed run sees the batches it would
+            have seen; eval sets padded to whole global eval batches with rows of
+            `example_weight` 0, so every example is scored once and the dev score covers the
+            whole set;
+  files:    the tokenizer (and the task's own files, e.g. labels.json) kept in the workdir, and
+            the dev metrics.json of `albert-jax evaluate`.
+Everything else (head, loss, metrics, readers, prediction files, the transformers head for
+export) belongs to the task families: glue_task.py, race_task.py, squad_task.py, custom_task.py, on
+the bases of classification.py and multiple_choice.py. Each registers its names
+(finetune/registry.py).
 """
 from __future__ import annotations
 
@@ -23,20 +31,17 @@ import ml_collections
 import numpy as np
 from etils import epath
 
-from albert_jax import files
+from albert_jax import config as config_lib, files
+from albert_jax.convert.huggingface import FinetunedHead
 from albert_jax.data import pipeline
 from albert_jax.data.tokenizer import Tokenizer
 from albert_jax.errors import ConfigError
-from albert_jax.finetune import features, glue, metrics, race
+from albert_jax.finetune import pretrained as pretrained_lib
 from albert_jax.finetune.pretrained import Pretrained
-from albert_jax.pretraining import TOKENIZER_FILE
-from albert_jax.model import (AlbertForMultipleChoice, AlbertForSequenceClassification, ModelConfig,
-                              example_inputs, presets)
-from albert_jax.train import flops
-from albert_jax.train.task import Batch, HostBatch, Selection, Task
-
-RACE_LEVELS = ("middle", "high")  # stored as their index in the `level` feature
-NUM_CHOICES = len(race.ANSWER_LETTERS)
+from albert_jax.model import ModelConfig, example_inputs, presets
+from albert_jax.train import flops, validation
+from albert_jax.train import workdir as workdir_names
+from albert_jax.train.task import Batch, HostBatch, Task
 
 
 class ArraySource:
@@ -65,40 +70,87 @@ def padded(arrays: dict[str, np.ndarray], multiple: int) -> dict[str, np.ndarray
             for name, value in arrays.items()}
 
 
-def finetune_model_config(config: ml_collections.ConfigDict,
-                          base: ModelConfig) -> ModelConfig:
-    """The model config a fine-tuning run trains: `base` (the checkpoint's architecture) with the
-    task's dropout (SPEC 8.2 "ALBERT DR"), the compute dtype and `model_overrides`."""
-    fields = base.to_dict()
-    fields.update(hidden_dropout_prob=config.dropout, attention_probs_dropout_prob=config.dropout,
-                  dtype=config.compute_dtype)
-    fields.update({key: value for key, value in config.model_overrides.items() if value is not None})
-    model_config = presets.from_dict(fields)
-    if config.seq_len > model_config.max_position_embeddings:
-        raise ConfigError(f"config seq_len={config.seq_len} exceeds the model's "
-                          f"max_position_embeddings={model_config.max_position_embeddings}; "
-                          "lower seq_len")
-    return model_config
+def real_rows(predictions: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The rows of real examples (padding has example_weight 0)."""
+    keep = predictions["example_weight"] > 0
+    return {key: value[keep] for key, value in predictions.items()}
 
 
 class FinetuneTask(Task):
-    """What GLUE and RACE share: in-memory sources, padded eval sets, the backbone from
-    `init_from`, cross-entropy over class labels (STS-B overrides the loss)."""
+    """The setup, data and files every fine-tuning task shares (module docstring).
+
+    A task family supplies: `build_model`, `train_features`, `eval_features`, the loss
+    (`loss_sums`, `denominators`, `loss`, `metrics_from_sums`), `predictions`, `eval_metrics`,
+    `console_line`, `write_predictions`, `huggingface_head` and, for `albert-jax predict`,
+    `read_inputs` / `input_features` / `prediction_records`.
+    """
 
     name: str
     test_splits: tuple[str, ...] = ()
-    # [batch, seq] (RACE [batch, 4, seq]): each batch runs at its length bucket (train/buckets.py).
+    # [batch, seq] (multiple choice [batch, options, seq]): each batch runs at its length bucket
+    # (train/buckets.py).
     sequence_fields = ("input_ids", "segment_ids", "input_mask")
 
     def __init__(self, config: ml_collections.ConfigDict, model_config: ModelConfig,
-                 tokenizer: Tokenizer, pretrained: Pretrained | None) -> None:
+                 tokenizer: Tokenizer | None, pretrained: Pretrained | None,
+                 run_dir: epath.Path | None = None) -> None:
+        """`tokenizer` None: a task for shapes only (`albert-jax plan`), which reads no data.
+        `run_dir`: the finished run this task is rebuilt from (evaluate, predict, export), whose
+        files (labels.json) the task reads instead of its training data."""
         self.config = config
         self.model_config = model_config
         self.tokenizer = tokenizer
         self.pretrained = pretrained
+        self.run_dir = run_dir
         self._eval_sources: dict[str, ArraySource] = {}
 
-    # --- What each task supplies ------------------------------------------------------------
+    # --- Setup -----------------------------------------------------------------------------------
+    @classmethod
+    def validate_config(cls, config: ml_collections.ConfigDict) -> None:
+        """Raises ConfigError (or FileNotFoundError), naming the key, for a config this task
+        cannot run, before anything is read. Families add their data checks."""
+        validation.check_numbers(config)
+
+    @classmethod
+    def from_config(cls, config: ml_collections.ConfigDict) -> "FinetuneTask":
+        """The task of a fine-tuning run: the tokenizer and architecture of `init_from` (or the
+        preset `config.model` for a from-scratch run), the run's model config, the task's data."""
+        cls.validate_config(config)
+        pretrained = pretrained_lib.load(config.init_from) if config.init_from else None
+        tokenizer_path = config.tokenizer or (pretrained.tokenizer if pretrained else None)
+        if not tokenizer_path:
+            where = (f"init_from={config.init_from} carries no tokenizer (no spiece.model, "
+                     "30k-clean.model or config naming one)" if pretrained
+                     else "a from-scratch run (empty init_from) has no tokenizer")
+            raise ConfigError(f"config {where}; give one with --config.tokenizer=PATH/TO/spiece.model")
+        tokenizer = Tokenizer.load(tokenizer_path, comma_rule=config.data.comma_rule)  # SPEC 2.3
+        if pretrained:
+            pretrained_lib.warn_if_comma_rule_differs(pretrained, config.data.comma_rule)
+        base = (pretrained.model_config if pretrained
+                else presets.get_config(config.model, vocab_size=tokenizer.vocab_size))
+        model_config = config_lib.model_config(config, base)
+        if tokenizer.vocab_size != model_config.vocab_size:
+            raise ConfigError(
+                f"tokenizer {tokenizer_path} has {tokenizer.vocab_size} pieces but the model "
+                f"embedding has vocab_size={model_config.vocab_size}; use the tokenizer the "
+                "checkpoint was trained with (--config.tokenizer)")
+        return cls(config, model_config, tokenizer, pretrained)
+
+    @classmethod
+    def for_shapes(cls, config: ml_collections.ConfigDict) -> "FinetuneTask":
+        """The task with config.model's architecture and no tokenizer, checkpoint or data: what
+        `albert-jax plan` compiles."""
+        return cls(config, config_lib.model_config(config, presets.get_config(config.model)),
+                   None, None)
+
+    @classmethod
+    def from_run(cls, config: ml_collections.ConfigDict, run_dir: epath.Path,
+                 model_config: ModelConfig) -> "FinetuneTask":
+        """The task of the finished run in `run_dir` (its config, tokenizer and files)."""
+        tokenizer = Tokenizer.load(os.fspath(run_dir / workdir_names.TOKENIZER_FILE))
+        return cls(config, model_config, tokenizer, None, run_dir=run_dir)
+
+    # --- What each family supplies ---------------------------------------------------------------
     def train_features(self) -> dict[str, np.ndarray]:
         """Arrays [examples, ...] of the training set: `input_ids`, the other model inputs and
         the labels."""
@@ -113,6 +165,37 @@ class FinetuneTask(Task):
         """Writes the prediction files of `split` into `directory`; returns their paths."""
         raise NotImplementedError
 
+    def huggingface_head(self) -> FinetunedHead:
+        """The transformers class (and labels) this task's model exports as."""
+        raise NotImplementedError
+
+    # --- `albert-jax predict` and predictions.jsonl ----------------------------------------------
+    def split_examples(self, split: str) -> list[Any]:
+        """The examples of eval set `split`, in the order of its features."""
+        raise NotImplementedError
+
+    def read_inputs(self, path: str, chunk_rows: int) -> Iterator[list[Any]]:
+        """The examples of a file to predict, in file order, in lists of at most `chunk_rows`
+        (a file of any size runs in bounded memory)."""
+        raise NotImplementedError
+
+    def input_features(self, examples: list[Any]) -> dict[str, np.ndarray]:
+        """The model inputs of `examples` (labels, if any, are not needed)."""
+        raise NotImplementedError
+
+    def prediction_records(self, examples: list[Any],
+                           predictions: dict[str, np.ndarray]) -> list[dict[str, Any]]:
+        """One JSON object per example of `examples` (with an `id` and a `prediction`), from
+        the predictions of `input_features(examples)`, padding rows dropped."""
+        raise NotImplementedError
+
+    def split_records(self, split: str, predictions: dict[str, np.ndarray]
+                      ) -> list[dict[str, Any]]:
+        """The predictions.jsonl records of eval set `split` (as `albert-jax predict` writes
+        them for the same examples)."""
+        return self.prediction_records(self.split_examples(split), real_rows(predictions))
+
+    # --- Files -----------------------------------------------------------------------------------
     def write_dev_metrics(self, split_metrics: dict[str, dict[str, float]], step: int,
                           directory: str) -> list[str]:
         """Writes `directory`/metrics.json: the dev metrics of the checkpoint at `step`, the
@@ -120,7 +203,7 @@ class FinetuneTask(Task):
         report = dict(split_metrics.get("dev", {}))
         report.update({name: values for name, values in split_metrics.items() if name != "dev"})
         report["step"] = step
-        path = os.path.join(directory, "metrics.json")
+        path = os.path.join(directory, workdir_names.SPLIT_METRICS_FILE)
         files.write_atomically(path, json.dumps(report, indent=2, sort_keys=True))
         return [path]
 
@@ -129,10 +212,11 @@ class FinetuneTask(Task):
         return self.eval_splits if kind == "dev" else self.test_splits
 
     def workdir_files(self) -> dict[str, bytes]:
-        # The tokenizer travels with the weights: evaluate, export and init_from find it there.
-        return {TOKENIZER_FILE: epath.Path(self.tokenizer.path).read_bytes()}
+        # The tokenizer travels with the weights: evaluate, export and init_from find it there
+        # (with its SPEC 2.3 digit-comma rule).
+        return self.tokenizer.files(workdir_names.TOKENIZER_FILE)
 
-    # --- Data ----------------------------------------------------------------------------------
+    # --- Data ------------------------------------------------------------------------------------
     def _dataset(self, source: ArraySource, batch_size: int, *, train: bool) -> Any:
         return pipeline.make_dataset(
             source, batch_size=batch_size, process_index=jax.process_index(),
@@ -149,8 +233,8 @@ class FinetuneTask(Task):
                                 num_workers=self.config.data.num_workers)
 
     def train_batch_spec(self, batch_size: int) -> dict[str, jax.ShapeDtypeStruct]:
-        """input_ids, segment_ids, input_mask [batch, seq] (RACE: [batch, 4, seq]), int32;
-        example_weight [batch] float32; labels [batch] int32."""
+        """input_ids, segment_ids, input_mask [batch, seq] (multiple choice: [batch, options,
+        seq]), int32; example_weight [batch] float32; labels [batch] int32."""
         inputs = jax.ShapeDtypeStruct((batch_size, *self.init_inputs()[0].shape[1:]), jnp.int32)
         return {"input_ids": inputs, "segment_ids": inputs, "input_mask": inputs,
                 "example_weight": jax.ShapeDtypeStruct((batch_size,), jnp.float32),
@@ -162,6 +246,11 @@ class FinetuneTask(Task):
                                                            self.config.eval_batch_size))
         return iter(self._dataset(self._eval_sources[split], self.config.eval_batch_size,
                                   train=False))
+
+    def batches_of(self, arrays: dict[str, np.ndarray]) -> Iterator[HostBatch]:
+        """This host's rows of `arrays` [examples, ...] in padded global eval batches (predict)."""
+        return iter(self._dataset(ArraySource(padded(arrays, self.config.eval_batch_size)),
+                                  self.config.eval_batch_size, train=False))
 
     # --- Model -----------------------------------------------------------------------------------
     def initial_params(self, params: Any) -> Any:
@@ -195,32 +284,11 @@ class FinetuneTask(Task):
         return self.model.apply({"params": params}, batch["input_ids"], batch["segment_ids"],
                                 batch["input_mask"], deterministic=not train, rngs=rngs)
 
-    # --- Loss: cross-entropy over class labels ----------------------------------------------------
-    def loss_sums(self, outputs: jax.Array, batch: Batch) -> dict[str, jax.Array]:
-        """outputs: logits [batch, classes], float32."""
-        weights = batch["example_weight"].astype(jnp.float32)
-        labels = batch["labels"].astype(jnp.int32)
-        log_probs = jax.nn.log_softmax(outputs.astype(jnp.float32), axis=-1)
-        nll = -jnp.take_along_axis(log_probs, labels[:, None], axis=-1)[:, 0]
-        correct = (jnp.argmax(outputs, axis=-1) == labels).astype(jnp.float32)
-        return {"loss_sum": jnp.sum(weights * nll), "correct_sum": jnp.sum(weights * correct),
-                "example_count": jnp.sum(weights)}
-
     def denominators(self, batch: Batch) -> dict[str, jax.Array]:
         return {"examples": jnp.maximum(jnp.sum(batch["example_weight"].astype(jnp.float32)), 1.0)}
 
     def loss(self, sums: dict[str, jax.Array], denominators: dict[str, jax.Array]) -> jax.Array:
         return sums["loss_sum"] / denominators["examples"]  # SPEC 8.2: the batch mean
-
-    def metrics_from_sums(self, sums: dict[str, jax.Array]) -> dict[str, jax.Array]:
-        count = jnp.maximum(sums["example_count"], 1.0)
-        return {"loss": sums["loss_sum"] / count, "accuracy": sums["correct_sum"] / count}
-
-    def predictions(self, outputs: jax.Array, batch: Batch) -> dict[str, jax.Array]:
-        return {"prediction": jnp.argmax(outputs, axis=-1), "labels": batch["labels"]}
-
-    def console_line(self, metrics: dict[str, float]) -> list[str]:
-        return [f"loss {metrics['loss']:.4f}", f"acc {metrics['accuracy']:.3f}"]
 
     def flops_per_example(self, seq_len: int) -> float:
         # The backbone read at [CLS] alone, no masked-LM head.
@@ -231,164 +299,3 @@ class FinetuneTask(Task):
         for split, split_metrics in eval_metrics.items():
             print(f"{self.name} {split} at the last step: " + ", ".join(
                 f"{key} {value:.4f}" for key, value in split_metrics.items()), flush=True)
-
-
-def _real(predictions: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The rows of real examples (padding has example_weight 0)."""
-    keep = predictions["example_weight"] > 0
-    return {key: value[keep] for key, value in predictions.items()}
-
-
-class GlueTask(FinetuneTask):
-    """One GLUE task (`config.task`): sentence or pair classification, STS-B regression."""
-
-    def __init__(self, config: ml_collections.ConfigDict, model_config: ModelConfig,
-                 tokenizer: Tokenizer, pretrained: Pretrained | None) -> None:
-        super().__init__(config, model_config, tokenizer, pretrained)
-        self.name = config.task
-        self.labels = glue.labels(config.task)  # None: STS-B regression
-        self.model = AlbertForSequenceClassification(
-            model_config, num_labels=1 if self.labels is None else len(self.labels),
-            classifier_dropout=config.classifier_dropout)
-        self.eval_splits = ("dev", "dev_mismatched") if config.task == "mnli" else ("dev",)
-        self.selection = Selection("dev", metrics.BEST_METRIC[config.task])
-        self._eval_sets: dict[str, glue.EvalSet] = {}
-
-    def _read_eval_sets(self, kind: str) -> None:
-        data = self.config.data
-        if data.tfds_name:
-            sets = glue.read_tfds_eval_sets(self.name, data.tfds_name, kind,
-                                            data.tfds_data_dir or None)
-        else:
-            sets = glue.read_eval_sets(self.name, data.path, kind)
-        self._eval_sets.update({eval_set.name: eval_set for eval_set in sets})
-
-    def prediction_splits(self, kind: str) -> tuple[str, ...]:
-        # MNLI test: matched, mismatched and, when diagnostic.tsv is there, AX.
-        self._read_eval_sets(kind)
-        return tuple(name for name in self._eval_sets if name.startswith(kind) or
-                     (kind == "test" and name == "ax"))
-
-    def eval_set(self, split: str) -> glue.EvalSet:
-        if split not in self._eval_sets:
-            self._read_eval_sets("dev" if split.startswith("dev") else "test")
-        if split not in self._eval_sets:
-            raise FileNotFoundError(f"{self.name}: no {split} set in {self.config.data.path}")
-        return self._eval_sets[split]
-
-    def train_features(self) -> dict[str, np.ndarray]:
-        data = self.config.data
-        examples = (glue.read_tfds_train(self.name, data.tfds_name, data.tfds_data_dir or None)
-                    if data.tfds_name else glue.read_train(self.name, data.path))
-        return features.classification_features(examples, self.tokenizer, self.config.seq_len,
-                                                self.labels)
-
-    def eval_features(self, split: str) -> dict[str, np.ndarray]:
-        return features.classification_features(self.eval_set(split).examples, self.tokenizer,
-                                                self.config.seq_len, self.labels)
-
-    def train_batch_spec(self, batch_size: int) -> dict[str, jax.ShapeDtypeStruct]:
-        spec = super().train_batch_spec(batch_size)
-        if self.labels is None:  # STS-B: a similarity score
-            spec["labels"] = jax.ShapeDtypeStruct((batch_size,), jnp.float32)
-        return spec
-
-    # STS-B is a regression: one output, mean squared error (SPEC 8.2).
-    def loss_sums(self, outputs: jax.Array, batch: Batch) -> dict[str, jax.Array]:
-        if self.labels is not None:
-            return super().loss_sums(outputs, batch)
-        weights = batch["example_weight"].astype(jnp.float32)
-        error = outputs[:, 0].astype(jnp.float32) - batch["labels"].astype(jnp.float32)
-        return {"loss_sum": jnp.sum(weights * jnp.square(error)), "example_count": jnp.sum(weights)}
-
-    def metrics_from_sums(self, sums: dict[str, jax.Array]) -> dict[str, jax.Array]:
-        if self.labels is not None:
-            return super().metrics_from_sums(sums)
-        return {"loss": sums["loss_sum"] / jnp.maximum(sums["example_count"], 1.0)}
-
-    def predictions(self, outputs: jax.Array, batch: Batch) -> dict[str, jax.Array]:
-        if self.labels is not None:
-            return super().predictions(outputs, batch)
-        return {"prediction": outputs[:, 0], "labels": batch["labels"]}
-
-    def console_line(self, metrics_: dict[str, float]) -> list[str]:
-        if self.labels is not None:
-            return super().console_line(metrics_)
-        return [f"loss {metrics_['loss']:.4f}"]
-
-    def eval_metrics(self, split: str, sums: dict[str, np.ndarray],
-                     predictions: dict[str, np.ndarray]) -> dict[str, float]:
-        real = _real(predictions)
-        task = "ax" if split == "ax" else self.name
-        return metrics.glue_metrics(task, real["prediction"], real["labels"])
-
-    def write_predictions(self, split: str, predictions: dict[str, np.ndarray],
-                          directory: str) -> list[str]:
-        values = _real(predictions)["prediction"]
-        if self.labels is None:
-            strings = [f"{float(value):.3f}" for value in values]
-        else:
-            strings = [self.labels[int(value)] for value in values]
-        return [glue.write_predictions(directory, self.eval_set(split), strings)]
-
-
-class RaceTask(FinetuneTask):
-    """RACE (SPEC 8.4): 4-way multiple choice; the best checkpoint by dev accuracy."""
-
-    name = "race"
-    eval_splits = ("dev",)
-    test_splits = ("test",)
-    selection = Selection("dev", metrics.BEST_METRIC["race"])
-
-    def __init__(self, config: ml_collections.ConfigDict, model_config: ModelConfig,
-                 tokenizer: Tokenizer, pretrained: Pretrained | None) -> None:
-        super().__init__(config, model_config, tokenizer, pretrained)
-        self.model = AlbertForMultipleChoice(model_config,
-                                             classifier_dropout=config.classifier_dropout)
-        self._questions: dict[str, list[race.Question]] = {}
-
-    def questions(self, split: str) -> list[race.Question]:
-        if split not in self._questions:
-            data = self.config.data
-            self._questions[split] = (
-                race.read_tfds_split(data.tfds_name, split, data.tfds_data_dir or None)
-                if data.tfds_name else race.read_split(data.path, split))
-        return self._questions[split]
-
-    def _features(self, split: str) -> dict[str, np.ndarray]:
-        questions = self.questions(split)
-        arrays = features.multiple_choice_features(questions, self.tokenizer, self.config.seq_len,
-                                                   self.config.max_qa_length)
-        arrays["level"] = np.asarray([RACE_LEVELS.index(question.level)
-                                      for question in questions], np.int32)
-        return arrays
-
-    def train_features(self) -> dict[str, np.ndarray]:
-        return self._features("train")
-
-    def eval_features(self, split: str) -> dict[str, np.ndarray]:
-        return self._features(split)
-
-    def init_inputs(self) -> tuple[jax.Array, ...]:
-        return example_inputs((1, NUM_CHOICES, self.config.seq_len))
-
-    def train_batch_spec(self, batch_size: int) -> dict[str, jax.ShapeDtypeStruct]:
-        return dict(super().train_batch_spec(batch_size),
-                    level=jax.ShapeDtypeStruct((batch_size,), jnp.int32))
-
-    def predictions(self, outputs: jax.Array, batch: Batch) -> dict[str, jax.Array]:
-        return dict(super().predictions(outputs, batch), level=batch["level"])
-
-    def flops_per_example(self, seq_len: int) -> float:
-        return NUM_CHOICES * super().flops_per_example(seq_len)
-
-    def eval_metrics(self, split: str, sums: dict[str, np.ndarray],
-                     predictions: dict[str, np.ndarray]) -> dict[str, float]:
-        real = _real(predictions)
-        levels = [RACE_LEVELS[level] for level in real["level"]]
-        return metrics.race_metrics(real["prediction"], real["labels"], levels)
-
-    def write_predictions(self, split: str, predictions: dict[str, np.ndarray],
-                          directory: str) -> list[str]:
-        return [race.write_predictions(directory, self.questions(split),
-                                       [int(value) for value in _real(predictions)["prediction"]])]

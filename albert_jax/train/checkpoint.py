@@ -40,9 +40,9 @@ from jax.experimental import multihost_utils
 from albert_jax import config as config_lib
 from albert_jax.model import ModelConfig, abstract_backbone_params, presets
 from albert_jax.train import integrity, sharding, tree_names
+from albert_jax.train import workdir as workdir_names
 
 STATE, DATA, CONFIG = "state", "data", "config"
-CHECKPOINTS_SUBDIR = "checkpoints"
 _ORBAX_TMP_SUFFIX = ".orbax-checkpoint-tmp"  # Orbax's name of a step being written
 
 
@@ -398,8 +398,8 @@ def _open(path: str | epath.Path, step: int | None) -> tuple[Checkpointer, int]:
     path = epath.Path(path)
     if not path.exists():
         raise FileNotFoundError(f"checkpoint path {path} does not exist")
-    if (path / CHECKPOINTS_SUBDIR).is_dir():
-        directory = path / CHECKPOINTS_SUBDIR
+    if (path / workdir_names.CHECKPOINTS_SUBDIR).is_dir():
+        directory = path / workdir_names.CHECKPOINTS_SUBDIR
     elif (path / STATE).is_dir() and path.name.isdigit():
         if step is not None and step != int(path.name):
             raise ValueError(f"{path} is the checkpoint of step {path.name}, not step {step}")
@@ -409,7 +409,8 @@ def _open(path: str | epath.Path, step: int | None) -> tuple[Checkpointer, int]:
     checkpointer = Checkpointer(directory, read_only=True)
     if not checkpointer.all_steps():
         raise FileNotFoundError(
-            f"no checkpoint found at {path}: expected a workdir with {CHECKPOINTS_SUBDIR}/<step>/, "
+            f"no checkpoint found at {path}: expected a workdir with "
+            f"{workdir_names.CHECKPOINTS_SUBDIR}/<step>/, "
             f"a directory of <step>/ checkpoints, or one <step>/ checkpoint folder")
     if step is None:
         return checkpointer, checkpointer.newest_intact_step()
@@ -485,7 +486,7 @@ def save_weights(directory: str, model_config: ModelConfig, params: Any) -> None
     config = {"model_config": <model config fields>}. Refuses a directory that already holds
     checkpoints (nothing is overwritten).
     """
-    checkpoints = epath.Path(directory) / CHECKPOINTS_SUBDIR
+    checkpoints = epath.Path(directory) / workdir_names.CHECKPOINTS_SUBDIR
     if checkpoints.exists() and any(checkpoints.iterdir()):
         raise FileExistsError(f"{checkpoints} already holds checkpoints; choose an empty "
                               "directory for the weights")

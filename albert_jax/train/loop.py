@@ -13,7 +13,7 @@ from __future__ import annotations
 import collections
 import json
 import signal
-from typing import Any
+from typing import Any, Iterator
 
 import jax
 import jax.numpy as jnp
@@ -27,7 +27,8 @@ from albert_jax.train import buckets, checkpoint, flops, metrics as metrics_lib,
 from albert_jax.train import state as state_lib
 from albert_jax.train import step as step_lib
 from albert_jax.train import validation, workdir_lock
-from albert_jax.train.task import Task
+from albert_jax.train import workdir as workdir_names
+from albert_jax.train.task import HostBatch, Task
 
 # Keys that may change when a run resumes: how it is run, not what it computes. Not
 # data.num_workers: grain's saved iterator state has one entry per worker process, and a state
@@ -36,9 +37,6 @@ RESUMABLE_CHANGES = ("total_steps", "mesh", "log_every_steps", "eval_every_steps
                      "eval_batch_size", "checkpoint_every_steps", "keep_checkpoints",
                      "compute_dtype", "num_microbatches", "init_from", "data.prefetch",
                      "length_buckets", "model_overrides.attention_impl")
-BEST_SUBDIR = "best"
-BEST_FILE = "best.json"
-CONFIG_FILE = "config.json"
 
 
 class TrainingDiverged(RuntimeError):
@@ -59,7 +57,7 @@ def check_workdir_config(config: ml_collections.ConfigDict, workdir: epath.Path)
     """Refuses a workdir holding a run whose config differs from `config` in more than how it
     is run (RESUMABLE_CHANGES); reads only. The loop writes config.json later, once the data
     and the model have been built with `config`."""
-    path = workdir / CONFIG_FILE
+    path = workdir / workdir_names.CONFIG_FILE
     if not path.exists():
         return
     old_flat = _flatten(json.loads(path.read_text()))
@@ -99,16 +97,17 @@ def _check_finite(step: int, values: dict[str, float]) -> None:
             "token id also gives NaN).")
 
 
-def predict(task: Task, eval_step: Any, params: Any, batch_sharding: jax.sharding.Sharding,
-            split: str, lengths: tuple[int, ...]
-            ) -> tuple[dict[str, np.ndarray] | None, dict[str, np.ndarray]]:
-    """One pass over eval split `split`, each batch at its length bucket among `lengths`
-    (train/buckets.py): (the summed loss sums, or None if the split has no batch; the task's
-    per-example predictions concatenated, padding rows included)."""
+def predict_batches(eval_step: Any, params: Any, batch_sharding: jax.sharding.Sharding,
+                    host_batches: Iterator[HostBatch], sequence_fields: tuple[str, ...],
+                    lengths: tuple[int, ...]
+                    ) -> tuple[dict[str, np.ndarray] | None, dict[str, np.ndarray]]:
+    """`eval_step` over `host_batches` (this host's rows of global batches), each batch cut to
+    its length bucket among `lengths` (train/buckets.py): (the summed loss sums, or None if there
+    was no batch; the per-example predictions concatenated, padding rows included)."""
     sums = None
     predictions: dict[str, list[np.ndarray]] = collections.defaultdict(list)
-    for host_batch in task.eval_batches(split):
-        host_batch = buckets.trim(host_batch, task.sequence_fields, lengths)
+    for host_batch in host_batches:
+        host_batch = buckets.trim(host_batch, sequence_fields, lengths)
         batch_sums, batch_predictions = eval_step(
             params, sharding.to_global_batch(host_batch, batch_sharding))
         sums = batch_sums if sums is None else jax.tree_util.tree_map(jnp.add, sums, batch_sums)
@@ -116,6 +115,14 @@ def predict(task: Task, eval_step: Any, params: Any, batch_sharding: jax.shardin
             predictions[key].append(np.asarray(value))
     return (None if sums is None else jax.device_get(sums),
             {key: np.concatenate(values) for key, values in predictions.items()})
+
+
+def predict(task: Task, eval_step: Any, params: Any, batch_sharding: jax.sharding.Sharding,
+            split: str, lengths: tuple[int, ...]
+            ) -> tuple[dict[str, np.ndarray] | None, dict[str, np.ndarray]]:
+    """`predict_batches` over one pass of the task's eval split `split`."""
+    return predict_batches(eval_step, params, batch_sharding, task.eval_batches(split),
+                           task.sequence_fields, lengths)
 
 
 def evaluate(task: Task, eval_step: Any, params: Any, batch_sharding: jax.sharding.Sharding,
@@ -169,7 +176,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
 def _train(config: ml_collections.ConfigDict, workdir: epath.Path,
            task: Task) -> dict[str, dict[str, float]]:
     # --- The newest intact checkpoint, before anything is written (none intact: stop) ---
-    checkpointer = checkpoint.Checkpointer(workdir / checkpoint.CHECKPOINTS_SUBDIR,
+    checkpointer = checkpoint.Checkpointer(workdir / workdir_names.CHECKPOINTS_SUBDIR,
                                            max_to_keep=config.keep_checkpoints,
                                            save_interval_steps=config.checkpoint_every_steps)
     latest = checkpointer.newest_intact_step()
@@ -179,7 +186,6 @@ def _train(config: ml_collections.ConfigDict, workdir: epath.Path,
     # --- Mesh ---
     mesh = sharding.make_mesh(config.mesh)
     batch_sharding = sharding.batch_sharding(mesh)
-    replicated = sharding.replicated(mesh)
 
     # --- A finished run stops here, before the data is read ---
     if latest is not None and latest >= config.total_steps:
@@ -199,9 +205,9 @@ def _train(config: ml_collections.ConfigDict, workdir: epath.Path,
     if is_main:
         print(state_lib.param_table(task.model, mesh, init_inputs), flush=True)
         # Written only now that the data and the model are known to work with this config.
-        files.write_atomically(workdir / CONFIG_FILE, config_lib.to_json(config))
+        files.write_atomically(workdir / workdir_names.CONFIG_FILE, config_lib.to_json(config))
 
-    # --- Restore (resume) or initialise ---
+    # --- Restore (resume) or initialise; the workdir's files ---
     best: dict[str, Any] | None = None
     if latest is not None:
         state, record = checkpointer.restore(latest, abstract_state, train_iterator)
@@ -211,35 +217,19 @@ def _train(config: ml_collections.ConfigDict, workdir: epath.Path,
         state = state_lib.init_train_state(task.model, optimizer, mesh,
                                            jax.random.PRNGKey(config.seed), init_inputs)
         state = state.replace(params=task.initial_params(state.params))
-    start_step = int(state.step)
+    step = int(state.step)
     if is_main:  # a fresh start too: a run killed before its first checkpoint logged steps
-        _truncate_metrics(workdir / "metrics.jsonl", after_step=start_step)
-    writer = metrics_lib.MetricsWriter(workdir)  # after the truncation: it appends
-    if is_main:
+        _truncate_metrics(workdir / workdir_names.METRICS_FILE, after_step=step)
         for name, content in task.workdir_files().items():
             (workdir / name).write_bytes(content)
-    best_checkpointer = None
-    if task.selection is not None:
-        best_checkpointer = checkpoint.Checkpointer(workdir / BEST_SUBDIR, max_to_keep=1,
-                                                    async_save=False)
-        # A damaged best checkpoint is moved aside; training goes on (the train checkpoints
-        # are intact) and the next evaluation is the new best.
-        if best_checkpointer.newest_intact_step(stop_if_all_damaged=False) is None and best:
-            logging.warning("the best checkpoint (step %d) is not in %s; the next evaluation "
-                            "becomes the best", best["step"], best_checkpointer.directory)
-            best = None
+    writer = metrics_lib.MetricsWriter(workdir)  # after the truncation: it appends
+    best_checkpointer, best = _open_best(workdir, task, best)
 
     # --- Steps ---
-    train_step = jax.jit(
-        step_lib.make_train_step(task, optimizer, learning_rate_fn,
-                                 num_microbatches=config.num_microbatches, mesh=mesh),
-        in_shardings=(state_shardings, batch_sharding, replicated),
-        out_shardings=(state_shardings, replicated),
-        donate_argnums=(0,))
-    eval_step = jax.jit(step_lib.make_eval_step(task, mesh=mesh),
-                        in_shardings=(state_shardings.params, batch_sharding),
-                        out_shardings=replicated)
-    rng = jax.device_put(jax.random.PRNGKey(config.seed + 1), replicated)
+    train_step = step_lib.jit_train_step(task, optimizer, learning_rate_fn, mesh, state_shardings,
+                                         num_microbatches=config.num_microbatches)
+    eval_step = step_lib.jit_eval_step(task, mesh, state_shardings.params)
+    rng = jax.device_put(jax.random.PRNGKey(config.seed + 1), sharding.replicated(mesh))
     lengths = buckets.lengths_of(config)
     if is_main and task.sequence_fields and len(lengths) > 1:
         print(f"Each batch runs at the shortest of the sequence lengths {lengths} that holds its "
@@ -250,9 +240,8 @@ def _train(config: ml_collections.ConfigDict, workdir: epath.Path,
 
     # --- Loop ---
     preemption = _Preemption()
-    running_sums, running_count = None, 0
+    running = _RunningMetrics()
     eval_metrics: dict[str, dict[str, float]] = {}
-    step = start_step
     progress.start(step)
     try:
         while step < config.total_steps:
@@ -265,16 +254,10 @@ def _train(config: ml_collections.ConfigDict, workdir: epath.Path,
                            * task.flops_per_example(length),
                            tokens=batch["input_ids"].size)
             checkpointer.raise_if_save_failed()  # stop now, not one save interval later
-            # Averages over the log interval, summed on device: no host sync between logs.
-            running_sums = step_metrics if running_sums is None else jax.tree_util.tree_map(
-                jnp.add, running_sums, step_metrics)
-            running_count += 1
+            running.add(step_metrics)
             last = step == config.total_steps
             if step % config.log_every_steps == 0 or last or preemption.requested:
-                logged = {key: float(value) / running_count
-                          for key, value in jax.device_get(running_sums).items()}
-                logged["learning_rate"] = float(learning_rate_fn(step - 1))
-                running_sums, running_count = None, 0
+                logged = running.average(learning_rate=float(learning_rate_fn(step - 1)))
                 _check_finite(step, logged)
                 logged.update(progress.measure(step))
                 writer.write(step, logged)
@@ -283,25 +266,8 @@ def _train(config: ml_collections.ConfigDict, workdir: epath.Path,
             if step % config.eval_every_steps == 0 or last:
                 eval_metrics = {split: evaluate(task, eval_step, state.params, batch_sharding,
                                                 split, lengths) for split in task.eval_splits}
-                for split, metrics in eval_metrics.items():
-                    if metrics:
-                        writer.write(step, metrics, split=split)
-                    if is_main and metrics:
-                        print(f"{split} at step {step}: " + ", ".join(
-                            f"{key} {value:.4f}" for key, value in metrics.items()), flush=True)
-                new_best = (_new_best(task, eval_metrics, best, step)
-                            if task.selection is not None else None)
-                if new_best is not None:
-                    best = new_best
-                    # Saved before the train checkpoint of this step, so a resume never skips it.
-                    best_checkpointer.save(step, {"step": state.step, "params": state.params},
-                                           None, _checkpoint_record(config, task, best),
-                                           force=True)
-                    if is_main:
-                        files.write_atomically(workdir / BEST_FILE,
-                                               json.dumps(best, indent=2, sort_keys=True))
-                        print(f"new best {best['split']} {best['metric']} {best['value']:.4f} "
-                              f"at step {step}", flush=True)
+                best = _report_and_keep_best(config, workdir, task, writer, best_checkpointer,
+                                             best, state, step, eval_metrics)
                 progress.start(step)  # eval time is not training throughput
             if step % config.checkpoint_every_steps == 0 or last or preemption.requested:
                 # Never save a diverged state: the last good checkpoint stays the latest.
@@ -325,9 +291,72 @@ def _train(config: ml_collections.ConfigDict, workdir: epath.Path,
     return eval_metrics
 
 
+class _RunningMetrics:
+    """Train metrics summed on device over the log interval: no host sync between logs."""
+
+    def __init__(self) -> None:
+        self.sums, self.count = None, 0
+
+    def add(self, step_metrics: dict[str, jax.Array]) -> None:
+        self.sums = step_metrics if self.sums is None else jax.tree_util.tree_map(
+            jnp.add, self.sums, step_metrics)
+        self.count += 1
+
+    def average(self, **extra: float) -> dict[str, float]:
+        """The interval's averages (plus `extra`), and a new interval."""
+        averages = {key: float(value) / self.count
+                    for key, value in jax.device_get(self.sums).items()}
+        self.sums, self.count = None, 0
+        return {**averages, **extra}
+
+
+def _open_best(workdir: epath.Path, task: Task, best: dict[str, Any] | None
+               ) -> tuple[checkpoint.Checkpointer | None, dict[str, Any] | None]:
+    """The best-checkpoint directory of a task that keeps one, and the best record still valid:
+    a damaged best checkpoint is moved aside and training goes on (the train checkpoints are
+    intact); the next evaluation becomes the new best."""
+    if task.selection is None:
+        return None, best
+    best_checkpointer = checkpoint.Checkpointer(workdir / workdir_names.BEST_SUBDIR,
+                                                max_to_keep=1, async_save=False)
+    if best_checkpointer.newest_intact_step(stop_if_all_damaged=False) is None and best:
+        logging.warning("the best checkpoint (step %d) is not in %s; the next evaluation "
+                        "becomes the best", best["step"], best_checkpointer.directory)
+        best = None
+    return best_checkpointer, best
+
+
+def _report_and_keep_best(config: ml_collections.ConfigDict, workdir: epath.Path, task: Task,
+                          writer: metrics_lib.MetricsWriter,
+                          best_checkpointer: checkpoint.Checkpointer | None,
+                          best: dict[str, Any] | None, state: Any, step: int,
+                          eval_metrics: dict[str, dict[str, float]]) -> dict[str, Any] | None:
+    """Writes and prints an evaluation; saves the best checkpoint if it beats `best`. Returns
+    the best record."""
+    is_main = jax.process_index() == 0
+    for split, metrics in eval_metrics.items():
+        if metrics:
+            writer.write(step, metrics, split=split)
+        if is_main and metrics:
+            print(f"{split} at step {step}: " + ", ".join(
+                f"{key} {value:.4f}" for key, value in metrics.items()), flush=True)
+    new_best = _new_best(task, eval_metrics, best, step) if task.selection is not None else None
+    if new_best is None:
+        return best
+    # Saved before the train checkpoint of this step, so a resume never skips it.
+    best_checkpointer.save(step, {"step": state.step, "params": state.params}, None,
+                           _checkpoint_record(config, task, new_best), force=True)
+    if is_main:
+        files.write_atomically(workdir / workdir_names.BEST_FILE,
+                               json.dumps(new_best, indent=2, sort_keys=True))
+        print(f"new best {new_best['split']} {new_best['metric']} {new_best['value']:.4f} "
+              f"at step {step}", flush=True)
+    return new_best
+
+
 def read_best(workdir: str | epath.Path) -> dict[str, Any]:
     """The `best.json` of a workdir: step, split, metric, value and the metrics of that step."""
-    path = epath.Path(workdir) / BEST_FILE
+    path = epath.Path(workdir) / workdir_names.BEST_FILE
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist: the run in {workdir} has not evaluated "
                                 "yet; run `albert-jax finetune` with this workdir to train it")

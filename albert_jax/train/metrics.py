@@ -13,6 +13,8 @@ from typing import Mapping
 import jax
 from etils import epath
 
+from albert_jax.train import workdir as workdir_names
+
 
 class MetricsWriter:
     """Writes one record per logged step. `metrics.jsonl` gets one JSON object per line."""
@@ -24,7 +26,7 @@ class MetricsWriter:
         if self.enabled:
             directory = epath.Path(workdir)
             directory.mkdir(parents=True, exist_ok=True)
-            self._jsonl = (directory / "metrics.jsonl").open("a")
+            self._jsonl = (directory / workdir_names.METRICS_FILE).open("a")
             from tensorboardX import SummaryWriter  # imported here: only host 0 writes
             self._tensorboard = SummaryWriter(os.fspath(directory / "tensorboard"))
 

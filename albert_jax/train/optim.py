@@ -127,7 +127,8 @@ def clip_by_global_norm(max_norm: float) -> optax.GradientTransformation:
     One scalar factor for all leaves, as TF computes it. optax.clip_by_global_norm divides every
     element by the norm behind a select, which XLA did not fuse into the optimizer's pass: it
     wrote the clipped gradients out and read them back (albert-base LAMB update: 944 MB
-    accessed, 755 MB with this; benchmarks/ab_lamb.py). The state is optax's (EmptyState).
+    accessed, 755 MB with this; benchmarks/RESULTS.md, "LAMB as one fused pass"). The state is
+    optax's (EmptyState).
     """
 
     def update_fn(updates: optax.Updates, state: optax.EmptyState,

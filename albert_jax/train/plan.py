@@ -228,11 +228,8 @@ def measure(config: ml_collections.ConfigDict, build_task: BuildTask,
     batch = {name: jax.ShapeDtypeStruct(spec.shape, spec.dtype, sharding=batch_sharding)
              for name, spec in batch_spec.items()}
     rng = jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=replicated)  # jax.random.PRNGKey
-    train_step = jax.jit(
-        step_lib.make_train_step(task, optimizer, learning_rate_fn,
-                                 num_microbatches=config.num_microbatches, mesh=mesh),
-        in_shardings=(state_shardings, batch_sharding, replicated),
-        out_shardings=(state_shardings, replicated), donate_argnums=(0,))
+    train_step = step_lib.jit_train_step(task, optimizer, learning_rate_fn, mesh, state_shardings,
+                                         num_microbatches=config.num_microbatches)
     param_bytes = _bytes_per_device(abstract_state.params)
     opt_state_bytes = _bytes_per_device(abstract_state.opt_state)
     argument_bytes = _bytes_per_device((abstract_state, batch, rng))

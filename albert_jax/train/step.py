@@ -145,3 +145,26 @@ def make_eval_step(task: Task, *, mesh: jax.sharding.Mesh | None = None
         return task.loss_sums(outputs, batch), predictions
 
     return eval_step
+
+
+def jit_train_step(task: Task, optimizer: optax.GradientTransformation,
+                   learning_rate_fn: Callable[[jax.Array], jax.Array], mesh: jax.sharding.Mesh,
+                   state_shardings: Any, *, num_microbatches: int = 1) -> Any:
+    """The train step jitted for `mesh`: the state stays where `state_shardings` puts it (and
+    is donated), batches are split over the batch axes, the rng and metrics are replicated.
+    The one place a train step is jitted: the loop runs it, `albert-jax plan` compiles it."""
+    replicated = sharding.replicated(mesh)
+    return jax.jit(
+        make_train_step(task, optimizer, learning_rate_fn, num_microbatches=num_microbatches,
+                        mesh=mesh),
+        in_shardings=(state_shardings, sharding.batch_sharding(mesh), replicated),
+        out_shardings=(state_shardings, replicated), donate_argnums=(0,))
+
+
+def jit_eval_step(task: Task, mesh: jax.sharding.Mesh, params_shardings: Any) -> Any:
+    """The eval step jitted for `mesh`: params where `params_shardings` puts them, batches split
+    over the batch axes, sums and predictions replicated (every host gets them). The one place
+    an eval step is jitted: the loop's evaluation, `albert-jax evaluate` and `predict`."""
+    return jax.jit(make_eval_step(task, mesh=mesh),
+                   in_shardings=(params_shardings, sharding.batch_sharding(mesh)),
+                   out_shardings=sharding.replicated(mesh))

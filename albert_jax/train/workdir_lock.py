@@ -40,7 +40,8 @@ from absl import logging
 from etils import epath
 from jax.experimental import multihost_utils
 
-LOCK_FILE = "run.lock"
+from albert_jax.train import workdir as workdir_names
+
 # Five missed heartbeats make a lock stale: shorter than recreating a preempted TPU VM and
 # installing the project on it (`launch.tpu up`), so the rerun there takes the lock over at once.
 HEARTBEAT_SECONDS = 30
@@ -210,7 +211,7 @@ def acquire(workdir: str | os.PathLike) -> WorkdirLock:
     """Takes `<workdir>/run.lock` (creating the workdir); WorkdirLocked if a live run holds it,
     WorkdirNotWritable if the workdir cannot be written."""
     workdir = epath.Path(workdir)
-    path = workdir / LOCK_FILE
+    path = workdir / workdir_names.LOCK_FILE
     record = _record()
     try:
         workdir.mkdir(parents=True, exist_ok=True)

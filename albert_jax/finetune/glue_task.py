@@ -1,0 +1,203 @@
+"""The GLUE tasks (SPEC 8.1, 8.2): eight classification tasks and STS-B regression, read from the
+official folders (finetune/glue.py) or TFDS, scored with the GLUE metrics, their test
+predictions written as the GLUE server's files.
+
+  albert-jax finetune --config=configs/glue.py:task=mnli --config.data.path=glue_data/MNLI ...
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, Iterator, Sequence
+
+import ml_collections
+import numpy as np
+from etils import epath
+
+from albert_jax.data.tokenizer import Tokenizer
+from albert_jax.errors import ConfigError
+from albert_jax.finetune import custom_data, glue, metrics, registry
+from albert_jax.finetune.classification import ClassificationTask, RegressionTask
+from albert_jax.finetune.pretrained import Pretrained
+from albert_jax.finetune.task import real_rows
+from albert_jax.model import ModelConfig
+from albert_jax.train import workdir as workdir_names
+from albert_jax.train.task import Selection
+
+
+def check_data_source(config: ml_collections.ConfigDict, task: str) -> None:
+    """The task's data: a folder in the original layout (data.path) or a TFDS name."""
+    if not config.data.path and not config.data.tfds_name:
+        raise ConfigError(f"config data.path is empty: give the {task} data folder "
+                          "(--config.data.path=DIR) or a TFDS name (--config.data.tfds_name=...)")
+    if config.data.path and not epath.Path(config.data.path).is_dir():
+        raise FileNotFoundError(f"config data.path={config.data.path} is not a directory")
+
+
+def _data_record(examples: Sequence[glue.Example], skipped: glue.SkipReport) -> dict[str, Any]:
+    """{"examples", "source", "skipped", "first_skipped_lines"} of one GLUE split; prints the
+    skipped lines' one-line report (QQP train/dev) when there are any."""
+    if skipped.lines:
+        print(skipped.message(), flush=True)
+    return dict(skipped.record(), examples=len(examples))
+
+
+class _GlueData:
+    """What the GLUE tasks share: the official files or TFDS, the eval sets, the server files."""
+
+    task: str  # the GLUE name (config.task may be a user's subclass by path)
+    config: ml_collections.ConfigDict
+    tokenizer: Tokenizer | None
+
+    @classmethod
+    def validate_config(cls, config: ml_collections.ConfigDict) -> None:
+        check_data_source(config, cls.task)
+        super().validate_config(config)
+
+    def _setup_glue(self) -> None:
+        self.name = self.task
+        self.eval_splits = ("dev", "dev_mismatched") if self.task == "mnli" else ("dev",)
+        self.selection = Selection("dev", metrics.BEST_METRIC[self.task])
+        self._eval_sets: dict[str, glue.EvalSet] = {}
+        self._data_summary: dict[str, dict[str, Any]] = {}  # split -> _data_record
+
+    def _read_eval_sets(self, kind: str) -> None:
+        data = self.config.data
+        if data.tfds_name:
+            sets = glue.read_tfds_eval_sets(self.task, data.tfds_name, kind,
+                                            data.tfds_data_dir or None)
+        else:
+            sets = glue.read_eval_sets(self.task, data.path, kind)
+        self._eval_sets.update({eval_set.name: eval_set for eval_set in sets})
+        self._data_summary.update({eval_set.name: _data_record(eval_set.examples, eval_set.skipped)
+                                   for eval_set in sets})
+
+    def prediction_splits(self, kind: str) -> tuple[str, ...]:
+        # MNLI test: matched, mismatched and, when diagnostic.tsv is there, AX.
+        self._read_eval_sets(kind)
+        return tuple(name for name in self._eval_sets if name.startswith(kind) or
+                     (kind == "test" and name == "ax"))
+
+    def eval_set(self, split: str) -> glue.EvalSet:
+        if split not in self._eval_sets:
+            self._read_eval_sets("dev" if split.startswith("dev") else "test")
+        if split not in self._eval_sets:
+            raise FileNotFoundError(f"{self.name}: no {split} set in {self.config.data.path}")
+        return self._eval_sets[split]
+
+    def split_examples(self, split: str) -> list[glue.Example]:
+        return self.eval_set(split).examples
+
+    def train_features(self) -> dict[str, np.ndarray]:
+        data = self.config.data
+        examples, skipped = (
+            glue.read_tfds_train(self.task, data.tfds_name, data.tfds_data_dir or None)
+            if data.tfds_name else glue.read_train(self.task, data.path))
+        self._data_summary["train"] = _data_record(examples, skipped)
+        return self.features(examples)
+
+    def workdir_files(self) -> dict[str, bytes]:
+        # The dev sets are read now (before training, so a bad dev file stops the run early)
+        # for their counts in the data summary beside the run (issue 25: QQP skips lines).
+        for split in self.eval_splits:
+            self.eval_set(split)
+        summary = json.dumps(self._data_summary, indent=2, sort_keys=True)
+        return dict(super().workdir_files(), **{workdir_names.DATA_SUMMARY_FILE: summary.encode()})
+
+    def eval_features(self, split: str) -> dict[str, np.ndarray]:
+        return self.features(self.eval_set(split).examples)
+
+    def read_inputs(self, path: str, chunk_rows: int) -> Iterator[list[glue.Example]]:
+        """`albert-jax predict` input: a file of the task's official folder (dev.tsv, test.tsv,
+        ...), else a CSV/TSV/JSONL/Parquet table with the columns `text` (and `text_b` for the
+        pair tasks)."""
+        examples = glue.read_official_file(self.task, path)
+        if examples is not None:
+            for start in range(0, len(examples), chunk_rows):
+                yield examples[start:start + chunk_rows]
+            return
+        columns = custom_data.Columns(text_a="text",
+                                      text_b="text_b" if glue.is_pair(self.task) else "")
+        yield from custom_data.iter_example_chunks(
+            path, "regression" if self.labels is None else "classification", columns,
+            labelled=False, chunk_rows=chunk_rows)
+
+    def eval_metrics(self, split: str, sums: dict[str, np.ndarray],
+                     predictions: dict[str, np.ndarray]) -> dict[str, float]:
+        real = real_rows(predictions)
+        return metrics.glue_metrics("ax" if split == "ax" else self.task, real["prediction"],
+                                    real["labels"])
+
+    def write_predictions(self, split: str, predictions: dict[str, np.ndarray],
+                          directory: str) -> list[str]:
+        strings = self.label_strings(real_rows(predictions)["prediction"])
+        return [glue.write_predictions(directory, self.eval_set(split), strings)]
+
+
+class GlueClassificationTask(_GlueData, ClassificationTask):
+    """A GLUE classification task; `task` names it, its labels are GLUE's (glue.labels)."""
+
+    def __init__(self, config: ml_collections.ConfigDict, model_config: ModelConfig,
+                 tokenizer: Tokenizer | None, pretrained: Pretrained | None,
+                 run_dir: epath.Path | None = None) -> None:
+        self.labels = self.labels_of_task()
+        super().__init__(config, model_config, tokenizer, pretrained, run_dir)
+        self._setup_glue()
+
+    def labels_of_task(self) -> tuple[str, ...]:
+        """The label strings of the task's files, in class-index order (SPEC 8.2)."""
+        return glue.labels(self.task)
+
+
+@registry.register("stsb")
+class StsbTask(_GlueData, RegressionTask):
+    """STS-B: a similarity score in [0, 5], regression (SPEC 8.2)."""
+
+    task = "stsb"
+
+    def __init__(self, config: ml_collections.ConfigDict, model_config: ModelConfig,
+                 tokenizer: Tokenizer | None, pretrained: Pretrained | None,
+                 run_dir: epath.Path | None = None) -> None:
+        super().__init__(config, model_config, tokenizer, pretrained, run_dir)
+        self._setup_glue()
+
+
+@registry.register("cola")
+class ColaTask(GlueClassificationTask):
+    task = "cola"
+
+
+@registry.register("sst2")
+class Sst2Task(GlueClassificationTask):
+    task = "sst2"
+
+
+@registry.register("mrpc")
+class MrpcTask(GlueClassificationTask):
+    task = "mrpc"
+
+
+@registry.register("qqp")
+class QqpTask(GlueClassificationTask):
+    task = "qqp"
+
+
+@registry.register("mnli")
+class MnliTask(GlueClassificationTask):
+    """MNLI: dev and test matched and mismatched, and the AX diagnostic set on test."""
+
+    task = "mnli"
+
+
+@registry.register("qnli")
+class QnliTask(GlueClassificationTask):
+    task = "qnli"
+
+
+@registry.register("rte")
+class RteTask(GlueClassificationTask):
+    task = "rte"
+
+
+@registry.register("wnli")
+class WnliTask(GlueClassificationTask):
+    task = "wnli"

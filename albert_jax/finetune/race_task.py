@@ -1,0 +1,96 @@
+"""RACE (SPEC 8.4): 4-way multiple choice over reading-comprehension articles, from the download's
+`train|dev|test/{middle,high}/*.txt` or TFDS; accuracy overall, on RACE-M and on RACE-H.
+
+  albert-jax finetune --config=configs/race.py --config.data.path=RACE ...
+"""
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from albert_jax.finetune import custom_data, metrics, race, registry
+from albert_jax.finetune.glue_task import check_data_source
+from albert_jax.finetune.multiple_choice import MultipleChoiceTask
+from albert_jax.finetune.task import real_rows
+from albert_jax.train.task import Batch, Selection
+
+
+
+@registry.register("race")
+class RaceTask(MultipleChoiceTask):
+    """RACE: the best checkpoint by dev accuracy; test predictions as RACE.tsv."""
+
+    name = "race"
+    num_choices = len(race.ANSWER_LETTERS)
+    eval_splits = ("dev",)
+    test_splits = ("test",)
+    selection = Selection("dev", metrics.BEST_METRIC["race"])
+
+    @classmethod
+    def validate_config(cls, config: ml_collections.ConfigDict) -> None:
+        check_data_source(config, "race")
+        super().validate_config(config)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._questions: dict[str, list[race.Question]] = {}
+
+    def split_examples(self, split: str) -> list[race.Question]:
+        if split not in self._questions:
+            data = self.config.data
+            self._questions[split] = (
+                race.read_tfds_split(data.tfds_name, split, data.tfds_data_dir or None)
+                if data.tfds_name else race.read_split(data.path, split))
+        return self._questions[split]
+
+    def features(self, questions: list[race.Question]) -> dict[str, np.ndarray]:
+        arrays = super().features(questions)
+        # -1: a question of a user's table (`albert-jax predict`), which has no RACE level.
+        levels = [getattr(question, "level", None) for question in questions]
+        arrays["level"] = np.asarray([metrics.RACE_LEVELS.index(level)
+                                      if level in metrics.RACE_LEVELS else -1
+                                      for level in levels], np.int32)
+        return arrays
+
+    def train_features(self) -> dict[str, np.ndarray]:
+        return self.features(self.split_examples("train"))
+
+    def eval_features(self, split: str) -> dict[str, np.ndarray]:
+        return self.features(self.split_examples(split))
+
+    def read_inputs(self, path: str, chunk_rows: int) -> Iterator[list[race.Question]]:
+        """`albert-jax predict` input: a RACE .txt file or a folder of them, else a
+        CSV/TSV/JSONL/Parquet table with the columns `context`, `question` and `options` (a
+        list of 4)."""
+        questions = race.read_path(path)
+        if questions is None:
+            columns = custom_data.Columns(context="context", question="question",
+                                          options=("options",))
+            yield from custom_data.iter_example_chunks(
+                path, "multiple_choice", columns, labelled=False, num_choices=self.num_choices,
+                chunk_rows=chunk_rows)
+            return
+        for start in range(0, len(questions), chunk_rows):
+            yield questions[start:start + chunk_rows]
+
+    def train_batch_spec(self, batch_size: int) -> dict[str, jax.ShapeDtypeStruct]:
+        return dict(super().train_batch_spec(batch_size),
+                    level=jax.ShapeDtypeStruct((batch_size,), jnp.int32))
+
+    def predictions(self, outputs: jax.Array, batch: Batch) -> dict[str, jax.Array]:
+        return dict(super().predictions(outputs, batch), level=batch["level"])
+
+    def eval_metrics(self, split: str, sums: dict[str, np.ndarray],
+                     predictions: dict[str, np.ndarray]) -> dict[str, float]:
+        real = real_rows(predictions)
+        levels = [metrics.RACE_LEVELS[level] for level in real["level"]]
+        return metrics.race_metrics(real["prediction"], real["labels"], levels)
+
+    def write_predictions(self, split: str, predictions: dict[str, np.ndarray],
+                          directory: str) -> list[str]:
+        return [race.write_predictions(directory, self.split_examples(split),
+                                       [int(value) for value in real_rows(predictions)["prediction"]])]

@@ -1,0 +1,42 @@
+"""Every file and folder name of a workdir, defined once.
+
+  <workdir>/config.json          the run config (+ nothing else; checkpoints carry the model config)
+  <workdir>/spiece.model         the run's tokenizer (HuggingFace's name), so the workdir alone is
+                                 enough to fine-tune from, evaluate, predict or export
+  <workdir>/labels.json          a classification task's label list, in class-index order
+  <workdir>/data_summary.json    GLUE: examples and skipped lines of each split read
+  <workdir>/checkpoints/<step>/  the train checkpoints (Orbax: state, data iterator, config)
+  <workdir>/best/<step>/         the best dev checkpoint (fine-tuning)
+  <workdir>/best.json            its step and dev metrics
+  <workdir>/seeds.json           config.seeds > 1: every seed's best and the medians
+  <workdir>/seed_<s>/            config.seeds > 1: one run per seed
+  <workdir>/metrics.jsonl        one record per logged step and evaluation
+  <workdir>/predictions/<split>/ `albert-jax evaluate`: prediction files and metrics.json
+  <workdir>/run.lock             held while a run uses the workdir (train/workdir_lock.py)
+"""
+from __future__ import annotations
+
+from etils import epath
+
+CONFIG_FILE = "config.json"
+TOKENIZER_FILE = "spiece.model"
+LABELS_FILE = "labels.json"
+DATA_SUMMARY_FILE = "data_summary.json"
+CHECKPOINTS_SUBDIR = "checkpoints"
+BEST_SUBDIR = "best"
+BEST_FILE = "best.json"
+SEEDS_FILE = "seeds.json"
+METRICS_FILE = "metrics.jsonl"
+PREDICTIONS_SUBDIR = "predictions"
+SPLIT_METRICS_FILE = "metrics.json"  # in predictions/<split>/
+LOCK_FILE = "run.lock"
+
+
+def seed_dir(workdir: str | epath.Path, seed: int) -> epath.Path:
+    """The run of one seed of a multi-seed fine-tuning workdir."""
+    return epath.Path(workdir) / f"seed_{seed}"
+
+
+def predictions_dir(workdir: str | epath.Path, split: str) -> epath.Path:
+    """Where `albert-jax evaluate --split=<split>` writes."""
+    return epath.Path(workdir) / PREDICTIONS_SUBDIR / split
