@@ -33,6 +33,16 @@ Cases (the shapes of ../shared/peers, random weights, nothing downloaded):
   compile      lower + compile time of the fp32 train step at L=12 and L=48 (ours and HF), and
                the temporary bytes with full remat at both depths.
 
+With --topology=<TPU topology> (e.g. v5e:2x2; needs libtpu, nothing is timed): the compiler's
+counts per device for the pretraining train step at seq 512 (batch 4 a chip) of ours with
+attention_impl xla and splash, and of HF Flax (FlaxAlbertForPreTraining + optax.lamb), for
+albert-base-v2 and albert-xxlarge-v2 in fp32 and bf16, each compiled ahead of time for the
+topology's abstract devices (batch split over all of them, parameters replicated for HF,
+our train state as the train loop shards it): FLOPs and bytes accessed from
+`compiled.cost_analysis()`, temporaries from `compiled.memory_analysis()`. A Pallas kernel is a
+custom call: XLA's cost analysis counts none of its FLOPs or bytes, so splash's rows lack the
+attention matmuls and the scores' traffic (see RESULTS.md).
+
 Peak memory: `compiled.memory_analysis()`: arguments + outputs + temporaries - donated aliases.
 HuggingFace Flax comes from the optional `peers` extra (transformers<5), the PyTorch peer from
 torch (the `interop` extra); without them the table says so and measures the rest. torch has no
@@ -42,6 +52,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import os
 import platform
@@ -181,15 +192,16 @@ def median_ratio(numerator: list[float], denominator: list[float]) -> float:
 # Inputs.
 
 
-def pretraining_batch(batch: int, vocab: int, seed: int = 0) -> dict[str, np.ndarray]:
+def pretraining_batch(batch: int, vocab: int, seed: int = 0,
+                      seq_len: int = SEQ_LEN) -> dict[str, np.ndarray]:
     """Our features: full-length sequences, MAX_PREDICTIONS masked positions each."""
     rng = np.random.default_rng(seed)
-    positions = np.sort(np.stack([rng.choice(np.arange(1, SEQ_LEN - 1), MAX_PREDICTIONS,
+    positions = np.sort(np.stack([rng.choice(np.arange(1, seq_len - 1), MAX_PREDICTIONS,
                                              replace=False) for _ in range(batch)]), axis=1)
     return {
-        "input_ids": rng.integers(5, vocab, (batch, SEQ_LEN)).astype(np.int32),
-        "input_mask": np.ones((batch, SEQ_LEN), np.int32),
-        "segment_ids": (np.arange(SEQ_LEN)[None] >= SEQ_LEN // 2).repeat(batch, 0).astype(np.int32),
+        "input_ids": rng.integers(5, vocab, (batch, seq_len)).astype(np.int32),
+        "input_mask": np.ones((batch, seq_len), np.int32),
+        "segment_ids": (np.arange(seq_len)[None] >= seq_len // 2).repeat(batch, 0).astype(np.int32),
         "masked_lm_positions": positions.astype(np.int32),
         "masked_lm_ids": rng.integers(5, vocab, (batch, MAX_PREDICTIONS)).astype(np.int32),
         "masked_lm_weights": np.ones((batch, MAX_PREDICTIONS), np.float32),
@@ -373,13 +385,9 @@ def _donating_contender(name: str, train_step: Callable, params: Any, opt_state:
     return Contender(name, run, compile_s, peak_bytes(compiled))
 
 
-def hf_train(name: str, model_config: ModelConfig, batch: int) -> Contender:
-    """FlaxAlbertForPreTraining + optax.lamb: MLM CE over all positions with -100 ignored."""
-    model = FlaxAlbertForPreTraining(hf_config(model_config), input_shape=(1, SEQ_LEN), seed=0)
-    data = {key: jnp.asarray(value) for key, value in
-            hf_pretraining_batch(pretraining_batch(batch, model_config.vocab_size)).items()}
-    optimizer = optax.lamb(1e-4, weight_decay=0.01)
-
+def hf_pretraining_loss(model: Any) -> Callable:
+    """(params, batch, dropout_rng) -> loss of FlaxAlbertForPreTraining: MLM CE over all
+    positions with -100 ignored, plus SOP."""
     def loss_fn(params, batch, rng):
         out = model(batch["input_ids"], attention_mask=batch["attention_mask"],
                     token_type_ids=batch["token_type_ids"], params=params, dropout_rng=rng,
@@ -391,9 +399,17 @@ def hf_train(name: str, model_config: ModelConfig, batch: int) -> Contender:
         sop = optax.softmax_cross_entropy_with_integer_labels(
             out.sop_logits.astype(jnp.float32), batch["sentence_order_label"]).mean()
         return (nll * weights).sum() / weights.sum() + sop
+    return loss_fn
 
+
+def hf_train(name: str, model_config: ModelConfig, batch: int) -> Contender:
+    """FlaxAlbertForPreTraining + optax.lamb: MLM CE over all positions with -100 ignored."""
+    model = FlaxAlbertForPreTraining(hf_config(model_config), input_shape=(1, SEQ_LEN), seed=0)
+    data = {key: jnp.asarray(value) for key, value in
+            hf_pretraining_batch(pretraining_batch(batch, model_config.vocab_size)).items()}
+    optimizer = optax.lamb(1e-4, weight_decay=0.01)
     params = model.params
-    return _donating_contender(name, _train_step(loss_fn, optimizer), params,
+    return _donating_contender(name, _train_step(hf_pretraining_loss(model), optimizer), params,
                                optimizer.init(params), [data])
 
 
@@ -458,7 +474,7 @@ def hf_finetune(name: str, model_config: ModelConfig,
         return optax.softmax_cross_entropy_with_integer_labels(logits, batch["labels"]).mean()
 
     params = model.params
-    return _donating_contender(name, _train_step(loss_fn, optimizer), params,
+    return _donating_contender(name, _train_step(hf_pretraining_loss(model), optimizer), params,
                                optimizer.init(params), data)
 
 
@@ -653,6 +669,112 @@ def print_table(result: dict[str, Any]) -> None:
         print("| " + " | ".join(cells) + " |")
 
 
+TOPOLOGY_SEQ_LEN, TOPOLOGY_BATCH_PER_DEVICE = 512, 4
+
+
+def _compiler_counts(compiled: Any) -> dict[str, float]:
+    cost = compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, list) else cost
+    return {"flops": cost.get("flops", 0.0), "bytes_accessed": cost.get("bytes accessed", 0.0),
+            "temp_bytes": compiled.memory_analysis().temp_size_in_bytes}
+
+
+def ours_compiled_for(model_config: ModelConfig, mesh: jax.sharding.Mesh, batch: int) -> Any:
+    """Our pretraining train step (LAMB) compiled for `mesh` as train/plan.py compiles it."""
+    run_config = ml_collections.ConfigDict(dict(
+        seq_len=TOPOLOGY_SEQ_LEN, init_from="",
+        data=dict(max_predictions=MAX_PREDICTIONS, sentence_objective="sop")))
+    task = pretraining.PretrainingTask(run_config, model_config)
+    optimizer, lr_fn = optim.make_optimizer(_lamb_config(), total_steps=1000)
+    state, state_shardings = state_lib.abstract_train_state(task.model, optimizer, mesh,
+                                                            task.init_inputs())
+    batch_sharding, replicated = sharding.batch_sharding(mesh), sharding.replicated(mesh)
+    example = pretraining_batch(1, model_config.vocab_size, seq_len=TOPOLOGY_SEQ_LEN)
+    features = {name: jax.ShapeDtypeStruct((batch, *value.shape[1:]), value.dtype,
+                                           sharding=batch_sharding)
+                for name, value in example.items()}
+    rng = jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=replicated)
+    step = jax.jit(step_lib.make_train_step(task, optimizer, lr_fn, mesh=mesh),
+                   in_shardings=(state_shardings, batch_sharding, replicated),
+                   out_shardings=(state_shardings, replicated), donate_argnums=(0,))
+    return step.lower(state, features, rng).compile()
+
+
+def hf_compiled_for(model_config: ModelConfig, mesh: jax.sharding.Mesh, batch: int) -> Any:
+    """HF Flax's pretraining step (hf_train's), batch split over `mesh`, params replicated."""
+    hf_model = FlaxAlbertForPreTraining(
+        hf_config(model_config), input_shape=(1, TOPOLOGY_SEQ_LEN), seed=0, _do_init=False,
+        dtype=model_config.compute_dtype)
+    optimizer = optax.lamb(1e-4, weight_decay=0.01)
+    params = jax.eval_shape(lambda: hf_model.init_weights(jax.random.PRNGKey(0),
+                                                           (1, TOPOLOGY_SEQ_LEN)))
+    opt_state = jax.eval_shape(optimizer.init, params)
+    batch_sharding, replicated = sharding.batch_sharding(mesh), sharding.replicated(mesh)
+    place = lambda tree, where: jax.tree.map(  # noqa: E731
+        lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=where), tree)
+    example = hf_pretraining_batch(
+        pretraining_batch(1, model_config.vocab_size, seq_len=TOPOLOGY_SEQ_LEN))
+    data = {name: jax.ShapeDtypeStruct((batch, *np.shape(value)[1:]), np.asarray(value).dtype,
+                                       sharding=batch_sharding)
+            for name, value in example.items()}
+    rng = jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=replicated)
+    step = jax.jit(_train_step(hf_pretraining_loss(hf_model), optimizer), donate_argnums=(0, 1))
+    return step.lower(place(params, replicated), place(opt_state, replicated), data,
+                      rng).compile()
+
+
+TOPOLOGY_PRESETS, TOPOLOGY_DTYPES = ("albert-base-v2", "albert-xxlarge-v2"), ("float32", "bfloat16")
+
+
+def topology_counts(topology: str, presets: list[str], dtypes: list[str]) -> dict[str, Any]:
+    """The compiler's per-device counts of every contender on `topology` (module doc)."""
+    from albert_jax.train import plan  # libtpu's abstract devices
+    target = plan.tpu_target(topology)
+    mesh = sharding.make_mesh(ml_collections.ConfigDict(dict(data=-1, fsdp=1, tensor=1)),
+                              devices=list(target.devices))
+    batch = TOPOLOGY_BATCH_PER_DEVICE * len(target.devices)
+    rows = []
+    for preset in presets:
+        for dtype in dtypes:
+            contenders = [(f"ours {impl}", functools.partial(
+                ours_compiled_for, get_config(preset, dtype=dtype, attention_impl=impl)))
+                for impl in ("xla", "splash")]
+            if not HF_MISSING:
+                contenders.append(("HF Flax", functools.partial(
+                    hf_compiled_for, get_config(preset, dtype=dtype))))
+            for name, compile_for in contenders:
+                started = time.perf_counter()
+                try:
+                    counts = _compiler_counts(compile_for(mesh, batch))
+                except jax.errors.JaxRuntimeError as error:  # refused: does not fit
+                    counts = {"error": str(error).splitlines()[0][:200]}
+                rows.append({"model": preset, "dtype": dtype, "contender": name,
+                             "compile_s": time.perf_counter() - started, **counts})
+                print(f"[{preset} {dtype} {name}: {rows[-1]}]", file=sys.stderr, flush=True)
+    return {"topology": topology, "devices": len(target.devices),
+            "device_kind": target.devices[0].device_kind, "batch": batch,
+            "seq_len": TOPOLOGY_SEQ_LEN, "hf_note": HF_MISSING, "rows": rows,
+            "command": " ".join([os.path.basename(sys.executable), "-m",
+                                 "benchmarks.bench_table"] + sys.argv[1:])}
+
+
+def print_topology_table(result: dict[str, Any]) -> None:
+    print(f"{result['devices']} x {result['device_kind']} ({result['topology']}), batch "
+          f"{result['batch']} x {result['seq_len']}, per device, from the TPU compiler; "
+          f"command: {result['command']}")
+    if result["hf_note"]:
+        print(f"NOTE: {result['hf_note']}")
+    print("| model | dtype | contender | GFLOPs | GB accessed | temporaries GiB |")
+    print("|---|---|---|---|---|---|")
+    for row in result["rows"]:
+        if "error" in row:
+            cells = ["refused: " + row["error"], "", ""]
+        else:
+            cells = [f"{row['flops'] / 1e9:,.0f}", f"{row['bytes_accessed'] / 1e9:,.1f}",
+                     f"{row['temp_bytes'] / 1024**3:.2f}"]
+        print("| " + " | ".join([row["model"], row["dtype"], row["contender"], *cells]) + " |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -661,7 +783,19 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--steps", type=int, default=1, help="steps per contender per round")
     parser.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    parser.add_argument("--topology", default="",
+                        help="a TPU topology (e.g. v5e:2x2): the compiler's counts, no timing")
+    parser.add_argument("--topology_presets", default=",".join(TOPOLOGY_PRESETS))
+    parser.add_argument("--topology_dtypes", default=",".join(TOPOLOGY_DTYPES))
     args = parser.parse_args()
+    if args.topology:
+        result = topology_counts(args.topology, args.topology_presets.split(","),
+                                 args.topology_dtypes.split(","))
+        if args.json:
+            print(json.dumps(result, indent=1))
+        else:
+            print_topology_table(result)
+        return
     cases = args.cases.split(",")
     unknown = sorted(set(cases) - set(CASES))
     if unknown:

@@ -72,7 +72,7 @@ def markdown_row(preset: str, slice_name: str, plan: dict[str, Any]) -> str:
     if plan["fits"]:
         change = "-"
     elif fits_with is None:
-        change = "none of the levers (fsdp, remat, microbatches)"
+        change = "none of the levers (fsdp, attention_impl, remat, microbatches)"
     else:
         flags = fits_with["overrides"].replace("--config.", "")
         change = f"`{flags}` ({peak(fits_with)})"

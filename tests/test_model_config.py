@@ -120,6 +120,13 @@ def test_from_dict_round_trips_a_saved_config() -> None:
     (dict(attention_probs_dropout_prob=-0.1), "attention_probs_dropout_prob", "-0.1", "[0, 1)"),
     (dict(initializer_range=0.0), "initializer_range", "0.0", "positive"),
     (dict(layer_norm_eps=0.0), "layer_norm_eps", "0.0", "positive"),
+    (dict(attention_impl="flash"), "attention_impl", "'flash'", "must be one of"),
+    # Issue 24: a fused kernel asked for with attention dropout is refused, not run without it.
+    (dict(attention_impl="splash", attention_probs_dropout_prob=0.1), "attention_impl",
+     "'splash'", "attention_probs_dropout_prob=0.1; set it to 0 or attention_impl='xla'"),
+    (dict(attention_impl="cudnn", dtype="bfloat16", attention_probs_dropout_prob=0.1),
+     "attention_impl", "'cudnn'", "no attention dropout"),
+    (dict(attention_impl="cudnn"), "attention_impl", "'cudnn'", "dtype='bfloat16'"),
 ])
 def test_invalid_values_name_the_key_and_value(overrides: dict, key: str, value: str,
                                               why: str) -> None:
@@ -238,3 +245,11 @@ def test_seq_len_may_exceed_the_preset_when_max_positions_is_overridden() -> Non
     config.seq_len = 512  # the demo model has 128 positions
     config.model_overrides.max_position_embeddings = 512
     assert run_config.model_config(config).max_position_embeddings == 512
+
+
+def test_a_v1_preset_with_splash_is_a_one_line_error_from_the_command_line() -> None:
+    """albert-base-v1 has attention dropout 0.1 (SPEC 7.1): splash would silently drop it."""
+    with pytest.raises(ConfigError) as error:
+        get_config("albert-base-v1", attention_impl="splash")
+    assert "\n" not in str(error.value) and "attention_probs_dropout_prob=0.1" in str(error.value)
+    assert get_config("albert-base-v1", attention_impl="auto").attention_impl == "auto"

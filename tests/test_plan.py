@@ -213,12 +213,12 @@ def test_a_libtpu_held_by_another_process_is_one_line(monkeypatch):
         plan.tpu_target("v5e:2x2")
 
 
-def tpu_plan(batch_size: int) -> dict:
+def tpu_plan(batch_size: int, *flags: str) -> dict:
     """`albert-jax plan --topology=v5e:2x2 --json` of the tiny model at seq 512."""
     result = subprocess.run(
         [sys.executable, "-m", "albert_jax.cli", "plan", "--config=configs/pretrain.py:model=tiny",
          "--topology=v5e:2x2", f"--config.batch_size={batch_size}", "--config.seq_len=512",
-         "--config.model_overrides.max_position_embeddings=512", "--nolevers", "--json"],
+         "--config.model_overrides.max_position_embeddings=512", "--nolevers", "--json", *flags],
         cwd=REPO, capture_output=True, text=True, timeout=600,
         env=dict(os.environ, ALLOW_MULTIPLE_LIBTPU_LOAD="1"))
     assert result.returncode == 0, result.stderr[-3000:]
@@ -244,3 +244,40 @@ def test_tpu_peak_is_the_compilers_total_for_accepted_and_refused_programs():
     assert not refused["fits"] and refused["peak_bytes_per_device"] > hbm
     # 1024x the sequences: the activations, not the state, make the difference.
     assert refused["temp_bytes_per_device"] > 100 * accepted["temp_bytes_per_device"]
+
+
+def _levers(is_tpu: bool, attention_impl: str, attention_dropout: float) -> list[str]:
+    target = plan.Target("stub", (), 16 * 2**30, 197e12, is_tpu=is_tpu)
+    measured = plan.Measurement(
+        mesh={"data": 8, "fsdp": 1, "tensor": 1}, num_microbatches=1, remat_policy="none",
+        attention_impl=attention_impl, param_bytes_per_device=0, opt_state_bytes_per_device=0,
+        argument_bytes_per_device=0, temp_bytes_per_device=0, peak_bytes_per_device=0,
+        hbm_bytes_per_device=0, fits=False, largest_buffers=[], compile_seconds=0.0)
+    ladders = plan._lever_ladders(pretrain_config(8, 1), (8, 1, 1), measured, target,
+                                  attention_dropout)
+    # Each lever with its smallest change, in the order tried.
+    return [f"{lever}:{ladder[0]}" for lever, ladder in ladders if ladder]
+
+
+def test_the_fused_attention_lever_comes_before_remat_on_tpu_only():
+    # Issue 24: splash removes the [batch, heads, seq, seq] scores without recomputing layers.
+    assert _levers(True, "xla", 0.0)[:4] == [
+        "fsdp:{'mesh.data': 4, 'mesh.fsdp': 2}",
+        "attention_impl:{'model_overrides.attention_impl': 'splash'}",
+        "remat:{'model_overrides.remat_policy': 'dots'}",
+        "microbatches:{'num_microbatches': 2}"]
+    assert not any(lever.startswith("attention_impl:") for lever in _levers(True, "splash", 0.0))
+    # The fused kernels have no attention dropout (v1 presets: 0.1); a CPU stand-in plans xla.
+    assert not any(lever.startswith("attention_impl:") for lever in _levers(True, "xla", 0.1))
+    assert not any(lever.startswith("attention_impl:") for lever in _levers(False, "xla", 0.0))
+
+
+@pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,
+                    reason="needs the [tpu] extra (libtpu compiles for abstract TPU devices)")
+def test_tpu_plans_splash_under_auto_and_it_drops_the_scores():
+    splash = tpu_plan(64)
+    xla = tpu_plan(64, "--config.model_overrides.attention_impl=xla")
+    assert (splash["attention_impl"], xla["attention_impl"]) == ("splash", "xla")
+    # tiny, 16 sequences a chip: each layer's f32 scores and probabilities are
+    # 16 x 4 heads x 512 x 512 x 4 B = 64 MiB apiece, kept for the backward pass under xla.
+    assert xla["temp_bytes_per_device"] - splash["temp_bytes_per_device"] > 128 * 2**20

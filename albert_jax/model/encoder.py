@@ -12,14 +12,14 @@ depth; a shallower group is unrolled whole, which runs faster.
 """
 from __future__ import annotations
 
-import math
+import functools
 from typing import Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from albert_jax.model import layers
+from albert_jax.model import attention, layers
 from albert_jax.model.presets import REMAT_POLICIES, ModelConfig, group_of_layer
 
 class AttentionBlock(nn.Module):
@@ -55,14 +55,15 @@ class AttentionBlock(nn.Module):
 
         query = project("query", queries_from)
         key, value = project("key", hidden), project("value", hidden)
-        scores = jnp.einsum("bqnd,bknd->bnqk", query, key, preferred_element_type=jnp.float32)
-        scores = scores * (1.0 / math.sqrt(head_dim)) + attention_bias
-        probs = jax.nn.softmax(scores, axis=-1)
-        if config.attention_probs_dropout_prob > 0:
-            probs = nn.Dropout(config.attention_probs_dropout_prob)(
-                probs, deterministic=self.deterministic)
-        context = jnp.einsum("bnqk,bknd->bqnd", probs.astype(dtype), value,
-                             preferred_element_type=jnp.float32).astype(dtype)
+        # The fused kernels attend every position; a few gathered queries (the last layer of a
+        # classifier or the MLM head) are cheap in xla, whose scores are then [b, n, k, seq].
+        impl = ("xla" if query_positions is not None
+                else attention.resolve(config, attention.target_platform()))
+        dropout = None
+        if config.attention_probs_dropout_prob > 0:  # xla only (presets.validate)
+            dropout = functools.partial(nn.Dropout(config.attention_probs_dropout_prob),
+                                        deterministic=self.deterministic)
+        context = attention.attend(query, key, value, attention_bias, impl, dropout)
         context = nn.with_logical_constraint(context, layers.SEQUENCE_HEADS)
         context = context.reshape(batch, -1, width)
         output = layers.Dense(width, ("heads", "hidden"), init, dtype=dtype, name="output")(context)

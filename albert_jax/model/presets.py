@@ -1,8 +1,9 @@
 """The model config (a frozen dataclass), the one table of presets, and their validation.
 
 `ModelConfig` has the fields of the reference `AlbertConfig` (SPEC 3.1) plus our own: `sharing`
-(paper Table 4), `remat_policy` and `dtype` (compute dtype; parameters are always float32) and
-`scan_unroll` (groups of at most this many layers are unrolled, deeper ones scanned). It is
+(paper Table 4), `remat_policy` and `dtype` (compute dtype; parameters are always float32),
+`scan_unroll` (groups of at most this many layers are unrolled, deeper ones scanned) and
+`attention_impl` (which attention kernel: model/attention.py). It is
 frozen and validated when built, so a model module can trust every field.
 """
 from __future__ import annotations
@@ -30,6 +31,9 @@ REMAT_POLICIES: dict[str, Callable[..., bool] | None] = {
     "dots_no_batch": jax.checkpoint_policies.checkpoint_dots_with_no_batch_dims,
 }
 DTYPES = ("float32", "bfloat16")
+# How attention's softmax(q k^T) v is computed (model/attention.py); not what: the parameters
+# and a checkpoint are the same under every one.
+ATTENTION_IMPLS = ("auto", "xla", "splash", "cudnn")
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
@@ -67,6 +71,8 @@ class ModelConfig:
     # so its compile time stays that of one layer: partial unrolling (12 layers per iteration
     # at L=48) measured 2.5x the compile time of L=12, full scan 1.0x (benchmarks/bench_compile.py).
     scan_unroll: int = 12
+    # "auto": splash on TPU, cudnn on GPU (bfloat16), xla elsewhere or with attention dropout.
+    attention_impl: str = "auto"
 
     def __post_init__(self) -> None:
         validate(self)
@@ -170,6 +176,17 @@ def validate(config: ModelConfig) -> None:
     for key in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
         if not 0.0 <= getattr(config, key) < 1.0:
             fail(key, "must be in [0, 1)")
+    if config.attention_impl not in ATTENTION_IMPLS:
+        fail("attention_impl", f"must be one of {ATTENTION_IMPLS}")
+    if config.attention_impl in ("splash", "cudnn"):
+        # The fused kernels have no dropout on the probabilities; running without it would
+        # train a different model than asked.
+        if config.attention_probs_dropout_prob > 0:
+            fail("attention_impl", f"has no attention dropout, but attention_probs_dropout_prob="
+                 f"{config.attention_probs_dropout_prob}; set it to 0 or attention_impl='xla'")
+        if config.attention_impl == "cudnn" and config.dtype == "float32":
+            fail("attention_impl", "cuDNN's fused attention runs bfloat16, not float32; set "
+                 "dtype='bfloat16' or attention_impl='xla'")
     if not config.initializer_range > 0:
         fail("initializer_range", "must be positive")
     if not config.layer_norm_eps > 0:

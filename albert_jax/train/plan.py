@@ -25,9 +25,13 @@ programs keeps "fits" and the peak consistent.
 A TPU compile that does not fit raises RESOURCE_EXHAUSTED and returns no executable; the
 memory report XLA dumps on the way still says the total and the largest buffers with their
 shapes, so "does not fit" is a result.
+The train step is compiled with the attention kernel the run would use there
+(model/attention.py: under "auto", splash on a TPU topology, xla on CPU devices).
 Then the obvious levers are tried, each from its smallest change up: more fsdp (fewer data
-replicas), rematerialisation, more microbatches; all three together only if none fits alone.
-The smallest fitting change of every lever is reported, the first in that order as `fits_with`.
+replicas), the fused attention kernel (splash, on TPU, where the plan ran xla: the scores and
+probabilities are then never arrays in HBM), rematerialisation, more microbatches; all together
+only if none fits alone. The smallest fitting change of every lever is reported, the first in
+that order as `fits_with`.
 
 FLOPs per step are analytic (train/flops.py via the task): XLA's cost analysis counts the body
 of a scan once, not once per layer.
@@ -50,6 +54,7 @@ import ml_collections
 import numpy as np
 
 from albert_jax.errors import ConfigError
+from albert_jax.model import attention
 from albert_jax.train import flops, optim, sharding, validation
 from albert_jax.train import state as state_lib
 from albert_jax.train import step as step_lib
@@ -154,6 +159,7 @@ class Measurement:
     mesh: dict[str, int]
     num_microbatches: int
     remat_policy: str
+    attention_impl: str  # the kernel compiled ("auto" resolved for the target)
     param_bytes_per_device: int
     opt_state_bytes_per_device: int
     argument_bytes_per_device: int
@@ -255,6 +261,8 @@ def measure(config: ml_collections.ConfigDict, build_task: BuildTask,
     return Measurement(mesh=dict(zip(sharding.MESH_AXES, mesh_shape)),
                        num_microbatches=config.num_microbatches,
                        remat_policy=task.model_config.remat_policy,
+                       attention_impl=attention.resolve(task.model_config,
+                                                        target.devices[0].platform),
                        param_bytes_per_device=param_bytes,
                        opt_state_bytes_per_device=opt_state_bytes,
                        argument_bytes_per_device=argument_bytes, temp_bytes_per_device=temp,
@@ -296,12 +304,14 @@ def _doublings(start: int, stop: int) -> list[int]:
 # keeps every matmul output, "dots_no_batch" those without batch dimensions in the dot (the
 # projections, not attention's scores and context), "full" nothing.
 _REMAT_BY_MEMORY = ("none", "dots", "dots_no_batch", "full")
-_ALL_LEVERS = "fsdp+remat+microbatches"
+_ALL_LEVERS = "fsdp+attention_impl+remat+microbatches"
 
 
 def _lever_ladders(config: ml_collections.ConfigDict, mesh_shape: tuple[int, int, int],
-                   remat_policy: str) -> Iterator[tuple[str, list[dict[str, Any]]]]:
+                   measured: Measurement, target: Target, attention_dropout: float
+                   ) -> Iterator[tuple[str, list[dict[str, Any]]]]:
     """(lever, its settings from the smallest change to the largest), in the order tried."""
+    remat_policy = measured.remat_policy
     data, fsdp, _ = mesh_shape
     batch_devices = data * fsdp
     fsdp_ladder = [{"mesh.data": batch_devices // size, "mesh.fsdp": size}
@@ -311,11 +321,19 @@ def _lever_ladders(config: ml_collections.ConfigDict, mesh_shape: tuple[int, int
     microbatch_sizes = [m for m in _doublings(config.num_microbatches, config.batch_size)
                         if (config.batch_size // m) % batch_devices == 0]
     microbatch_ladder = [{"num_microbatches": m} for m in microbatch_sizes]
+    # Splash only where it runs for real (not a CPU stand-in) and can run this model: the
+    # fused kernels have no attention dropout (presets.validate).
+    attention_ladder = []
+    if (target.is_tpu and measured.attention_impl == "xla"
+            and attention_dropout == 0):
+        attention_ladder = [{"model_overrides.attention_impl": "splash"}]
     yield "fsdp", fsdp_ladder
+    yield "attention_impl", attention_ladder
     yield "remat", remat_ladder
     yield "microbatches", microbatch_ladder
     # All three: the most fsdp and remat, then the fewest microbatches that fit.
     most = {**(fsdp_ladder[-1] if fsdp_ladder else {}),
+            **(attention_ladder[-1] if attention_ladder else {}),
             **(remat_ladder[-1] if remat_ladder else {})}
     if most:
         yield _ALL_LEVERS, [dict(most, num_microbatches=m)
@@ -383,7 +401,8 @@ def plan(config: ml_collections.ConfigDict, build_task: BuildTask, target: Targe
         return result
     mesh_shape = tuple(measurement.mesh[axis] for axis in sharding.MESH_AXES)
     options = []
-    for lever, ladder in _lever_ladders(config, mesh_shape, measurement.remat_policy):
+    for lever, ladder in _lever_ladders(config, mesh_shape, measurement, target,
+                                        task.model_config.attention_probs_dropout_prob):
         if lever == _ALL_LEVERS and options:
             break  # one lever alone is enough
         found = _smallest_fitting(config, build_task, target, ladder, result["levers_tried"])
@@ -416,7 +435,7 @@ def format_plan(result: dict[str, Any]) -> str:
         f"run: H={model['hidden_size']} L={model['num_hidden_layers']} "
         f"V={model['vocab_size']}, batch {result['batch_size']} x {result['seq_len']}, "
         f"{result['num_microbatches']} microbatch(es), remat {result['remat_policy']}, "
-        f"{result['compute_dtype']}; mesh {mesh}",
+        f"attention {result['attention_impl']}, {result['compute_dtype']}; mesh {mesh}",
         f"per device: parameters {_size(result['param_bytes_per_device'])}, optimizer state "
         f"{_size(result['opt_state_bytes_per_device'])}, temporaries "
         f"{_size(result['temp_bytes_per_device'])}, peak {_size(result['peak_bytes_per_device'])}"
