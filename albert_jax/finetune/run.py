@@ -98,6 +98,11 @@ class FinishedRun:
     mesh: jax.sharding.Mesh
     eval_step: Any
 
+    def prediction_records(self, examples: list[Any]) -> list[dict[str, Any]]:
+        """The predict records of one chunk of `task.read_inputs`, in input order."""
+        _, predictions = self.predict(self.task.batches_of(self.task.input_features(examples)))
+        return self.task.prediction_records(examples, real_rows(predictions))
+
     def predict(self, host_batches: Iterator[dict[str, np.ndarray]]
                 ) -> tuple[dict[str, np.ndarray] | None, dict[str, np.ndarray]]:
         """The summed loss sums and per-example predictions of `host_batches`."""
@@ -211,9 +216,7 @@ def predict(workdir: str, input_path: str, output: str | None = None) -> str:
         with _output_lines(output, is_main) as write:
             rows, started = 0, time.perf_counter()
             for examples in run.task.read_inputs(input_path, PREDICT_CHUNK_ROWS):
-                arrays = run.task.input_features(examples)
-                _, predictions = run.predict(run.task.batches_of(arrays))
-                for record in run.task.prediction_records(examples, real_rows(predictions)):
+                for record in run.prediction_records(examples):
                     write(json.dumps(record, ensure_ascii=False) + "\n")
                 rows += len(examples)
                 rate = rows / max(time.perf_counter() - started, 1e-9)
