@@ -275,6 +275,12 @@ def iter_row_chunks(path: str,
         yield chunk
 
 
+def column_names(path: str) -> tuple[str, ...]:
+    """The columns of the first row of `path` (none for an empty file)."""
+    first_chunk = next(iter_row_chunks(path, 1), [])
+    return tuple(first_chunk[0][1]) if first_chunk else ()
+
+
 # --- Rows -> examples ---------------------------------------------------------------------------
 
 def _cell_text(value: Any) -> str | None:

@@ -137,7 +137,7 @@ def write_new_pairs(path: str) -> str:
     """A few sentence pairs the runs never saw (sentences of the demo corpus longer than the
     task's), for `albert-jax predict`: columns id, text, text_b; the first of each two is a
     paraphrase (one word left out), the second is not."""
-    sentences = demo_sentences(min_words=13, max_words=16)[:4]
+    sentences = demo_sentences(min_words=13, max_words=13)[:4]
     rows = []
     for number, sentence in enumerate(sentences):
         words = sentence.split()

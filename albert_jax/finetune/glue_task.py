@@ -109,14 +109,15 @@ class _GlueData:
     def read_inputs(self, path: str, chunk_rows: int) -> Iterator[list[glue.Example]]:
         """`albert-jax predict` input: a file of the task's official folder (dev.tsv, test.tsv,
         ...), else a CSV/TSV/JSONL/Parquet table with the columns `text` (and `text_b` for the
-        pair tasks)."""
+        pair tasks) and, if it has one, `id` (else the row number)."""
         examples = glue.read_official_file(self.task, path)
         if examples is not None:
             for start in range(0, len(examples), chunk_rows):
                 yield examples[start:start + chunk_rows]
             return
-        columns = custom_data.Columns(text_a="text",
-                                      text_b="text_b" if glue.is_pair(self.task) else "")
+        columns = custom_data.Columns(
+            text_a="text", text_b="text_b" if glue.is_pair(self.task) else "",
+            id="id" if "id" in custom_data.column_names(path) else "")
         yield from custom_data.iter_example_chunks(
             path, "regression" if self.labels is None else "classification", columns,
             labelled=False, chunk_rows=chunk_rows)

@@ -64,12 +64,13 @@ class RaceTask(MultipleChoiceTask):
 
     def read_inputs(self, path: str, chunk_rows: int) -> Iterator[list[race.Question]]:
         """`albert-jax predict` input: a RACE .txt file or a folder of them, else a
-        CSV/TSV/JSONL/Parquet table with the columns `context`, `question` and `options` (a
-        list of 4)."""
+        CSV/TSV/JSONL/Parquet table with the columns `context`, `question`, `options` (a list
+        of 4) and, if it has one, `id`."""
         questions = race.read_path(path)
         if questions is None:
-            columns = custom_data.Columns(context="context", question="question",
-                                          options=("options",))
+            columns = custom_data.Columns(
+                context="context", question="question", options=("options",),
+                id="id" if "id" in custom_data.column_names(path) else "")
             yield from custom_data.iter_example_chunks(
                 path, "multiple_choice", columns, labelled=False, num_choices=self.num_choices,
                 chunk_rows=chunk_rows)
