@@ -123,10 +123,8 @@ def test_a_sharded_train_step_with_splash_equals_xla():
                                                       task.init_inputs())
         state = state_lib.init_train_state(task.model, optimizer, mesh, jax.random.PRNGKey(0),
                                            task.init_inputs())
-        batch_sharding, replicated = sharding.batch_sharding(mesh), sharding.replicated(mesh)
-        train_step = jax.jit(step_lib.make_train_step(task, optimizer, lr_fn, mesh=mesh),
-                             in_shardings=(shardings, batch_sharding, replicated),
-                             out_shardings=(shardings, replicated), donate_argnums=(0,))
+        batch_sharding = sharding.batch_sharding(mesh)
+        train_step = step_lib.jit_train_step(task, optimizer, lr_fn, mesh, shardings)
         losses = []
         for batch in batches:
             state, metrics = train_step(state, jax.device_put(batch, batch_sharding),

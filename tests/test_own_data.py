@@ -134,6 +134,15 @@ def test_classification_evaluate_predict_and_export_agree(classification, tmp_pa
         np.testing.assert_allclose(row, ours, atol=2e-3)
 
 
+def _evaluated_and_predicted(workdir: Path, dev_file: Path) -> tuple[list[dict], list[dict]]:
+    """evaluate's dev predictions.jsonl records, and predict's records on the dev file."""
+    assert cli("evaluate", f"--workdir={workdir}").returncode == 0
+    output = workdir.parent / "dev.predictions.jsonl"
+    result = cli("predict", f"--workdir={workdir}", f"--input={dev_file}", f"--output={output}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    return _jsonl(workdir / "predictions" / "dev" / "predictions.jsonl"), _jsonl(output)
+
+
 def _regression_rows(count: int, seed: int) -> list[dict]:
     rng = np.random.default_rng(seed)
     sentences = demo_sentences()
@@ -152,12 +161,7 @@ def test_regression_jsonl(tmp_path, spm):
     assert result.returncode == 0, result.stderr[-3000:]
     best = json.loads((workdir / "best.json").read_text())
     assert best["metric"] == "pearson" and {"pearson", "spearman", "mse"} <= set(best)
-    assert cli("evaluate", f"--workdir={workdir}").returncode == 0
-    evaluated = _jsonl(workdir / "predictions" / "dev" / "predictions.jsonl")
-    result = cli("predict", f"--workdir={workdir}", f"--input={tmp_path / 'dev.jsonl'}",
-                 f"--output={tmp_path / 'out.jsonl'}")
-    assert result.returncode == 0, result.stderr[-3000:]
-    predicted = _jsonl(tmp_path / "out.jsonl")
+    evaluated, predicted = _evaluated_and_predicted(workdir, tmp_path / "dev.jsonl")
     assert [record["id"] for record in predicted] == [str(n) for n in range(11)]
     for mine, theirs in zip(predicted, evaluated):
         assert mine["prediction"] == mine["score"] == pytest.approx(theirs["score"], abs=1e-5)
@@ -194,14 +198,7 @@ def test_multiple_choice_with_options_as_a_list_and_as_columns(tmp_path, spm):
                        f"--config.data.train_file={tmp_path / 'train.jsonl'}",
                        f"--config.data.dev_file={tmp_path / 'dev.jsonl'}")
     assert result.returncode == 0, result.stderr[-3000:]
-    assert cli("evaluate", f"--workdir={workdir}").returncode == 0
-    evaluated = _jsonl(workdir / "predictions" / "dev" / "predictions.jsonl")
-    # The same questions with one column per option: predict reads the run's columns (a
-    # list), so the columns form is a run of its own configuration; here predict on the list.
-    result = cli("predict", f"--workdir={workdir}", f"--input={tmp_path / 'dev.jsonl'}",
-                 f"--output={tmp_path / 'out.jsonl'}")
-    assert result.returncode == 0, result.stderr[-3000:]
-    predicted = _jsonl(tmp_path / "out.jsonl")
+    evaluated, predicted = _evaluated_and_predicted(workdir, tmp_path / "dev.jsonl")
     for mine, theirs in zip(predicted, evaluated, strict=True):
         assert mine["prediction"] == theirs["prediction"]
         assert len(mine["option_probabilities"]) == 3
