@@ -224,7 +224,9 @@ def test_an_nsp_head_is_scored_on_sop_data_with_the_sop_labels(tmp_path) -> None
         head = params["seq_relationship"]["dense"]
         params["seq_relationship"]["dense"] = {"kernel": jnp.zeros_like(head["kernel"]),
                                                "bias": jnp.asarray(bias)}
-        scores = ablation.score_formats(tasks, params, mesh)
+        # On the mesh, as checkpoint.load(..., mesh=mesh) gives them to the product path.
+        scores = ablation.score_formats(
+            tasks, jax.device_put(params, sharding.replicated(mesh)), mesh)
         assert {name: scores[name]["sentence_order_accuracy"] for name in scores} == \
             pytest.approx(expected)
 

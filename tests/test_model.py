@@ -575,9 +575,10 @@ def test_gathered_mlm_head_equals_full_sequence_head() -> None:
     full_logits = run_pretraining(config, params, every_position)["mlm_logits"]
     assert full_logits.shape == (2, 7, config.vocab_size)
     positions = batch["masked_lm_positions"]
+    # float32 rounding of the two orders of the same sums (attention module, 2.3e-6 measured).
     np.testing.assert_allclose(gathered_logits,
                                np.asarray(full_logits)[np.arange(2)[:, None], positions],
-                               rtol=1e-6, atol=1e-6)
+                               rtol=1e-5, atol=1e-5)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -292,8 +292,8 @@ def test_config_validation(data):
     assert squad_config.get_config("version=1.1").train_windows_without_answer == "cls"
     config = small_config("1.1", data, 10)
     config.train_windows_without_answer = "drop"
-    finetune_run.validate(config)
+    registry.get(config.task).validate_config(config)
     config.train_windows_without_answer = "none"
     with pytest.raises(ConfigError, match=r"config train_windows_without_answer='none' must be "
                                           r"one of \('cls', 'drop'\)"):
-        finetune_run.validate(config)
+        registry.get(config.task).validate_config(config)

@@ -121,22 +121,29 @@ def read_split(data_path: str, split: str,
     return questions
 
 
+def _level_rank(file_path: str) -> int:
+    """The index in LEVELS of the middle/ or high/ folder a file is in (high when neither)."""
+    parts = os.path.normpath(file_path).split(os.sep)[:-1]
+    return LEVELS.index(next((part for part in reversed(parts) if part in LEVELS), "high"))
+
+
 def read_path(path: str) -> list[Question] | None:
     """The questions of one RACE .txt file, or of every .txt file under a folder (sorted, levels
     taken from a middle/ or high/ folder on the way, else "high"); None when `path` is neither
     (`albert-jax predict` then reads it as a table of its own). Ids are as `read_split` makes
     them, from the folder given: `RACE/dev` gives "dev/high/1234.txt-0"."""
     if os.path.isdir(path):
-        paths = sorted(os.path.join(folder, name) for folder, _, names in os.walk(path)
-                       for name in names if name.endswith(".txt"))
+        # As read_split: middle before high, each folder's files in sorted order.
+        paths = sorted((os.path.join(folder, name) for folder, _, names in os.walk(path)
+                        for name in names if name.endswith(".txt")),
+                       key=lambda file_path: (_level_rank(file_path), file_path))
     elif path.endswith(".txt"):
         paths = [path]
     else:
         return None
     questions = []
     for file_path in paths:
-        parts = os.path.normpath(file_path).split(os.sep)
-        level = next((part for part in reversed(parts[:-1]) if part in LEVELS), "high")
+        level = LEVELS[_level_rank(file_path)]
         with open(file_path, encoding="utf-8") as file:
             try:
                 data = json.load(file)
