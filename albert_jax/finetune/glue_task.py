@@ -53,7 +53,10 @@ class _GlueData:
         check_data_source(config, cls.task)
         super().validate_config(config)
 
-    def _setup_glue(self) -> None:
+    def __init__(self, config: ml_collections.ConfigDict, model_config: ModelConfig,
+                 tokenizer: Tokenizer | None, pretrained: Pretrained | None,
+                 run_dir: epath.Path | None = None) -> None:
+        super().__init__(config, model_config, tokenizer, pretrained, run_dir)
         self.name = self.task
         self.eval_splits = ("dev", "dev_mismatched") if self.task == "mnli" else ("dev",)
         self.selection = Selection("dev", metrics.BEST_METRIC[self.task])
@@ -137,14 +140,8 @@ class _GlueData:
 class GlueClassificationTask(_GlueData, ClassificationTask):
     """A GLUE classification task; `task` names it, its labels are GLUE's (glue.labels)."""
 
-    def __init__(self, config: ml_collections.ConfigDict, model_config: ModelConfig,
-                 tokenizer: Tokenizer | None, pretrained: Pretrained | None,
-                 run_dir: epath.Path | None = None) -> None:
-        self.labels = self.labels_of_task()
-        super().__init__(config, model_config, tokenizer, pretrained, run_dir)
-        self._setup_glue()
-
-    def labels_of_task(self) -> tuple[str, ...]:
+    @property
+    def labels(self) -> tuple[str, ...]:
         """The label strings of the task's files, in class-index order (SPEC 8.2)."""
         return glue.labels(self.task)
 
@@ -154,12 +151,6 @@ class StsbTask(_GlueData, RegressionTask):
     """STS-B: a similarity score in [0, 5], regression (SPEC 8.2)."""
 
     task = "stsb"
-
-    def __init__(self, config: ml_collections.ConfigDict, model_config: ModelConfig,
-                 tokenizer: Tokenizer | None, pretrained: Pretrained | None,
-                 run_dir: epath.Path | None = None) -> None:
-        super().__init__(config, model_config, tokenizer, pretrained, run_dir)
-        self._setup_glue()
 
 
 @registry.register("cola")
