@@ -8,6 +8,7 @@ Both labels hold exactly the same tokens, so no bag of words solves it: the mode
 which segment each token is in, i.e. the pair input with its segment ids. Train, dev and test
 sentences are disjoint, so the dev score is not memorisation.
 """
+import dataclasses
 import json
 import random
 from pathlib import Path
@@ -17,6 +18,7 @@ import pytest
 from albert_jax.data import tokenizer as tokenizer_lib
 from albert_jax.finetune import run as finetune_run
 from albert_jax.finetune.demo import demo_sentences
+from albert_jax.finetune.task import real_rows
 from configs import custom as custom_config, glue as glue_config, race as race_config
 
 _VOCAB_SIZE = 1000
@@ -155,10 +157,38 @@ def test_own_three_class_task_from_real_text_is_well_above_chance(spm_model, sen
     config.data.text_a, config.data.text_b = "first", "second"
     config.selection_metric = "macro_f1"
     config = _from_scratch(config, Path(), spm_model, steps)
+    config.length_buckets = (32,)  # below seq_len 48: predict's order matters (below)
     best = finetune_run.finetune(config, str(tmp_path / "run"))
     # Chance is 1/3; the echoed pairs alone (identical halves) give 1/3 + a coin flip on the
     # rest, 2/3; above that the model tells the order of the halves.
     assert best["accuracy"] > 0.75 and best["macro_f1"] > 0.7, best
+
+    # predict runs a chunk shortest first and puts the predictions back in input order: the
+    # records equal those of the batches in input order, and more batches run at the short
+    # bucket.
+    run = finetune_run.load_finished_run(str(tmp_path / "run"))
+    examples = next(run.task.read_inputs(str(paths["dev"]), finetune_run.PREDICT_CHUNK_ROWS))
+
+    def counting_lengths(lengths: list[int]):
+        def eval_step(params, batch):
+            lengths.append(batch["input_ids"].shape[-1])
+            return run.eval_step(params, batch)
+        return dataclasses.replace(run, eval_step=eval_step)
+
+    sorted_lengths, input_order_lengths = [], []
+    records = counting_lengths(sorted_lengths).prediction_records(examples)
+    _, predictions = counting_lengths(input_order_lengths).predict(
+        run.task.batches_of(run.task.input_features(examples)))
+    expected = run.task.prediction_records(examples, real_rows(predictions))
+    assert [record["id"] for record in records] == [str(row) for row in range(len(examples))]
+    for record, expected_record in zip(records, expected, strict=True):
+        assert record["id"] == expected_record["id"]
+        assert record["prediction"] == expected_record["prediction"]
+        assert record["probabilities"] == pytest.approx(expected_record["probabilities"],
+                                                        abs=1e-5)
+    assert len(sorted_lengths) == len(input_order_lengths) == -(-len(examples) // 64)
+    assert sorted_lengths.count(32) > input_order_lengths.count(32), (sorted_lengths,
+                                                                      input_order_lengths)
 
 
 def test_the_demo_paraphrase_task_reads_as_mrpc(tmp_path):
