@@ -243,6 +243,11 @@ def run_table(row_configs: dict[str, ml_collections.ConfigDict], workdir: str,
     if seeds < 1:
         raise ValueError(f"--seeds={seeds}: need at least 1")
     os.makedirs(workdir, exist_ok=True)
+    # Every seed of a row (and every row of one shape) runs the same programs: a compilation
+    # cache in the table's workdir compiles each once, unless JAX_COMPILATION_CACHE_DIR names
+    # one already.
+    if not jax.config.jax_compilation_cache_dir:
+        jax.config.update("jax_compilation_cache_dir", os.path.join(workdir, "jax_cache"))
     runs: dict[str, list[dict[str, Any]]] = {row: [] for row in row_configs}
     for seed in range(seeds):
         for row, config in row_configs.items():
