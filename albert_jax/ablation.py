@@ -31,6 +31,7 @@ columns: ours as mean ± std over seeds beside the paper's numbers, parameter co
 from __future__ import annotations
 
 import importlib.util
+import io
 import json
 import math
 import os
@@ -262,10 +263,8 @@ def run_table(row_configs: dict[str, ml_collections.ConfigDict], workdir: str,
     write_atomically(os.path.join(workdir, "table.json"), json.dumps(record, indent=2))
     write_atomically(os.path.join(workdir, "table.md"), markdown(record))
     print(markdown(record), flush=True)
-    plotted = plot(record, os.path.join(workdir, "table.png"))
-    print(f"wrote {workdir}/table.json, table.md" + (", table.png" if plotted else
-          " (no table.png: matplotlib is not installed; pip install albert-jax[plot])"),
-          flush=True)
+    plot(record, os.path.join(workdir, "table.png"))
+    print(f"wrote {workdir}/table.json, table.md, table.png", flush=True)
     return record
 
 
@@ -328,14 +327,11 @@ def markdown(record: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(record: dict[str, Any], path: str) -> bool:
-    """A bar chart of the main column per row (error bars: std over seeds); False when
-    matplotlib is not installed."""
-    try:
-        import matplotlib
-    except ImportError:
-        return False
-    matplotlib.use("Agg")
+def plot(record: dict[str, Any], path: str) -> None:
+    """Writes `path`: a PNG bar chart of the main column per row (error bars: std over seeds)."""
+    import matplotlib  # only here: every other command starts without it
+
+    matplotlib.use("Agg")  # no display on a pod host
     from matplotlib import pyplot
     key = record["main_column"]
     rows = list(record["rows"])
@@ -349,9 +345,10 @@ def plot(record: dict[str, Any], path: str) -> bool:
                    f"{record['seeds']} seed(s)")
     axes.tick_params(axis="x", rotation=30)
     figure.tight_layout()
-    figure.savefig(path, dpi=100)
+    png = io.BytesIO()
+    figure.savefig(png, format="png", dpi=100)
     pyplot.close(figure)
-    return True
+    write_atomically(path, png.getvalue())  # a gs:// workdir too
 
 
 def row_configs(get_config: Callable[[str], ml_collections.ConfigDict], table: int,

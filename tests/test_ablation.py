@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import struct
 
 import jax
 import ml_collections
@@ -299,3 +301,17 @@ def test_table_md_has_mean_and_std_over_seeds_beside_the_papers_numbers() -> Non
                                "paper MLM | paper NSP | paper SOP |")
     assert lines[4] == ("| nsp | 304,372 | 10.0 ± 0.0 | 80.0 ± 0.0 | 60.0 ± 10.0 | 70.0 ± 0.0 | "
                         "54.5 | 90.5 | 52.0 | 88.4/81.5 | 77.2/74.6 | 81.6 | 91.1 | 62.3 | 79.2 |")
+
+
+def test_table_png_is_a_bar_chart_of_the_main_column(tmp_path) -> None:
+    configs = {row: get_config(f"table=5,row={row},scale=demo") for row in ("none", "nsp", "sop")}
+    runs = {row: [{"row": row, "seed": 12345, "params": 304_372, "masked_lm_accuracy": 0.1,
+                   "nsp_accuracy": 0.6, "sop_accuracy": 0.5, "paraphrase": paraphrase}]
+            for row, paraphrase in zip(configs, (0.6, 0.65, 0.8))}
+    path = tmp_path / "out" / "table.png"
+    ablation.plot(ablation.summarize(configs, runs), str(path))
+    png = path.read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"  # the PNG signature
+    width, height = struct.unpack(">II", png[16:24])  # the IHDR chunk
+    assert (width, height) == (560, 350)  # figsize (1.2 x 3 rows + 2, 3.5) inches at 100 dpi
+    assert [name for name in os.listdir(path.parent)] == ["table.png"]  # no temporary left
