@@ -3,7 +3,8 @@
 #               on a paraphrase task made from the same text, then predict on new pairs
 #               (offline, CPU)
 #   make test   install with the test extra, then run the test suite (two workers, one file each:
-#               module fixtures stay in one process; 31 min on a shared 2-core EPYC, 935 tests)
+#               module fixtures stay in one process; 29 min in CI on 2 cores, 936 tests: over
+#               the 15 min wanted, see the per-file times in the stop notes)
 PYTHON ?= python3
 VENV ?= .venv
 DEMO_CONFIG ?= configs/pretrain.py:runlocal
