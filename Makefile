@@ -4,7 +4,7 @@
 #               (offline, CPU)
 #   make test   install with the test extra, then run the test suite (two workers, one file each:
 #               module fixtures stay in one process; 29 min in CI on 2 cores, 936 tests: over
-#               the 15 min wanted, see the per-file times in the stop notes)
+#               the 15 min wanted, per-file times in benchmarks/RESULTS.md)
 PYTHON ?= python3
 VENV ?= .venv
 DEMO_CONFIG ?= configs/pretrain.py:runlocal
