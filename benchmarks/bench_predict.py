@@ -19,8 +19,9 @@ on the same exported model (issue 21): rows/s, peak memory, and that both give t
    `--round_rows` rows of the file, after one untimed warm-up pass each: ours is the predict
    path of `albert_jax.finetune.run` (`load_finished_run`, then per chunk of PREDICT_CHUNK_ROWS
    rows the task's `read_inputs`, `FinishedRun.prediction_records` (the chunk's rows shortest
-   first, back in input order) and json.dumps of each record); HF is `transformers.pipeline("text-classification",
-   tokenizer=AlbertTokenizer(spiece.model), device=-1, batch_size=B, top_k=None)` on the rows
+   first, back in input order) and json.dumps of each record); HF is
+   `transformers.pipeline("text-classification", tokenizer=AlbertTokenizer(spiece.model),
+   device=-1, batch_size=B, top_k=None)` on the rows
    read by csv.DictReader in the same chunks, with the same records and json.dumps. The table
    gives the median over rounds of each side's rows/s and of the per-round ratio. HF's batch
    size is the fastest of `--hf_batch_sizes` on a short probe before the rounds.

@@ -110,11 +110,9 @@ class FinishedRun:
         order = _shortest_first(features, self.task.sequence_fields)
         _, predictions = self.predict(self.task.batches_of(
             {name: value[order] for name, value in features.items()}))
-        in_input_order = {}
-        for name, value in real_rows(predictions).items():
-            in_input_order[name] = np.empty_like(value)
-            in_input_order[name][order] = value
-        return self.task.prediction_records(examples, in_input_order)
+        input_order = np.argsort(order)  # the inverse permutation
+        return self.task.prediction_records(
+            examples, {name: value[input_order] for name, value in real_rows(predictions).items()})
 
     def predict(self, host_batches: Iterator[dict[str, np.ndarray]]
                 ) -> tuple[dict[str, np.ndarray] | None, dict[str, np.ndarray]]:
