@@ -3,8 +3,9 @@
 #               on a paraphrase task made from the same text, then predict on new pairs
 #               (offline, CPU)
 #   make test   install with the test extra, then run the test suite (two workers, one file each:
-#               module fixtures stay in one process; 29 min in CI on 2 cores, 936 tests: over
-#               the 15 min wanted, per-file times in benchmarks/RESULTS.md)
+#               module fixtures stay in one process; 18 min on the idle 2-core machine, 936
+#               tests, after tests/conftest.py dropped LLVM's CPU optimisations: still over the
+#               15 min wanted, per-file times in benchmarks/RESULTS.md)
 PYTHON ?= python3
 VENV ?= .venv
 DEMO_CONFIG ?= configs/pretrain.py:runlocal

@@ -14,7 +14,8 @@ from albert_jax.train import optim, sharding, state as state_lib, step as step_l
 
 SCRIPT = textwrap.dedent("""
     import os
-    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")  # conftest.py's flags
+                               + " --xla_force_host_platform_device_count=8")
     import json, sys
     import jax, numpy as np, ml_collections
     sys.path.insert(0, os.path.dirname(sys.argv[1]))  # tests/
