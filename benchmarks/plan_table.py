@@ -17,12 +17,13 @@ the planner's JSON; a `*` marks a peak above the chip's HBM in a program the TPU
 (see `markdown_row`). Prints the markdown table (header included), or with --json one JSON list of
 {preset, slice, attention, plan}. Progress goes to stderr. With --rows_file each finished row is
 appended there as one JSON line, and a rerun skips the rows already in it (a long sweep survives a
-kill).
-4 to 15 minutes a preset on two shared CPU cores (37 for the whole table), most where levers run.
+kill). A row takes 1 to 10 minutes on two CPU cores, most where levers run (the xla rows 38
+minutes in all on shared cores, the splash rows 69).
 """
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import subprocess
@@ -77,7 +78,7 @@ def _largest_buffer(plan: dict[str, Any], width: int = 60) -> str:
     return f"{_gib(buffer['bytes'])} GiB `{shapes}`"
 
 
-def markdown_row(preset: str, slice_name: str, attention: str, plan: dict[str, Any]) -> str:
+def markdown_row(preset: str, slice_name: str, plan: dict[str, Any]) -> str:
     """One row of the README table from the planner's JSON. A `*` would mark a peak above the
     HBM of the planner's chip table in a program the TPU compiler accepted: the table holds the
     compiler's own "available HBM", so a `*` means libtpu changed it (update plan.CHIPS)."""
@@ -97,7 +98,7 @@ def markdown_row(preset: str, slice_name: str, attention: str, plan: dict[str, A
     else:
         flags = fits_with["overrides"].replace("--config.", "")
         change = f"`{flags}` ({peak(fits_with)})"
-        if attention != "xla":
+        if plan["attention_impl"] != "xla":
             # What the fused kernel alone leaves over: the buffers a lever has to take away.
             change += f"; largest buffer as configured {_largest_buffer(plan)}"
     temp = plan["temp_bytes_per_device"]
@@ -152,29 +153,26 @@ def main() -> None:
                 row = json.loads(line)
                 finished[row["preset"], row["slice"], row["attention"]] = row
     rows = []
-    for preset in presets:
-        for slice_name in slices:
-            for attention in attentions:
-                key = (preset, slice_name, attention)
-                if key not in finished:
-                    started = time.perf_counter()
-                    plan = plan_row(*key)
-                    print(f"{preset} on {slice_name} with {attention}: "
-                          f"{time.perf_counter() - started:.0f} s, "
-                          f"{len(plan['levers_tried'])} lever settings tried",
-                          file=sys.stderr, flush=True)
-                    finished[key] = {"preset": preset, "slice": slice_name,
-                                     "attention": attention, "plan": plan}
-                    if args.rows_file:
-                        with open(args.rows_file, "a") as rows_file:
-                            rows_file.write(json.dumps(finished[key]) + "\n")
-                rows.append(finished[key])
+    for key in itertools.product(presets, slices, attentions):
+        if key not in finished:
+            preset, slice_name, attention = key
+            started = time.perf_counter()
+            plan = plan_row(*key)
+            print(f"{preset} on {slice_name} with {attention}: "
+                  f"{time.perf_counter() - started:.0f} s, "
+                  f"{len(plan['levers_tried'])} lever settings tried", file=sys.stderr, flush=True)
+            finished[key] = {"preset": preset, "slice": slice_name, "attention": attention,
+                             "plan": plan}
+            if args.rows_file:
+                with open(args.rows_file, "a") as rows_file:
+                    rows_file.write(json.dumps(finished[key]) + "\n")
+        rows.append(finished[key])
     if args.json:
         print(json.dumps(rows))
         return
     print(header(rows[0]["plan"]["mfu"]))
     for row in rows:
-        print(markdown_row(row["preset"], row["slice"], row["attention"], row["plan"]))
+        print(markdown_row(row["preset"], row["slice"], row["plan"]))
 
 
 if __name__ == "__main__":

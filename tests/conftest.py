@@ -15,8 +15,8 @@ import tempfile
 
 # LLVM's optimisations of the CPU code cost much of a tiny program's compile and save little of
 # its run: without them test_step.py takes 0.76x the time (72 s against 95 s) and a training run
-# (test_finetune_learning.py's pair task) about the same; the suite 18 min instead of ~24
-# (benchmarks/RESULTS.md). XLA's own passes stay.
+# (test_finetune_learning.py's pair task) about the same; the suite took 18 min on the idle
+# 2-core box (CI took 24 before; benchmarks/RESULTS.md). XLA's own passes stay.
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8 "
                       "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true")
 

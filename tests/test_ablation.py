@@ -314,4 +314,4 @@ def test_table_png_is_a_bar_chart_of_the_main_column(tmp_path) -> None:
     assert png[:8] == b"\x89PNG\r\n\x1a\n"  # the PNG signature
     width, height = struct.unpack(">II", png[16:24])  # the IHDR chunk
     assert (width, height) == (560, 350)  # figsize (1.2 x 3 rows + 2, 3.5) inches at 100 dpi
-    assert [name for name in os.listdir(path.parent)] == ["table.png"]  # no temporary left
+    assert os.listdir(path.parent) == ["table.png"]  # no temporary left
