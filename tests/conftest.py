@@ -12,6 +12,11 @@ import atexit
 import os
 import shutil
 import tempfile
+import uuid
+
+import pytest
+
+from tests.storage_emulator import StorageEmulator
 
 # LLVM's optimisations of the CPU code cost much of a tiny program's compile and save little of
 # its run: without them test_step.py takes 0.76x the time (72 s against 95 s) and a training run
@@ -27,3 +32,26 @@ os.environ["JAX_COMPILATION_CACHE_DIR"] = os.environ["ALBERT_JAX_TESTS_JAX_CACHE
 # Cache every program, however fast it compiled: the tests' programs are small.
 os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
 os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
+
+
+# ---------------------------------------------------------------------------------------------
+# A Cloud Storage server on the loopback, for every test that names a gs:// path: one per
+# pytest process, its address in os.environ so the CLI subprocesses of a test reach it too.
+
+@pytest.fixture(scope="session")
+def storage_emulator(tmp_path_factory):
+    with StorageEmulator(str(tmp_path_factory.mktemp("storage_emulator"))) as emulator:
+        saved = {key: os.environ.get(key) for key in emulator.environment}
+        os.environ.update(emulator.environment)
+        yield emulator
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+@pytest.fixture
+def bucket(storage_emulator) -> str:
+    """A fresh folder of the emulator's bucket for one test: `gs://<bucket>/<unique name>`."""
+    return f"gs://{storage_emulator.bucket}/{uuid.uuid4().hex[:12]}"
