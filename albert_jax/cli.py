@@ -19,6 +19,7 @@
 """
 from __future__ import annotations
 
+import copy
 import json
 import os
 import sys
@@ -250,18 +251,86 @@ COMMANDS: dict[tuple[str, ...], Callable[[], None]] = {
 }
 
 
+# The flags each command reads besides the multi-host ones (launchers add --multihost to any
+# command line). A flag of ours that the command does not read is refused, not silently
+# ignored; absl's own (--verbosity, ...) and libraries' flags go with every command.
+_MULTIHOST_FLAGS = ("multihost", "coordinator_address", "num_processes", "process_id")
+COMMAND_FLAGS: dict[tuple[str, ...], tuple[str, ...]] = {
+    ("tokenizer", "train"): ("config",),
+    ("data", "build"): ("config",),
+    ("data", "inspect"): ("config", "num_examples"),
+    ("pretrain",): ("config", "workdir"),
+    ("finetune",): ("config", "workdir"),
+    ("evaluate",): ("workdir", "split"),
+    ("predict",): ("workdir", "input", "output"),
+    ("checkpoint", "verify"): ("workdir",),
+    ("plan",): ("config", "topology", "devices", "hbm_gib", "peak_tflops", "mfu", "levers", "json"),
+    ("convert",): ("from", "to", "path", "config_path", "output"),
+    ("ablate",): ("config", "table", "scale", "seeds", "workdir"),
+}
+
+
 def _usage() -> str:
     commands = __doc__.split("\n\n", 1)[1].rstrip()  # the module docstring's command lines
     return f"usage:\n{commands}\n(see README.md; `albert-jax <command> --helpfull` lists every flag)"
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    argv = list(sys.argv if argv is None else argv)
+def _command_words(argv: Sequence[str]) -> list[str]:
+    """The command's words: what comes after the program name and before the first flag."""
     words = []
     for word in argv[1:]:
         if word.startswith("-"):
             break
         words.append(word)
+    return words
+
+
+def _check_flags_of(words: list[str], args: Sequence[str]) -> None:
+    """Raises flags.Error for a flag of ours that `albert-jax WORDS` does not read."""
+    ours = set(_MULTIHOST_FLAGS).union(*COMMAND_FLAGS.values())
+    takes = COMMAND_FLAGS[tuple(words)]
+    for arg in args:
+        if arg == "--":
+            break
+        name = arg.lstrip("-").split("=", 1)[0].split(".", 1)[0]  # --config.a.b=v: config
+        if name not in ours and name.startswith("no"):
+            name = name[2:]  # --nojson
+        if arg.startswith("-") and name in ours and name not in takes + _MULTIHOST_FLAGS:
+            raise flags.Error(f"--{name} is not a flag of `albert-jax {' '.join(words)}`, which "
+                              f"reads {', '.join('--' + flag for flag in takes)}")
+
+
+def check_command_line(argv: Sequence[str]) -> ml_collections.ConfigDict | None:
+    """Parses `albert-jax ...` as `main` does and runs nothing: the command exists, every flag
+    is one it reads with a value of its type, --config loads and every --config.KEY=VALUE
+    names a key of it and converts. Returns the config (None for a command without one).
+
+    Raises app.UsageError (unknown command), flags.Error (a flag or value; a config file that
+    fails to load), AttributeError or KeyError (an override of a key the config lacks). The
+    docs' commands are checked with it (tests/test_docs_commands.py).
+    """
+    words = _command_words(argv)
+    if words[:1] == ["squad-eval"]:  # positional files; its own parser reads the rest
+        return None
+    if tuple(words) not in COMMANDS:
+        raise app.UsageError(f"unknown command {' '.join(words)!r}")
+    args = _with_ablation_config(words, [argv[0], *argv[1 + len(words):]])
+    _check_flags_of(words, args[1:])
+    # Flags of their own, so that the process's flags keep their values, and a config flag
+    # that reads its overrides from these arguments instead of sys.argv.
+    flag_values = flags.FlagValues()
+    for name in {flags.FLAGS[name].name for name in flags.FLAGS}:
+        if name.split(".", 1)[0] != "config":
+            flag_values[name] = copy.deepcopy(flags.FLAGS[name])
+    config_flags.DEFINE_config_file("config", None, flags.FLAGS["config"].help,
+                                    flag_values=flag_values, lock_config=True, sys_argv=args)
+    flag_values(args)
+    return flag_values["config"].value
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    argv = list(sys.argv if argv is None else argv)
+    words = _command_words(argv)
     if words[:1] == ["squad-eval"]:  # positional file arguments, as the official script takes
         sys.exit(squad_eval.main(argv[2:]))
     command = COMMANDS.get(tuple(words))
@@ -269,6 +338,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.exit(f"albert-jax: unknown command {' '.join(words)!r}\n{_usage()}")
     rest = _with_ablation_config(words, [argv[0]] + argv[1 + len(words):])
     try:
+        _check_flags_of(words, rest[1:])
         remaining = flags.FLAGS(rest)  # parsed here, so a bad config is one line, not a trace
     except flags.Error as error:
         sys.exit(f"albert-jax {' '.join(words)}: error: {_flag_error(error)}")
