@@ -325,7 +325,10 @@ def check_command_line(argv: Sequence[str]) -> ml_collections.ConfigDict | None:
     config_flags.DEFINE_config_file("config", None, flags.FLAGS["config"].help,
                                     flag_values=flag_values, lock_config=True, sys_argv=args)
     flag_values(args)
-    return flag_values["config"].value
+    config = flag_values["config"].value
+    if config is not None:
+        config.keys()  # ml_collections defers the error of a file that failed to load to here
+    return config
 
 
 def main(argv: Sequence[str] | None = None) -> None:
