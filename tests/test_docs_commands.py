@@ -111,6 +111,14 @@ def test_a_command_that_does_not_parse_is_refused(argv, message, monkeypatch):
     assert message in str(error.value)
 
 
+def test_the_command_line_refuses_a_flag_its_command_does_not_read():
+    # The same check in `albert-jax` itself: one line, before any flag is parsed.
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["albert-jax", "predict", "--workdir=w", "--input=in.csv", "--split=test"])
+    assert str(exit_.value) == ("albert-jax predict: error: --split is not a flag of "
+                                "`albert-jax predict`, which reads --workdir, --input, --output")
+
+
 def test_a_command_that_parses_gives_its_config(monkeypatch):
     monkeypatch.chdir(REPO)
     config = cli.check_command_line(shlex.split(
