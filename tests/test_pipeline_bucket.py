@@ -77,8 +77,10 @@ def test_each_host_copies_its_train_shards_and_the_eval_split(local_config, buck
         copied = _copied_dataset(config)
         assert copied == str(tmp_path / f"host{host}" / os.path.relpath(
             dataset_settings.dataset_dir(local_config), local_config.data.dir))
-        assert sorted(os.listdir(copied)) == sorted(metadata + train[host::2] + evaluation)
-        for name in os.listdir(copied):
+        shards = train[host::2] + evaluation
+        assert sorted(os.listdir(copied)) == sorted(
+            metadata + shards + [f"{name}.verified" for name in shards])
+        for name in metadata + shards:
             assert (tmp_path / copied / name).read_bytes() == contents[name], name
 
 
@@ -124,6 +126,19 @@ def test_restored_iterator_continues_exactly(local_config, bucket_data, tmp_path
     restored = pipeline.make_iterator(config, process_index=1, process_count=2)
     restored.set_state(state)
     _assert_same_batches(_take(restored, 30), expected)
+
+
+def test_worker_processes_give_the_same_batches(local_config, bucket_data, tmp_path):
+    data_dir, _ = bucket_data
+    config = _bucket_config(local_config, data_dir, tmp_path)
+    config.data.masking = "dynamic"
+    expected = _take(pipeline.make_iterator(config, process_index=0, process_count=2), 4)
+    config.data.num_workers = 2
+    iterator = pipeline.make_iterator(config, process_index=0, process_count=2)
+    try:
+        _assert_same_batches(_take(iterator, 4), expected)
+    finally:
+        iterator.close()
 
 
 def test_eval_is_that_of_the_local_dataset(local_config, bucket_data, tmp_path):

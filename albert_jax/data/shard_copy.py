@@ -16,7 +16,8 @@
     the hosts' batches together, and the order depends on the number of hosts.
     Each copy is checked against the bucket's object metadata: its size and its CRC32C (GCS
     gives one for every object; MD5 where a store gives only that). A shard already there with
-    the right size and checksum is kept; a copy is written to `<shard>.partial<process index>`,
+    the right size and checksum is kept (`<shard>.verified` records the check, so a file not
+    written since is not read again); a copy is written to `<shard>.partial<process index>`,
     resumed from its end after an interruption, and renamed when it checks out; a local file
     of the wrong size or checksum is copied again.
     It needs at least as many train shards as hosts, and local disk for the host's part
@@ -111,12 +112,28 @@ def _file_checksum(path: str, kind: str) -> str:
     return base64.b64encode(hasher.digest()).decode()
 
 
+def _stamp(path: str, expected: _Object) -> str:
+    """What `<path>.verified` holds once `path` checked out against `expected`: the file's size
+    and modification time with the checksum, so a later start (or evaluation) need not read the
+    whole file again unless it was written since."""
+    status = os.stat(path)
+    return f"{status.st_size} {status.st_mtime_ns} {expected.checksum}\n"
+
+
 def _is_intact(path: str, expected: _Object) -> bool:
     """Whether the local file `path` has `expected`'s size and checksum."""
     if not os.path.isfile(path) or os.path.getsize(path) != expected.size:
         return False
-    return (expected.checksum is None
-            or _file_checksum(path, expected.checksum[0]) == expected.checksum[1])
+    stamp_path = f"{path}.verified"
+    if os.path.exists(stamp_path):
+        with open(stamp_path) as stamp:
+            if stamp.read() == _stamp(path, expected):
+                return True
+    if (expected.checksum is not None
+            and _file_checksum(path, expected.checksum[0]) != expected.checksum[1]):
+        return False
+    files.write_atomically(stamp_path, _stamp(path, expected))
+    return True
 
 
 def _copy_shard(source: str, target: str, expected: _Object, temporary: str) -> None:
@@ -140,6 +157,7 @@ def _copy_shard(source: str, target: str, expected: _Object, temporary: str) -> 
         if os.path.getsize(temporary) == expected.size and (
                 hasher is None or base64.b64encode(hasher.digest()).decode() == expected.checksum[1]):
             os.replace(temporary, target)
+            files.write_atomically(f"{target}.verified", _stamp(target, expected))
             return
         logging.warning("the copy of %s differs from the bucket's (size or checksum)%s", source,
                         "" if attempt else ": copying it again from the start")
