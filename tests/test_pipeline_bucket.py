@@ -128,6 +128,20 @@ def test_restored_iterator_continues_exactly(local_config, bucket_data, tmp_path
     _assert_same_batches(_take(restored, 30), expected)
 
 
+@pytest.mark.parametrize("masking_mode", ["static", "dynamic"])
+def test_one_host_trains_on_the_batches_of_local_disk(local_config, bucket_data, tmp_path,
+                                                      masking_mode):
+    data_dir, _ = bucket_data
+    config = _bucket_config(local_config, data_dir, tmp_path)
+    config.data.masking = local_config.data.masking = masking_mode
+    try:
+        expected = _take(pipeline.make_iterator(local_config, process_index=0, process_count=1), 5)
+    finally:
+        local_config.data.masking = "static"
+    _assert_same_batches(
+        _take(pipeline.make_iterator(config, process_index=0, process_count=1), 5), expected)
+
+
 def test_worker_processes_give_the_same_batches(local_config, bucket_data, tmp_path):
     data_dir, _ = bucket_data
     config = _bucket_config(local_config, data_dir, tmp_path)

@@ -28,7 +28,9 @@ train shards ({j : j % n == i} for host i of n) and the eval split to data.local
 only those: its train batches are its own examples, shuffled with the seed and its process
 index (`make_host_part_dataset`; dynamic masks keyed by the split-wide example index and the
 host's epoch), and the global batch is the hosts' batches together, so the data order depends
-on the number of hosts. Eval is as above, from the local copy.
+on the number of hosts. One host copies the whole split and reads it as above: a one-host run
+from a bucket trains on the batches of the same run from local disk. Eval is as above, from
+the local copy.
 
 Checkpointing: the returned `grain.DatasetIterator` has `get_state()` (a small JSON-able dict:
 the position in the stream of global batches) and `set_state()`; a restored iterator yields
@@ -210,12 +212,12 @@ def make_iterator(config: ml_collections.ConfigDict, split: str = "train", *,
         local_dir = shard_copy.local_dataset_dir(dataset_dir, config.data.local_dir)
         shard_copy.copy_host_part(dataset_dir, local_dir, process_index=process_index,
                                   process_count=process_count)
-        if training:
+        dataset_dir = local_dir
+        if training and process_count > 1:  # (one host has the whole split: read as below)
             return iterate(_host_part_dataset(config, local_dir, host_batch=host_batch,
                                               process_index=process_index,
                                               process_count=process_count, repeat=repeat),
                            prefetch=config.data.prefetch, num_workers=config.data.num_workers)
-        dataset_dir = local_dir
     source = SplitSource(dataset_dir, split)
     dataset = make_dataset(
         source, batch_size=host_batch * process_count, process_index=process_index,

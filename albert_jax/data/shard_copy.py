@@ -13,7 +13,8 @@
     train split, shards {j : j % n == i} for host i of n (`host_shards`), and the whole eval
     split (small; every host evaluates on it as in (a)). The pipeline then shuffles and batches
     only the host's own examples (pipeline.py `make_host_part_dataset`): the global batch is
-    the hosts' batches together, and the order depends on the number of hosts.
+    the hosts' batches together, and the order depends on the number of hosts (one host reads
+    the whole split as from local disk, with the same batches).
     Each copy is checked against the bucket's object metadata: its size and its CRC32C (GCS
     gives one for every object; MD5 where a store gives only that). A shard already there with
     the right size and checksum is kept (`<shard>.verified` records the check, so a file not
