@@ -106,20 +106,18 @@ class SplitSource:
                     f"shard {path} of dataset {dataset_dir} is missing; delete {dataset_dir} and "
                     f"{_BUILD_HINT}")
         if shards is None:
-            self.indices = range(int(self._shard_ends[-1]) if len(all_paths) else 0)
+            self.indices = range(sum(split_info.shard_lengths))
             self._offsets = None
             self._source = dataset.as_data_source(split)
         else:
-            starts = self._shard_ends - np.asarray(split_info.shard_lengths)
-            self.indices = np.concatenate([np.arange(starts[shard], self._shard_ends[shard])
-                                           for shard in self.shards])
+            lengths = np.asarray(split_info.shard_lengths)[self.shards]
+            starts = (self._shard_ends - split_info.shard_lengths)[self.shards]
+            self.indices = np.concatenate([np.arange(start, start + length)
+                                           for start, length in zip(starts, lengths)])
             # Split-wide index -> position in the files read: index + _offsets[its shard].
-            self._read = np.zeros(len(all_paths), dtype=bool)
-            self._read[self.shards] = True
-            read_before = np.cumsum([0] + [self._shard_ends[shard] - starts[shard]
-                                           for shard in self.shards])
+            self._read = np.isin(np.arange(len(all_paths)), self.shards)
             self._offsets = np.zeros(len(all_paths), dtype=np.int64)
-            self._offsets[self.shards] = read_before[:-1] - starts[self.shards]
+            self._offsets[self.shards] = np.cumsum(lengths) - lengths - starts
             self._source = ShardRecords(self.shard_paths, dataset.info.features)
 
     def __len__(self) -> int:
