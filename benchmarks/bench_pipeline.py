@@ -16,9 +16,9 @@ one H100 (a planning bar, not a measurement).
 data/shard_copy.py mode (b)) stream as fast as reading the same shards built locally? The same
 dataset (4 shards a split) is uploaded to the Cloud Storage emulator of the tests
 (tests/storage_emulator.py, on this machine: its copy speed says nothing of GCS's), copied
-once by host 0 (of 1, and of 2), then batches are timed from the local build (the global
-stream) and from the copies (the host's own stream), in interleaved rounds; prints the median
-and spread of examples/s per source.
+once by host 0 (of 1, and of 2), then host 0's batches are timed from the local build (the
+global stream) and from the copies (of 2 hosts: the host's own stream), in interleaved rounds;
+prints the median and spread of examples/s per source.
 """
 from __future__ import annotations
 
@@ -137,7 +137,8 @@ def _bucket_copy_rates(args: argparse.Namespace, directory: str, bucket: str
     remote_dir.mkdir(parents=True, exist_ok=True)
     for path in local_dir.iterdir():
         (remote_dir / path.name).write_bytes(path.read_bytes())
-    sources = {"local build (global stream, all shards)": (config, 1)}
+    sources = {"local build, host 0 of 1 (global stream, all shards)": (config, 1),
+               "local build, host 0 of 2 (its rows of every global batch)": (config, 2)}
     copies = []
     for hosts in (1, 2):
         host_config = bucket_config.copy_and_resolve_references()
