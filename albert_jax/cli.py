@@ -35,7 +35,7 @@ from etils import epath
 
 from albert_jax import ablation, config as config_lib, distributed, pretraining
 from albert_jax.convert import formats
-from albert_jax.data import builder, inspection, tokenizer
+from albert_jax.data import builder, dataset_settings, inspection, shard_copy, tokenizer
 from albert_jax.errors import ConfigError
 from albert_jax.finetune import registry, run as finetune_run, squad_eval
 from albert_jax.train import checkpoint, integrity, loop, plan as plan_lib, workdir_lock
@@ -194,7 +194,20 @@ def _plan() -> None:
     target = (plan_lib.tpu_target(_TOPOLOGY.value) if _TOPOLOGY.value is not None
               else plan_lib.cpu_target(_DEVICES.value, _HBM_GIB.value, _PEAK_TFLOPS.value))
     result = plan_lib.plan(config, _plan_task, target, mfu=_MFU.value, try_levers=_LEVERS.value)
+    if "task" not in config:  # pretraining: the local disk a host needs for shards in a bucket
+        result["hosts"] = plan_lib.num_hosts(target)
+        result["data_local_bytes_per_host"] = _data_local_bytes(config, result["hosts"])
     print(json.dumps(result) if _JSON.value else plan_lib.format_plan(result), flush=True)
+
+
+def _data_local_bytes(config: ml_collections.ConfigDict, hosts: int) -> int | None:
+    """shard_copy.local_bytes_per_host of config's dataset; None if it cannot be found (no
+    tokenizer or corpus yet to name it, or not built)."""
+    try:
+        dataset_dir = dataset_settings.dataset_dir(config)
+    except (FileNotFoundError, ValueError):
+        return None
+    return shard_copy.local_bytes_per_host(dataset_dir, hosts)
 
 
 def _convert() -> None:

@@ -1,6 +1,7 @@
 """Can the grain pipeline feed ALBERT-base pretraining? Streaming vs consumption, seq 512.
 
   python benchmarks/bench_pipeline.py [--batch=64] [--model_batch=8] [--vocab_size=5000]
+  python benchmarks/bench_pipeline.py --bucket_copy [--rounds=7] [--stream_batches=20]
 
 Builds a small dataset from the demo corpus in a temp dir (tokenizer trained on it, seq 512,
 dupe_factor 2), times `pipeline.make_iterator` batches of 64 with static and dynamic masking
@@ -10,12 +11,21 @@ jitted forward+backward step of `AlbertForPreTraining(albert-base-v2)` with the 
 scaled linearly to --batch (the table says so). Prints a table with the ratio streaming /
 consumption (>1: the pipeline keeps up), also against SPEC 12.6's derived ALBERT-base rate on
 one H100 (a planning bar, not a measurement).
+
+--bucket_copy: does reading from a host's copy of shards in a bucket (data.dir=gs://...,
+data/shard_copy.py mode (b)) stream as fast as reading the same shards built locally? The same
+dataset (4 shards a split) is uploaded to the Cloud Storage emulator of the tests
+(tests/storage_emulator.py, on this machine: its copy speed says nothing of GCS's), copied
+once by host 0 (of 1, and of 2), then host 0's batches are timed from the local build (the
+global stream) and from the copies (of 2 hosts: the host's own stream), in interleaved rounds;
+prints the median and spread of examples/s per source.
 """
 from __future__ import annotations
 
 import argparse
 import itertools
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -23,12 +33,15 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
+import tensorflow_datasets as tfds
+from etils import epath
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # configs/
 from albert_jax import pretraining  # noqa: E402
 from albert_jax.data import builder, corpus, dataset_settings, pipeline, tokenizer  # noqa: E402
 from albert_jax.model import AlbertForPreTraining, get_config  # noqa: E402
 from configs import pretrain as pretrain_config  # noqa: E402
+from tests.storage_emulator import StorageEmulator  # noqa: E402
 
 # SPEC 12.6 (DERIVED): ALBERT-base at seq 512 on one H100 at ~40% MFU, sequences per second.
 H100_ALBERT_BASE_512 = 1400
@@ -45,16 +58,18 @@ def _pretraining_config(directory: str, batch: int, vocab_size: int):
     return config
 
 
-def _streaming_rate(config, masking_mode: str, batches: int, num_workers: int = 0) -> float:
+def _streaming_rate(config, masking_mode: str, batches: int, num_workers: int = 0, *,
+                    process_count: int = 1) -> float:
+    """Examples/s of host 0 of `process_count` (its batch: config.batch_size // process_count)."""
     config.data.masking = masking_mode
     config.data.num_workers = num_workers
-    iterator = pipeline.make_iterator(config, process_index=0, process_count=1)
+    iterator = pipeline.make_iterator(config, process_index=0, process_count=process_count)
     for _ in range(2 + num_workers):  # warm-up: open shards, start threads and workers
         next(iterator)
     start = time.perf_counter()
     for _ in range(batches):
         next(iterator)
-    rate = batches * config.batch_size / (time.perf_counter() - start)
+    rate = batches * config.batch_size // process_count / (time.perf_counter() - start)
     iterator.close()
     return rate
 
@@ -89,6 +104,58 @@ def _step_seconds(model_batch: int, seq_len: int, steps: int) -> float:
     return (time.perf_counter() - start) / steps
 
 
+def _bucket_copy_table(args: argparse.Namespace) -> None:
+    """--bucket_copy (module docstring): examples/s from local shards vs a host's copy."""
+    with tempfile.TemporaryDirectory() as directory:
+        os.makedirs(os.path.join(directory, "emulator"))
+        with StorageEmulator(os.path.join(directory, "emulator")) as emulator:
+            os.environ.update(emulator.environment)
+            size, copies, rates = _bucket_copy_rates(args, directory, emulator.bucket)
+    print(f"\ndataset: {size / 1e6:.0f} MB (seq 512, 4 shards a split); copy from the local "
+          "emulator, host 0: " + ", ".join(f"of {hosts} host(s) {seconds:.1f}s"
+                                           for hosts, seconds in copies))
+    print(f"\n| read from (static masks, main process, {args.stream_batches} batches of "
+          f"{args.batch} // hosts, {args.rounds} rounds) | median examples/s | min | max |")
+    print("|---|---:|---:|---:|")
+    for name, values in rates.items():
+        print(f"| {name} | {statistics.median(values):,.0f} | {min(values):,.0f} | "
+              f"{max(values):,.0f} |")
+
+
+def _bucket_copy_rates(args: argparse.Namespace, directory: str, bucket: str
+                       ) -> tuple[int, list[tuple[int, float]], dict[str, list[float]]]:
+    """(dataset bytes, [(hosts, seconds of host 0's copy)], {source: examples/s per round})."""
+    config = _pretraining_config(directory, args.batch, args.vocab_size)
+    tokenizer.train(itertools.chain.from_iterable(corpus.demo_documents()),
+                    config.data.tokenizer, args.vocab_size)
+    builder.make_builder(config).download_and_prepare(
+        download_config=tfds.download.DownloadConfig(num_shards=4, try_download_gcs=False))
+    local_dir = epath.Path(dataset_settings.dataset_dir(config))
+    bucket_config = config.copy_and_resolve_references()
+    bucket_config.data.dir = f"gs://{bucket}/data"
+    remote_dir = epath.Path(dataset_settings.dataset_dir(bucket_config))
+    remote_dir.mkdir(parents=True, exist_ok=True)
+    for path in local_dir.iterdir():
+        (remote_dir / path.name).write_bytes(path.read_bytes())
+    sources = {"local build, host 0 of 1 (global stream, all shards)": (config, 1),
+               "local build, host 0 of 2 (its rows of every global batch)": (config, 2)}
+    copies = []
+    for hosts in (1, 2):
+        host_config = bucket_config.copy_and_resolve_references()
+        host_config.data.local_dir = os.path.join(directory, f"copy_of_{hosts}")
+        start = time.perf_counter()
+        next(pipeline.make_iterator(host_config, process_index=0, process_count=hosts))
+        copies.append((hosts, time.perf_counter() - start))
+        shards = "all 4 shards" if hosts == 1 else "shards 0 and 2"
+        sources[f"copy of host 0 of {hosts} ({shards})"] = (host_config, hosts)
+    rates = {name: [] for name in sources}
+    for _ in range(args.rounds):  # interleaved: a drift in machine load hits every source
+        for name, (source_config, hosts) in sources.items():
+            rates[name].append(_streaming_rate(source_config, "static", args.stream_batches,
+                                               process_count=hosts))
+    return sum(path.stat().length for path in local_dir.iterdir()), copies, rates
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--batch", type=int, default=64)
@@ -98,7 +165,14 @@ def main() -> None:
     parser.add_argument("--model_steps", type=int, default=1, help="timed after the compile step")
     parser.add_argument("--workers", type=int, default=2, help="grain workers for the last row")
     parser.add_argument("--vocab_size", type=int, default=5000)
+    parser.add_argument("--bucket_copy", action="store_true",
+                        help="time reading a host's copy of shards in a bucket against the "
+                             "same shards built locally (module docstring)")
+    parser.add_argument("--rounds", type=int, default=7, help="--bucket_copy: timed rounds")
     args = parser.parse_args()
+    if args.bucket_copy:
+        _bucket_copy_table(args)
+        return
 
     with tempfile.TemporaryDirectory() as directory:
         config = _pretraining_config(directory, args.batch, args.vocab_size)

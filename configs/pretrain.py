@@ -47,6 +47,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.data.tokenizer = "runs/tokenizer/spm.model"  # SentencePiece model (SPEC 2.1)
     config.data.vocab_size = 30000
     config.data.dir = "runs/data"  # the TFDS data_dir the build writes into
+    # With data.dir=gs://...: where each host copies the shards it reads (its train shards and
+    # the eval split; albert_jax/data/shard_copy.py). Or mount the bucket (gcsfuse) as data.dir.
+    config.data.local_dir = "~/.cache/albert_jax/data"
     config.data.format = "array_record"  # or "tfrecord"
     config.data.max_predictions = 20  # SPEC 1.1
     config.data.masked_lm_prob = 0.15

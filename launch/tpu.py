@@ -2,7 +2,8 @@
 
   python -m launch.tpu create --tpu=my-v4-32 --zone=us-central2-b --accelerator_type=v4-32 \
       [--runtime_version=V] [--spot | --preemptible] [--queued] [--project=P]
-  python -m launch.tpu setup  --tpu=my-v4-32 --zone=us-central2-b [--repo=GIT_URL [--branch=B]]
+  python -m launch.tpu setup  --tpu=my-v4-32 --zone=us-central2-b [--repo=GIT_URL [--branch=B]] \
+      [--gcsfuse=BUCKET:/mnt/PATH]
   python -m launch.tpu run    --tpu=my-v4-32 --zone=us-central2-b \
       -- pretrain --config=configs/pretrain.py:size=base --workdir=gs://bucket/run1
   python -m launch.tpu logs   --tpu=my-v4-32 --zone=us-central2-b
@@ -21,6 +22,10 @@ setup: on every worker, clones --repo into ~/albert_jax and checks out --branch 
   updates it; without --repo, the checkout there is used), then installs it with the [tf,tpu]
   extras into ~/albert_jax/.venv, made by uv with Python 3.12 (the TPU images' Python 3.10 is
   too old for jax). Workers get the code from git, so push what they should run first.
+  --gcsfuse=BUCKET:/mnt/PATH also installs Cloud Storage FUSE and mounts the bucket there on
+  every worker, so that e.g. --config.data.dir=/mnt/PATH/data reads the training shards through
+  the mount (albert_jax/data/shard_copy.py: mode (a); with data.dir=gs://... each host copies
+  its shards to its disk instead, mode (b)).
 run: on every worker at once, `--workdir_setup` (enter ~/albert_jax, activate .venv) and then
   `albert-jax ARGS --multihost`; jax reads the pod's coordinator, process count and each
   worker's id from the TPU metadata. Each worker appends its output to --log_file on its own
@@ -242,6 +247,9 @@ def _parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentPars
                                            "the checkout already there)")
     installing.add_argument("--branch", help=f"--repo's branch to check out (default: "
                                              f"{tpu_commands.DEFAULT_BRANCH})")
+    installing.add_argument("--gcsfuse", metavar="BUCKET:/mnt/PATH",
+                            help="also mount the bucket at /mnt/PATH on every worker (gcsfuse), "
+                                 "to read data.dir through it")
     logging = argparse.ArgumentParser(add_help=False)
     logging.add_argument("--log_file", default=tpu_commands.DEFAULT_LOG_FILE,
                          help="where each worker appends the output of the run (on its disk)")
@@ -279,7 +287,8 @@ def _parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentPars
             verb, parents=parents, help=help_text,
             usage=f"%(prog)s --tpu=NAME --zone=ZONE [options]{command}")
         # Every verb's namespace has every setting, so that main needs no hasattr.
-        verb_parsers[verb].set_defaults(queued=False, provisioning=None, repo=None, branch=None)
+        verb_parsers[verb].set_defaults(queued=False, provisioning=None, repo=None, branch=None,
+                                        gcsfuse=None)
     return parser, verb_parsers
 
 
@@ -302,6 +311,12 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
                    "run / up)")
     if args.branch and not args.repo:
         verb.error(f"--branch={args.branch} needs --repo=GIT_URL to fetch it from")
+    if args.gcsfuse is not None:
+        bucket, _, mount_point = args.gcsfuse.removeprefix("gs://").partition(":")
+        if not bucket or "/" in bucket or not mount_point.startswith("/"):
+            verb.error(f"--gcsfuse={args.gcsfuse}: give BUCKET:/MOUNT/PATH, e.g. "
+                       "my-bucket:/mnt/my-bucket (a bucket name, an absolute path)")
+        args.gcsfuse = (bucket, mount_point)
     if args.queued and args.provisioning == "preemptible":
         verb.error("--preemptible does not apply to a queued resource: use --spot with --queued")
     if args.verb in ("create", "up") and not args.runtime_version:
@@ -341,7 +356,7 @@ def _main(argv: Sequence[str]) -> int:
                                      provisioning=args.provisioning)
     if args.verb in ("setup", "up"):
         setup = tpu_commands.ssh(tpu, worker="all", command=tpu_commands.setup_command(
-            args.repo, args.branch or tpu_commands.DEFAULT_BRANCH))
+            args.repo, args.branch or tpu_commands.DEFAULT_BRANCH, args.gcsfuse))
     if args.verb in ("run", "up"):
         run = tpu_commands.ssh(tpu, worker="all", command=tpu_commands.run_command(
             args.workdir_setup, command_line.with_multihost(albert_jax_args), args.log_file))

@@ -113,11 +113,13 @@ def remote_path(path: str) -> str:
     return shlex.quote(path)
 
 
-def setup_command(repo: str | None, branch: str = DEFAULT_BRANCH) -> str:
+def setup_command(repo: str | None, branch: str = DEFAULT_BRANCH,
+                  gcsfuse: tuple[str, str] | None = None) -> str:
     """Shell line that installs albert-jax into CHECKOUT/.venv, editable, with PIP_EXTRAS.
 
     With `repo`: CHECKOUT is cloned from it if absent, and `branch` fetched from it and checked
     out, so a second setup updates the code. Without: the checkout already there is installed.
+    With `gcsfuse` (bucket, mount point): then also `gcsfuse_steps`.
     """
     steps = []
     if repo:
@@ -131,7 +133,28 @@ def setup_command(repo: str | None, branch: str = DEFAULT_BRANCH) -> str:
               f"~/.local/bin/uv venv --allow-existing --python={PYTHON_VERSION} .venv",
               f"~/.local/bin/uv pip install --python=.venv/bin/python -e "
               f"{shlex.quote(f'.[{PIP_EXTRAS}]')}"]
+    if gcsfuse:
+        steps += gcsfuse_steps(*gcsfuse)
     return " && ".join(steps)
+
+
+def gcsfuse_steps(bucket: str, mount_point: str) -> list[str]:
+    """Shell steps that install Cloud Storage FUSE from Google's apt repository (unless there)
+    and mount `bucket` at `mount_point` (unless mounted), owned by the ssh user: a data.dir
+    under it is read like a local folder (albert_jax/data/shard_copy.py, mode (a)).
+    --implicit-dirs shows the folders that exist only as prefixes of object names, as gcsfs
+    and gsutil leave them."""
+    repository = ("deb [signed-by=/usr/share/keyrings/cloud.google.asc] "
+                  "https://packages.cloud.google.com/apt gcsfuse-$(lsb_release -c -s) main")
+    mount_point = shlex.quote(mount_point)
+    return [f"(command -v gcsfuse >/dev/null || (echo \"{repository}\" | sudo tee "
+            "/etc/apt/sources.list.d/gcsfuse.list >/dev/null && curl -fsSL "
+            "https://packages.cloud.google.com/apt/doc/apt-key.gpg | sudo tee "
+            "/usr/share/keyrings/cloud.google.asc >/dev/null && sudo apt-get update -q && "
+            "sudo apt-get install -y -q gcsfuse))",
+            f"sudo mkdir -p {mount_point}", f"sudo chown \"$(id -u):$(id -g)\" {mount_point}",
+            f"(mountpoint -q {mount_point} || gcsfuse --implicit-dirs {shlex.quote(bucket)} "
+            f"{mount_point})"]
 
 
 def run_command(workdir_setup: str, albert_jax_args: Sequence[str], log_file: str) -> str:

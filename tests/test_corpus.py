@@ -4,8 +4,9 @@ import importlib.util
 import re
 
 import pytest
+from etils import epath
 
-from albert_jax.data import corpus
+from albert_jax.data import corpus, dataset_settings
 from albert_jax.data.corpus import CorpusStats, iter_documents, list_sources, read_documents
 
 
@@ -102,6 +103,48 @@ def test_list_sources_errors(tmp_path):
         list_sources("corpus/missing.txt")  # Looks like a file, not a TFDS name.
     with pytest.raises(ValueError, match="names no source"):
         list_sources(" , ")
+
+
+def _upload(local_root, bucket_root):
+    """Copies every file under `local_root` to the same relative path under `bucket_root`."""
+    for path in sorted(local_root.rglob("*")):
+        if path.is_file():
+            target = epath.Path(bucket_root) / str(path.relative_to(local_root))
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(path.read_bytes())
+
+
+def test_bucket_corpus_reads_as_the_same_files_locally(tmp_path, bucket):
+    local = tmp_path / "corpus"
+    _write(local / "b.txt", b"Bee one.\nBee two.\n\nBee three.\n")
+    _write(local / "a.txt", b"Ay one.\nAy two.\n")
+    _write(local / "deep" / "c.txt.gz", gzip.compress(b"Sea one.\nSea two.\n\nSea three.\n"))
+    _write(local / "notes.md", b"Not matched by *.txt.\n")
+    _upload(local, f"{bucket}/corpus")
+    for local_spec, bucket_spec in [
+            (f"{local}/*.txt", f"{bucket}/corpus/*.txt"),  # a glob
+            (str(local), f"{bucket}/corpus"),  # a folder, recursively
+            (f"{local}/deep/c.txt.gz,{local}/a.txt",  # a list keeps its order; gzip
+             f"{bucket}/corpus/deep/c.txt.gz,{bucket}/corpus/a.txt")]:
+        assert ([source.replace(bucket + "/corpus", str(local))
+                 for source in list_sources(bucket_spec)] == list_sources(local_spec))
+        assert list(iter_documents(bucket_spec)) == list(iter_documents(local_spec))
+        # The same files give the same dataset identity, wherever they lie.
+        assert (dataset_settings._corpus_signature(bucket_spec)
+                == dataset_settings._corpus_signature(local_spec))
+    assert list(iter_documents(f"{bucket}/corpus/*.txt")) == [
+        ["Ay one.", "Ay two."], ["Bee one.", "Bee two."], ["Bee three."]]
+    assert corpus.describe(f"{bucket}/corpus/*.txt") == (
+        f"corpus '{bucket}/corpus/*.txt': 2 text files, 46 bytes")  # 30 + 16
+    assert corpus.describe(f"demo,{local}/a.txt") == (
+        f"corpus 'demo,{local}/a.txt': 1 text file, 16 bytes; demo")
+
+
+def test_bucket_corpus_errors(bucket):
+    with pytest.raises(ValueError, match=r"corpus pattern 'gs://.*/nothing/\*\.txt' matched no file"):
+        list_sources(f"{bucket}/nothing/*.txt")
+    with pytest.raises(ValueError, match=r"a bucket glob cannot take `\*\*`; give the folder"):
+        list_sources(f"{bucket}/corpus/**/*.txt")
 
 
 def test_tfds_names():

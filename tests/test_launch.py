@@ -107,6 +107,8 @@ GOLDEN_DRY_RUNS = {
     "launch_tpu_create_preemptible.txt": ["create", *TPU, "--accelerator_type=v3-8",
                                           "--runtime_version=tpu-vm-base", "--preemptible"],
     "launch_tpu_setup.txt": ["setup", *TPU, f"--repo={REPO_URL}", "--branch=my-branch"],
+    "launch_tpu_setup_gcsfuse.txt": ["setup", *TPU, f"--repo={REPO_URL}",
+                                     "--gcsfuse=my-bucket:/mnt/my bucket"],
     "launch_tpu_run.txt": ["run", *TPU, "--", *HOSTILE],
     "launch_tpu_logs.txt": ["logs", *TPU],
     "launch_tpu_delete.txt": ["delete", *TPU],
@@ -169,6 +171,32 @@ def test_tpu_setup_clones_the_repo_and_branch_as_single_words(capsys):
         "~/.local/bin/uv pip install --python=.venv/bin/python -e '.[tf,tpu]'")
 
 
+def test_tpu_setup_gcsfuse_steps_in_bash_mount_the_bucket_once(tmp_path):
+    """The gcsfuse steps run by bash, with sudo, mountpoint and gcsfuse stubs that log their
+    arguments: gcsfuse already installed, the mount point made, owned and mounted once."""
+    bin_dir, log = tmp_path / "bin", tmp_path / "calls.log"
+    bin_dir.mkdir()
+    for name, status in (("sudo", 0), ("gcsfuse", 0), ("mountpoint", 1)):
+        (bin_dir / name).write_text(f"#!/bin/sh\nprintf '%s|' {name} \"$@\" >> '{log}'\n"
+                                    f"echo >> '{log}'\nexit {status}\n")
+        (bin_dir / name).chmod(0o755)
+    steps = tpu_commands.gcsfuse_steps("my-bucket", "/mnt/my bucket")
+    result = subprocess.run(["bash", "-c", " && ".join(steps)], capture_output=True, text=True,
+                            env={**os.environ, "PATH": f"{bin_dir}{os.pathsep}/usr/bin:/bin"})
+    assert result.returncode == 0, result.stderr
+    ids = f"{os.getuid()}:{os.getgid()}"
+    assert log.read_text().splitlines() == [
+        "sudo|mkdir|-p|/mnt/my bucket|", f"sudo|chown|{ids}|/mnt/my bucket|",
+        "mountpoint|-q|/mnt/my bucket|", "gcsfuse|--implicit-dirs|my-bucket|/mnt/my bucket|"]
+
+
+def test_tpu_setup_gcsfuse_takes_a_gs_prefix(capsys):
+    tpu.main(["setup", *TPU, "--gcsfuse=gs://my-bucket:/mnt/data", "--dry_run"])
+    [argv] = printed_commands(capsys.readouterr().out)
+    assert argv[-1].endswith("(mountpoint -q /mnt/data || gcsfuse --implicit-dirs my-bucket "
+                             "/mnt/data)")
+
+
 def test_tpu_without_project_or_workdir_setup_and_with_the_users_multihost(capsys):
     tpu.main(["run", "--tpu=t", "--zone=z", "--workdir_setup=", "--log_file=/tmp/a b.log",
               "--dry_run", "--", "pretrain", "--multihost=gcetpu"])
@@ -211,6 +239,10 @@ def test_default_runtime_versions():
      "--preemptible does not apply to a queued resource: use --spot with --queued"),
     (["setup", "--tpu=t", "--zone=z", "--branch=b"], "--branch=b needs --repo=GIT_URL"),
     (["delete", "--tpu=t", "--zone=z", "--spot"], "unrecognized arguments: --spot"),
+    (["setup", "--tpu=t", "--zone=z", "--gcsfuse=my-bucket"],
+     "--gcsfuse=my-bucket: give BUCKET:/MOUNT/PATH, e.g. my-bucket:/mnt/my-bucket"),
+    (["setup", "--tpu=t", "--zone=z", "--gcsfuse=my-bucket:mnt/data"],
+     "--gcsfuse=my-bucket:mnt/data: give BUCKET:/MOUNT/PATH"),
     (["up", "--tpu=t", "--zone=z", "--accelerator_type=v4-8", "--", "pretrain"],
      "up installs albert-jax on a new TPU VM: give --repo=GIT_URL"),
     (["up", "--tpu=t", "--zone=z", "--accelerator_type=v4-8", "--repo=r", "--", "pretrain",

@@ -14,9 +14,11 @@ import sys
 import pytest
 
 from albert_jax.cli import _plan_task
+from albert_jax.data import dataset_settings
 from albert_jax.errors import ConfigError
-from albert_jax.train import flops, plan
+from albert_jax.train import flops, plan, sharding
 from configs import glue, pretrain, race, squad
+from test_builder import build_small_dataset  # (tests/ is on sys.path under pytest)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -141,6 +143,25 @@ def test_cli_plans_from_its_own_compile_with_a_warm_compilation_cache(tmp_path):
     assert not first["fits"] and first["largest_buffers"]
     assert second["largest_buffers"] == first["largest_buffers"]
     assert second["peak_bytes_per_device"] == first["peak_bytes_per_device"]
+
+
+def test_cli_prints_the_local_disk_a_host_needs_for_shards_in_a_bucket(tmp_path):
+    config = build_small_dataset(tmp_path, num_documents=150)
+    dataset_dir = dataset_settings.dataset_dir(config)
+    shard_bytes = sum(os.path.getsize(os.path.join(dataset_dir, name))
+                      for name in os.listdir(dataset_dir) if ".array_record-" in name)
+    settings = {"data.corpus": config.data.corpus, "data.tokenizer": config.data.tokenizer,
+                "data.dir": config.data.dir, "data.vocab_size": 200, "seq_len": 64,
+                "data.dupe_factor": 2, "data.eval_fraction": 0.1, "batch_size": 16}
+    result = subprocess.run(
+        [sys.executable, "-m", "albert_jax.cli", "plan", "--config=configs/pretrain.py:runlocal",
+         *(f"--config.{key}={value}" for key, value in settings.items()),
+         "--devices=8", "--nolevers"], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    # One CPU host: the whole train split and the eval split.
+    assert (f"with data.dir=gs://..., each of 1 host(s) copies up to "
+            f"{sharding.format_bytes(shard_bytes)} to data.local_dir: its train shards and the "
+            f"eval split") in result.stdout.splitlines(), result.stdout
 
 
 def test_cli_needs_a_target():

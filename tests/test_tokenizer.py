@@ -8,6 +8,7 @@ import ml_collections
 import numpy as np
 import pytest
 import sentencepiece as spm
+from etils import epath
 
 from albert_jax.data import corpus
 from albert_jax.data.tokenizer import Tokenizer, is_start_piece, preprocess_text, train, \
@@ -199,6 +200,31 @@ def test_train_from_config(tmp_path, capsys):
     train_from_config(config)  # A second run keeps the file and says so.
     assert "exists" in capsys.readouterr().out
     assert os.path.getmtime(config.data.tokenizer) == before
+
+
+def test_train_from_a_bucket_corpus_into_a_bucket(tmp_path, bucket, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # where a path string taken for a local one would land
+    text = "\n\n".join("\n".join(_sentences(8, seed)) for seed in range(60))
+    (tmp_path / "corpus.txt").write_text(text)
+    (epath.Path(bucket) / "corpus" / "corpus.txt").write_text(text)
+    configs = [ml_collections.ConfigDict({"seed": 0, "data": {
+        "corpus": corpus_spec, "vocab_size": 200, "do_lower_case": True,
+        "tokenizer": f"{folder}/tok/spm.model"}})
+        for corpus_spec, folder in ((str(tmp_path / "corpus.txt"), str(tmp_path / "local")),
+                                    (f"{bucket}/corpus/*.txt", bucket))]
+    for config in configs:
+        train_from_config(config)
+    assert "480 sentences" in capsys.readouterr().out
+    local, in_bucket = (epath.Path(config.data.tokenizer) for config in configs)
+    assert in_bucket.read_bytes() == local.read_bytes()
+    assert (in_bucket.parent / "spm.vocab").read_bytes() == (local.parent / "spm.vocab").read_bytes()
+    assert sorted(path.name for path in in_bucket.parent.iterdir()) == ["spm.model", "spm.vocab"]
+    assert sorted(os.listdir(tmp_path)) == ["corpus.txt", "local"]  # no ./gs:/ folder
+    sentence = _sentences(1, seed=99)[0]
+    assert (Tokenizer.load(os.fspath(in_bucket)).encode(sentence).tolist()
+            == Tokenizer.load(os.fspath(local)).encode(sentence).tolist())
+    train_from_config(configs[1])  # the model in the bucket is found: not trained again
+    assert "exists; skipping training" in capsys.readouterr().out
 
 
 def test_tokenizer_trained_on_demo_corpus(tmp_path):

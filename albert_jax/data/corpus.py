@@ -5,6 +5,9 @@ A document is a `list[str]` of its sentences (non-empty, stripped). Sources:
   "demo"                              the demo corpus (see `demo_documents`)
   "corpus/*.txt", "corpus/", "a.txt,b.gz"   text files (SPEC 1.2: one sentence per line, a blank
                                       line between documents; `.gz` is decompressed)
+  "gs://bucket/corpus/*.txt", "gs://bucket/corpus/"   the same in a bucket (through etils.epath;
+                                      a bucket glob takes `*`, `?`, `[...]` but not `**`: give
+                                      the folder to read it recursively)
   "wikipedia/20230601.en", "bookcorpus", "tfds:NAME:SPLIT"   TFDS text datasets (needs the
                                       [tf] extra: `pip install albert-jax[tf]`)
 
@@ -15,8 +18,10 @@ from __future__ import annotations
 import ast
 import dataclasses
 import functools
+import contextlib
 import glob
 import gzip
+import io
 import os
 import re
 import sysconfig
@@ -24,6 +29,7 @@ import warnings
 from typing import IO, Iterator
 
 from absl import logging
+from etils import epath
 
 DEMO = "demo"
 TFDS_PREFIX = "tfds:"
@@ -36,6 +42,8 @@ MAX_DOCUMENT_SENTENCES = 10_000
 BOOKCORPUS_LINES_PER_DOCUMENT = 256
 _TFDS_NAME = re.compile(r"^[a-z][a-z0-9_]*(/[A-Za-z0-9_.\-]+)?(:[\d.]+)?$")
 _FILE_SUFFIXES = (".txt", ".text", ".gz", ".json", ".jsonl", ".md")
+_URL = re.compile(r"^[a-z][a-z0-9+.-]*://")  # gs://, s3://...: read through etils.epath
+_GLOB_CHARACTERS = re.compile(r"[*?\[]")
 # A sentence ends at . ! or ? (optionally followed by a closing quote or bracket) before whitespace
 # and an upper-case letter, digit or opening quote/bracket; "e.g. foo" and "3.5" stay whole.
 _SENTENCE_END = re.compile(
@@ -76,11 +84,7 @@ def list_sources(corpus: str) -> list[str]:
             sources.append(pattern if pattern == DEMO or pattern.count(":") >= 2
                            else pattern + ":train")
             continue
-        if os.path.isdir(pattern):
-            files = [os.path.join(directory, name)
-                     for directory, _, names in os.walk(pattern) for name in names]
-        else:
-            files = [path for path in glob.glob(pattern, recursive=True) if os.path.isfile(path)]
+        files = _matching_files(pattern)
         if files:
             sources.extend(sorted(files))
         elif _TFDS_NAME.match(pattern) and not pattern.endswith(_FILE_SUFFIXES):
@@ -92,6 +96,54 @@ def list_sources(corpus: str) -> list[str]:
     if not sources:
         raise ValueError(f"corpus {corpus!r} names no source")
     return sources
+
+
+def _matching_files(pattern: str) -> list[str]:
+    """The files a pattern names: a directory's files (recursively), a glob's, or the file."""
+    if _URL.match(pattern):
+        return _bucket_files(pattern)
+    if os.path.isdir(pattern):
+        return [os.path.join(directory, name)
+                for directory, _, names in os.walk(pattern) for name in names]
+    return [path for path in glob.glob(pattern, recursive=True) if os.path.isfile(path)]
+
+
+def _bucket_files(pattern: str) -> list[str]:
+    """`_matching_files` in a bucket. A folder is listed level by level (epath's `walk` drops
+    the gs:// of the folders it yields); a glob is matched below its last literal folder."""
+    if _GLOB_CHARACTERS.search(pattern) is None:
+        path = epath.Path(pattern)
+        if not path.is_dir():
+            return [pattern] if path.exists() else []
+        files, folders = [], [path]
+        while folders:
+            for entry in folders.pop().iterdir():
+                (folders if entry.is_dir() else files).append(entry)
+        return [os.fspath(file) for file in files]
+    if "**" in pattern:
+        raise ValueError(f"corpus pattern {pattern!r}: a bucket glob cannot take `**`; give the "
+                         f"folder (read recursively) or `*` globs")
+    scheme, rest = pattern.split("://", 1)
+    parts = rest.split("/")
+    literal = next(index for index, part in enumerate(parts) if _GLOB_CHARACTERS.search(part))
+    base = epath.Path(f"{scheme}://{'/'.join(parts[:literal])}")
+    return [os.fspath(path) for path in base.glob("/".join(parts[literal:])) if path.is_file()]
+
+
+def source_size(source: str) -> int:
+    """Bytes of a text-file source of `list_sources` (local or in a bucket)."""
+    return epath.Path(source).stat().length
+
+
+def describe(corpus_spec: str) -> str:
+    """One line for logs: the spec, its text files and their bytes, and the other sources."""
+    sources = list_sources(corpus_spec)
+    files = [source for source in sources if source != DEMO
+             and not source.startswith(TFDS_PREFIX)]
+    others = [source for source in sources if source not in files]
+    parts = ([f"{len(files)} text file{'s' * (len(files) != 1)}, "
+              f"{sum(map(source_size, files)):,} bytes"] if files else []) + others
+    return f"corpus {corpus_spec!r}: {'; '.join(parts)}"
 
 
 def iter_documents(corpus: str, stats: CorpusStats | None = None) -> Iterator[list[str]]:
@@ -118,8 +170,11 @@ def read_documents(source: str, stats: CorpusStats | None = None) -> Iterator[li
 
 def _text_file_documents(path: str, stats: CorpusStats) -> Iterator[list[str]]:
     # SPEC 1.2: one sentence per line; a blank (or whitespace-only) line ends a document.
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rb") as file:
+    with epath.Path(path).open("rb") as raw, (
+            gzip.GzipFile(fileobj=raw) if path.endswith(".gz")
+            # A bucket's file object has no readline(size): buffer it (a local file is one).
+            else contextlib.nullcontext(raw if isinstance(raw, io.BufferedIOBase)
+                                        else io.BufferedReader(raw))) as file:
         document: list[str] = []
         previous_blank = True  # A blank line right after a boundary is an empty document.
         for line in _bounded_lines(file, path, stats):

@@ -141,8 +141,9 @@ def _check_settings(config: ml_collections.ConfigDict) -> None:
 
 
 def _corpus_signature(corpus_spec: str) -> str:
-    """The corpus sources in order: file names with sizes, TFDS names, or the demo corpus with
-    the Python version it comes from."""
+    """The corpus sources in order: file names with sizes (local or in a bucket: the same files
+    give the same signature), TFDS names, or the demo corpus with the Python version it comes
+    from."""
     parts = []
     for source in corpus.list_sources(corpus_spec):
         if source == corpus.DEMO:
@@ -150,5 +151,5 @@ def _corpus_signature(corpus_spec: str) -> str:
         elif source.startswith(corpus.TFDS_PREFIX):
             parts.append(source)
         else:
-            parts.append(f"{os.path.basename(source)}:{os.path.getsize(source)}")
+            parts.append(f"{os.path.basename(source)}:{corpus.source_size(source)}")
     return ";".join(parts)

@@ -22,6 +22,16 @@ run on 1 host would.
 The eval split always uses the stored masks, in stored order, so every evaluation scores the
 same predictions (SPEC 5.7); one pass of it is cut to whole global eval batches.
 
+Shards in a bucket (shard_copy.py has both ways in full): (a) the bucket mounted with gcsfuse
+is a local data.dir, read as above. (b) With data.dir=gs://... each host first copies its own
+train shards ({j : j % n == i} for host i of n) and the eval split to data.local_dir, and reads
+only those: its train batches are its own examples, shuffled with the seed and its process
+index (`make_host_part_dataset`; dynamic masks keyed by the split-wide example index and the
+host's epoch), and the global batch is the hosts' batches together, so the data order depends
+on the number of hosts. One host copies the whole split and reads it as above: a one-host run
+from a bucket trains on the batches of the same run from local disk. Eval is as above, from
+the local copy.
+
 Checkpointing: the returned `grain.DatasetIterator` has `get_state()` (a small JSON-able dict:
 the position in the stream of global batches) and `set_state()`; a restored iterator yields
 exactly the batches the uninterrupted one would have. The trainer saves it beside the train state
@@ -33,7 +43,9 @@ writes its own `process_<i>-of-<n>.json`. The state counts global batches (and, 
 `num_workers` > 0, each worker's share of them), never a host's rows, so it is the same on every
 host and for any number of hosts: a run saved on n hosts resumes on m with the same data order
 (`train/checkpoint.py` reads the saved state back and calls `set_state` on a fresh iterator of
-the same config). `num_workers` is part of the state's layout: grain cannot restore a state
+the same config). In mode (b) it counts host batches, again the same on every host; resumed
+on as many hosts it continues exactly, on another number it continues at the same step of the
+new hosts' streams. `num_workers` is part of the state's layout: grain cannot restore a state
 saved with another number of workers.
 """
 from __future__ import annotations
@@ -49,7 +61,7 @@ import ml_collections
 import numpy as np
 import tensorflow_datasets as tfds
 
-from albert_jax.data import dataset_settings, masking
+from albert_jax.data import dataset_settings, masking, shard_copy
 from albert_jax.errors import ConfigError
 
 MASKING_MODES = ("static", "dynamic")
@@ -64,10 +76,12 @@ class SplitSource:
     """Random access to the examples of one split: `source[i]` is a dict of SPEC 1.5 features.
 
     A thin wrapper over TFDS's ArrayRecord data source that turns a read failure into an error
-    naming the shard file and what to do.
+    naming the shard file and what to do. With `shards` (indices into the split's shard list)
+    it reads those shard files alone (the others need not exist): `len(source)` counts their
+    examples, `indices` are their split-wide indices, and `source[i]` takes such an index.
     """
 
-    def __init__(self, dataset_dir: str, split: str):
+    def __init__(self, dataset_dir: str, split: str, shards: Sequence[int] | None = None):
         if not os.path.exists(os.path.join(dataset_dir, "dataset_info.json")):
             raise FileNotFoundError(f"no dataset at {dataset_dir}; {_BUILD_HINT}")
         dataset = tfds.builder_from_directory(dataset_dir)
@@ -82,35 +96,83 @@ class SplitSource:
         self.dataset_dir = dataset_dir
         self.split = split
         self.metadata = dict(dataset.info.metadata)
-        self.shard_paths = [os.fspath(path) for path in split_info.filepaths]
+        all_paths = [os.fspath(path) for path in split_info.filepaths]
         self._shard_ends = np.cumsum(split_info.shard_lengths)
+        self.shards = range(len(all_paths)) if shards is None else list(shards)
+        self.shard_paths = [all_paths[shard] for shard in self.shards]
         for path in self.shard_paths:
             if not os.path.exists(path):
                 raise FileNotFoundError(
                     f"shard {path} of dataset {dataset_dir} is missing; delete {dataset_dir} and "
                     f"{_BUILD_HINT}")
-        self._source = dataset.as_data_source(split)
+        if shards is None:
+            self.indices = range(sum(split_info.shard_lengths))
+            self._offsets = None
+            self._source = dataset.as_data_source(split)
+        else:
+            lengths = np.asarray(split_info.shard_lengths)[self.shards]
+            starts = (self._shard_ends - split_info.shard_lengths)[self.shards]
+            self.indices = np.concatenate([np.arange(start, start + length)
+                                           for start, length in zip(starts, lengths)])
+            # Split-wide index -> position in the files read: index + _offsets[its shard].
+            self._read = np.isin(np.arange(len(all_paths)), self.shards)
+            self._offsets = np.zeros(len(all_paths), dtype=np.int64)
+            self._offsets[self.shards] = np.cumsum(lengths) - lengths - starts
+            self._source = ShardRecords(self.shard_paths, dataset.info.features)
 
     def __len__(self) -> int:
         return len(self._source)
 
+    def _position(self, indices: Sequence[int]) -> list[int]:
+        """Where split-wide `indices` are in the files this source reads."""
+        if self._offsets is None:
+            return list(indices)
+        indices = np.asarray(indices, dtype=np.int64)
+        shards = np.searchsorted(self._shard_ends, indices, "right")
+        if not self._read[shards].all():
+            raise IndexError(f"examples {indices[~self._read[shards]].tolist()} of split "
+                             f"{self.split!r} are in shards this source does not read "
+                             f"({list(self.shards)})")
+        return (indices + self._offsets[shards]).tolist()
+
     def __getitem__(self, index: int) -> dict[str, np.ndarray]:
+        position = self._position([index])[0]
         try:
-            return self._source[index]
+            return self._source[position]
         except Exception as error:  # Riegeli/proto errors name neither the file nor a way out.
             raise self._read_error(index, error) from error
 
     def __getitems__(self, indices: Sequence[int]) -> list[dict[str, np.ndarray]]:
+        positions = self._position(indices)
         try:
-            return self._source.__getitems__(indices)
+            return self._source.__getitems__(positions)
         except Exception:  # Find the failing example (and its shard) one by one.
             return [self[index] for index in indices]
 
     def _read_error(self, index: int, error: Exception) -> ShardReadError:
-        shard = self.shard_paths[int(np.searchsorted(self._shard_ends, index % len(self), "right"))]
+        shard = int(np.searchsorted(self._shard_ends, index % int(self._shard_ends[-1]), "right"))
         return ShardReadError(
-            f"cannot read example {index} of split {self.split!r} from shard {shard}: {error}. "
+            f"cannot read example {index} of split {self.split!r} from shard "
+            f"{self.shard_paths[self.shards.index(shard)]}: {error}. "
             f"The file is damaged or truncated: delete {self.dataset_dir} and {_BUILD_HINT}")
+
+
+class ShardRecords:
+    """The examples of some ArrayRecord shard files, in file order, decoded as TFDS does."""
+
+    def __init__(self, paths: Sequence[str], features: tfds.features.FeaturesDict):
+        self._records = grain.sources.ArrayRecordDataSource(list(paths))
+        self._features = features
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def __getitem__(self, position: int) -> dict[str, np.ndarray]:
+        return self._features.deserialize_example_np(self._records[position])
+
+    def __getitems__(self, positions: Sequence[int]) -> list[dict[str, np.ndarray]]:
+        return [self._features.deserialize_example_np(record)
+                for record in self._records.__getitems__(positions)]
 
 
 def host_batch_size(config: ml_collections.ConfigDict, split: str = "train", *,
@@ -134,20 +196,54 @@ def make_iterator(config: ml_collections.ConfigDict, split: str = "train", *,
     order, are the global batches of a one-host run. With `repeat=False` the iterator ends after
     one pass cut to whole global batches (the last `len % global_batch` examples are left out), so
     every host gets the same number of batches and multi-host evaluation stays in step.
+    With data.dir in a bucket (gs://), the host first copies what it reads to data.local_dir
+    and its train batches come from its own shards (module docstring; shard_copy.py).
     """
     if config.data.masking not in MASKING_MODES:
         raise ConfigError(f"config.data.masking={config.data.masking!r}; one of {MASKING_MODES}")
     process_index = jax.process_index() if process_index is None else process_index
     process_count = jax.process_count() if process_count is None else process_count
-    source = SplitSource(dataset_settings.dataset_dir(config), split)
     training = split == "train"
     host_batch = host_batch_size(config, split, process_count=process_count)
+    dataset_dir = dataset_settings.dataset_dir(config)
+    if shard_copy.is_bucket(dataset_dir):  # mode (b): read this host's local copy
+        local_dir = shard_copy.local_dataset_dir(dataset_dir, config.data.local_dir)
+        shard_copy.copy_host_part(dataset_dir, local_dir, process_index=process_index,
+                                  process_count=process_count)
+        dataset_dir = local_dir
+        if training and process_count > 1:  # (one host has the whole split: read as below)
+            return iterate(_host_part_dataset(config, local_dir, host_batch=host_batch,
+                                              process_index=process_index,
+                                              process_count=process_count, repeat=repeat),
+                           prefetch=config.data.prefetch, num_workers=config.data.num_workers)
+    source = SplitSource(dataset_dir, split)
     dataset = make_dataset(
-        source, batch_size=host_batch * process_count, process_index=process_index, process_count=process_count, repeat=repeat,
+        source, batch_size=host_batch * process_count, process_index=process_index,
+        process_count=process_count, repeat=repeat,
         shuffle_seed=shuffle_seed(config) if training else None,
         dynamic_masking=(DynamicMasking.from_metadata(config, source.metadata)
                          if training and config.data.masking == "dynamic" else None))
     return iterate(dataset, prefetch=config.data.prefetch, num_workers=config.data.num_workers)
+
+
+def _host_part_dataset(config: ml_collections.ConfigDict, local_dir: str, *, host_batch: int,
+                       process_index: int, process_count: int, repeat: bool) -> grain.MapDataset:
+    """Mode (b) train batches of this host's own shards (in its local copy `local_dir`)."""
+    shard_lengths = tfds.builder_from_directory(local_dir).info.splits["train"].shard_lengths
+    source = SplitSource(local_dir, "train", shards=shard_copy.host_shards(
+        len(shard_lengths), process_index, process_count, local_dir))
+    dataset = make_host_part_dataset(
+        source, host_batch=host_batch, repeat=repeat,
+        shuffle_seed=int(np.random.SeedSequence([shuffle_seed(config), process_index])
+                         .generate_state(1)[0]),
+        dynamic_masking=(DynamicMasking.from_metadata(config, source.metadata)
+                         if config.data.masking == "dynamic" else None))
+    if repeat:
+        return dataset
+    # One pass: every host as many batches as the smallest host part gives, to stay in step.
+    smallest_part = min(sum(shard_lengths[index::process_count])
+                        for index in range(process_count))
+    return dataset[:smallest_part // host_batch]
 
 
 def iterate(dataset: grain.MapDataset, *, prefetch: int, num_workers: int) -> grain.DatasetIterator:
@@ -191,18 +287,44 @@ def make_dataset(source: Any, *, batch_size: int, process_index: int, process_co
                          f"{batch_size}: use a bigger corpus or smaller batch")
     # The global stream is built from example indices only (cheap, identical on every host);
     # the features are read, and masked, for this host's rows alone.
-    order = grain.MapDataset.range(len(source))
-    if shuffle_seed is not None:
-        order = order.shuffle(seed=shuffle_seed)  # (reseeded every epoch by repeat)
-    if repeat:
-        order = order.repeat()
-    global_batches = order.batch(batch_size, drop_remainder=True)  # [batch_size] example indices
+    global_batches = _index_batches(grain.MapDataset.range(len(source)), batch_size,
+                                    shuffle_seed=shuffle_seed, repeat=repeat)
     host_batch = batch_size // process_count
     if dynamic_masking is not None:
         dynamic_masking = dataclasses.replace(dynamic_masking, epoch_length=len(source))
     return global_batches.map_with_index(HostRows(
         source=source, first_row=process_index * host_batch, host_batch=host_batch,
         dynamic_masking=dynamic_masking))
+
+
+def make_host_part_dataset(source: SplitSource, *, host_batch: int, repeat: bool,
+                           shuffle_seed: int | None,
+                           dynamic_masking: "DynamicMasking | None") -> grain.MapDataset:
+    """Mode (b): a grain MapDataset of batches of `source`'s examples alone (a host's shards).
+
+    Element k: dict name -> [host_batch, ...], the k-th `host_batch` of `source.indices`
+    (split-wide example indices) shuffled with `shuffle_seed` (a new order each epoch) and
+    repeated; dynamic masks use the split-wide index and the epoch of this stream.
+    """
+    if len(source) < host_batch:
+        raise ValueError(f"this host's shards hold {len(source)} examples, not enough for its "
+                         f"batch of {host_batch}: use a bigger corpus or smaller batch")
+    batches = _index_batches(grain.MapDataset.source(source.indices), host_batch,
+                             shuffle_seed=shuffle_seed, repeat=repeat)
+    if dynamic_masking is not None:
+        dynamic_masking = dataclasses.replace(dynamic_masking, epoch_length=len(source))
+    return batches.map_with_index(HostRows(source=source, first_row=0, host_batch=host_batch,
+                                           dynamic_masking=dynamic_masking))
+
+
+def _index_batches(order: grain.MapDataset, batch_size: int, *, shuffle_seed: int | None,
+                   repeat: bool) -> grain.MapDataset:
+    """Example indices shuffled (a new order each epoch), repeated, cut into [batch_size]."""
+    if shuffle_seed is not None:
+        order = order.shuffle(seed=shuffle_seed)  # (reseeded every epoch by repeat)
+    if repeat:
+        order = order.repeat()
+    return order.batch(batch_size, drop_remainder=True)
 
 
 @dataclasses.dataclass(frozen=True)

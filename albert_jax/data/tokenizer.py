@@ -28,6 +28,7 @@ import sentencepiece as spm
 from etils import epath
 from sentencepiece import sentencepiece_pb2
 
+from albert_jax import files
 from albert_jax.data import corpus
 from albert_jax.errors import ConfigError
 
@@ -355,9 +356,9 @@ def train(sentences: Iterable[str], model_path: str, vocab_size: int, *,
     """Trains a unigram SentencePiece model with the ALBERT settings (SPEC 2.1); returns model_path.
 
     Sentences are preprocessed (SPEC 2.2, lower-cased unless `lower=False`) first. `model_path`
-    and its `.vocab` are written atomically (temp file, then rename). Training is deterministic
-    for a given input: SentencePiece's sampling generator is seeded with `seed` and it runs one
-    thread. A `vocab_size` the corpus cannot support raises ValueError with the largest size
+    (local or gs://) and its `.vocab` are written atomically (temp file, then rename). Training
+    is deterministic for a given input: SentencePiece's sampling generator is seeded with `seed`
+    and it runs one thread. A `vocab_size` the corpus cannot support raises ValueError with the largest size
     that works (rather than `hard_vocab_limit=False`, which would silently change the size that
     the model config and the data depend on).
     """
@@ -390,15 +391,11 @@ def train(sentences: Iterable[str], model_path: str, vocab_size: int, *,
     tokenizer = Tokenizer(model_proto, path=model_path)  # Validates the special ids (SPEC 2.1).
     vocab_lines = "".join(f"{tokenizer.id_to_piece([i])[0]}\t{tokenizer._sp.get_score(i):g}\n"
                           for i in range(tokenizer.vocab_size))
-    directory = os.path.dirname(model_path)
-    if directory:
-        os.makedirs(directory, exist_ok=True)
+    # Local or in a bucket (gs://): each file through a temporary one and a rename (on a
+    # bucket one object upload, atomic anyway); the model last, as its presence means "trained".
     vocab_path = os.path.splitext(model_path)[0] + ".vocab"
-    for path, data in ((vocab_path, vocab_lines.encode("utf-8")), (model_path, model_proto)):
-        temp_path = f"{path}.tmp{os.getpid()}"
-        with open(temp_path, "wb") as file:
-            file.write(data)
-        os.replace(temp_path, path)
+    files.write_atomically(vocab_path, vocab_lines.encode("utf-8"))
+    files.write_atomically(model_path, model_proto)
     return model_path
 
 
@@ -408,7 +405,7 @@ def train_from_config(config: ml_collections.ConfigDict) -> None:
     Skips (and says so) when the model file already exists, so the demo can be rerun.
     """
     model_path = config.data.tokenizer
-    if os.path.exists(model_path):
+    if epath.Path(model_path).exists():
         print(f"tokenizer {model_path} exists; skipping training (delete it to retrain)")
         return
     stats = corpus.CorpusStats()

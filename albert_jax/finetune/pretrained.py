@@ -103,8 +103,7 @@ def load(path: str) -> Pretrained:
         tokenizer = _first_existing(directory / _TF_TOKENIZER_FILE,
                                     directory / workdir_names.TOKENIZER_FILE)
         if tokenizer is None:
-            tokenizer = next(iter(sorted(glob.glob(os.path.join(os.fspath(directory), "*.model")))),
-                             None)
+            tokenizer = next(iter(sorted(map(os.fspath, directory.glob("*.model")))), None)
         return Pretrained(model_config, params["albert"], tokenizer, "tf")
 
     hf_config = directory / workdir_names.CONFIG_FILE

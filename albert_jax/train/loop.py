@@ -36,7 +36,7 @@ from albert_jax.train.task import HostBatch, Task
 RESUMABLE_CHANGES = ("total_steps", "mesh", "log_every_steps", "eval_every_steps", "eval_steps",
                      "eval_batch_size", "checkpoint_every_steps", "keep_checkpoints",
                      "compute_dtype", "num_microbatches", "init_from", "data.prefetch",
-                     "length_buckets", "model_overrides.attention_impl")
+                     "data.local_dir", "length_buckets", "model_overrides.attention_impl")
 
 
 class TrainingDiverged(RuntimeError):

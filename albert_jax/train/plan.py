@@ -417,6 +417,11 @@ def plan(config: ml_collections.ConfigDict, build_task: BuildTask, target: Targe
     return result
 
 
+def num_hosts(target: Target) -> int:
+    """The hosts (processes) of `target`: a TPU slice's, or 1 for CPU devices."""
+    return len({getattr(device, "process_index", 0) for device in target.devices})
+
+
 def _size(count: int | None) -> str:
     return "-" if count is None else sharding.format_bytes(count)
 
@@ -460,4 +465,10 @@ def format_plan(result: dict[str, Any]) -> str:
     if fits_with is None and result["levers_tried"]:
         lines.append("no lever tried fits: a larger slice, tensor parallelism or a smaller "
                      "batch per device is needed")
+    if "data_local_bytes_per_host" in result:  # pretraining; albert_jax/data/shard_copy.py
+        local = result["data_local_bytes_per_host"]
+        lines.append(f"with data.dir=gs://..., each of {result['hosts']} host(s) copies "
+                     + ("an unknown amount (no built dataset)" if local is None
+                        else f"up to {_size(local)}")
+                     + " to data.local_dir: its train shards and the eval split")
     return "\n".join(lines)
