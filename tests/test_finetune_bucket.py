@@ -16,6 +16,7 @@ import pyarrow.parquet
 import pytest
 from etils import epath
 
+from albert_jax import cli
 from albert_jax.convert import load_huggingface, load_tf_checkpoint, save_tf_checkpoint
 from albert_jax.convert.formats import convert
 from albert_jax.data import tokenizer as tokenizer_lib
@@ -134,6 +135,14 @@ def test_glue_and_race_folders_read_from_a_bucket_as_locally(tmp_path, bucket):
         for mine, theirs in zip(remote_sets, local_sets):
             assert _examples(mine.examples, remote_root) == _examples(theirs.examples, local_root)
     assert "ax" in [eval_set.name for eval_set in remote_sets]
+    # The leaderboard files evaluate writes, into a folder in the bucket.
+    for eval_set in remote_sets:
+        labels = glue.labels("mnli")
+        predicted = [labels[n % 3] for n in range(len(eval_set.examples))]
+        glue.write_predictions(str(tmp_path / "glue_out"), eval_set, predicted)
+        assert glue.write_predictions(f"{bucket}/glue_out", eval_set, predicted) == (
+            f"{bucket}/glue_out/{eval_set.submission_file}")
+    assert contents(f"{bucket}/glue_out") == contents(tmp_path / "glue_out")
     assert _examples(glue.read_official_file("mnli", f"{remote}/MNLI/dev_matched.tsv"),
                      remote_root) == _examples(
         glue.read_official_file("mnli", str(mnli / "dev_matched.tsv")), local_root)
@@ -153,6 +162,10 @@ def test_glue_and_race_folders_read_from_a_bucket_as_locally(tmp_path, bucket):
             race.read_path(str(local)), str(race_path))
     assert [question.id for question in race.read_path(f"{remote}/dev")] == [
         question.id for question in local_questions]
+    chosen = [n % 4 for n in range(len(local_questions))]
+    race.write_predictions(str(tmp_path / "race_out"), local_questions, chosen)
+    race.write_predictions(f"{bucket}/race_out", local_questions, chosen)
+    assert contents(f"{bucket}/race_out") == contents(tmp_path / "race_out")
 
 
 # --- A finished run trained from files in the bucket ------------------------------------------
@@ -238,9 +251,12 @@ def test_init_from_and_convert_read_runs_and_checkpoints_in_a_bucket(finished, t
     _same_tree(in_bucket.backbone, local.backbone)
     assert epath.Path(in_bucket.tokenizer).read_bytes() == Path(local.tokenizer).read_bytes()
 
-    # convert --from=orbax --path=<the run> --to=huggingface, from and to the bucket.
+    # `albert-jax convert --from=orbax --path=<the run> --to=huggingface`, from and to the bucket.
     finetune_run.export_huggingface(str(root / "run"), str(tmp_path / "hf"))
-    finetune_run.export_huggingface(f"{remote}/run", f"{bucket}/hf")
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["albert-jax", "convert", "--from=orbax", f"--path={remote}/run",
+                  "--to=huggingface", f"--output={bucket}/hf"])
+    assert not exit_info.value.code
     exported = contents(tmp_path / "hf")
     assert sorted(exported) == ["config.json", "model.safetensors", "spiece.model"]
     assert contents(f"{bucket}/hf") == exported
