@@ -5,9 +5,9 @@
   albert-jax convert --from=huggingface --path=hf_dir --to=orbax --output=runs/from_hf
   albert-jax convert --from=orbax --path=runs/pretrain --to=huggingface --output=hf_out
 
-Paths are local or in a bucket (gs://). An Orbax output is a weights-only checkpoint that fine-tuning's `init_from` and
-`albert_jax.train.checkpoint.load` read; a HuggingFace output loads with
-`transformers.AlbertForPreTraining.from_pretrained`.
+Paths are local or in a bucket (gs://). An Orbax output is a weights-only checkpoint that
+fine-tuning's `init_from` and `albert_jax.train.checkpoint.load` read; a HuggingFace output loads
+with `transformers.AlbertForPreTraining.from_pretrained`.
 """
 from __future__ import annotations
 

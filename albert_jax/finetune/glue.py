@@ -13,9 +13,9 @@ label, every row is checked: a bad file raises a one-line ValueError naming the 
 The one exception is the reference's own: QQP train and dev skip a line with too few columns
 (its QqpProcessor's `except IndexError: continue`; the official QQP train.tsv has such lines),
 and the readers return those line numbers as a SkipReport. Folders are local or in a bucket
-(gs://, read through etils.epath). Files are read as UTF-8 with csv.QUOTE_NONE: quotes are part of the text (as in the reference, whose
-`csv.reader(quotechar=None)` means QUOTE_NONE, and TFDS's glue builder), so `He said "no` keeps
-its quote.
+(gs://, read through etils.epath). Files are read as UTF-8 with csv.QUOTE_NONE: quotes are part
+of the text (as in the reference, whose `csv.reader(quotechar=None)` means QUOTE_NONE, and TFDS's
+glue builder), so `He said "no` keeps its quote.
 """
 from __future__ import annotations
 

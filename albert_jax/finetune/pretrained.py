@@ -11,8 +11,8 @@
   - an official TF checkpoint directory (`albert_config.json`, `model.ckpt-*.index` or a TF-Hub
     `variables/`, and `30k-clean.model`), or the checkpoint prefix itself.
 Each may be local or in a bucket (gs://, read through etils.epath). The architecture always comes
-from it (the user never retypes it); only the backbone (`albert`)
-is taken, the task head starts fresh (big_vision's `dont_load`, T5X's initial checkpoint).
+from it (the user never retypes it); only the backbone (`albert`) is taken, the task head starts
+fresh (big_vision's `dont_load`, T5X's initial checkpoint).
 """
 from __future__ import annotations
 
