@@ -5,16 +5,15 @@
   albert-jax convert --from=huggingface --path=hf_dir --to=orbax --output=runs/from_hf
   albert-jax convert --from=orbax --path=runs/pretrain --to=huggingface --output=hf_out
 
-An Orbax output is a weights-only checkpoint that fine-tuning's `init_from` and
-`albert_jax.train.checkpoint.load` read; a HuggingFace output loads with
-`transformers.AlbertForPreTraining.from_pretrained`.
+Paths are local or in a bucket (gs://). An Orbax output is a weights-only checkpoint that
+fine-tuning's `init_from` and `albert_jax.train.checkpoint.load` read; a HuggingFace output loads
+with `transformers.AlbertForPreTraining.from_pretrained`.
 """
 from __future__ import annotations
 
-import os
-
 import jax
 import numpy as np
+from etils import epath
 
 from albert_jax.convert.huggingface import load_huggingface, save_huggingface
 from albert_jax.convert.tf_checkpoint import load_tf_checkpoint
@@ -36,7 +35,8 @@ def convert(source: str, target: str, path: str, output: str, config_path: str |
         raise ValueError("--config_path=albert_config.json is required with --from=tf (a TF "
                          "checkpoint does not record its model config) and only there (the other "
                          "formats carry their config)")
-    if os.path.exists(output) and (not os.path.isdir(output) or os.listdir(output)):
+    destination = epath.Path(output)
+    if destination.exists() and (not destination.is_dir() or any(destination.iterdir())):
         raise FileExistsError(f"output {output} exists and is not an empty directory; choose a "
                               "new directory (nothing was written)")
     if source == "tf":

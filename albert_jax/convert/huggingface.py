@@ -14,6 +14,7 @@ Where HF and the reference differ (SPEC 11) the conversion is exact or refuses:
   for a few (L, G) the float rounding differs, and such configs are refused both ways.
 - HF's "gelu" is the exact erf GELU, "gelu_new" the tanh one (SPEC 3.2.8): loading keeps what
   HF computes (`gelu_exact` / `gelu_tanh`), exporting writes the name HF computes ours with.
+Directories are local or gs:// (etils.epath); os.path's joins are lexical and join a gs:// path.
 """
 from __future__ import annotations
 
@@ -23,8 +24,9 @@ import os
 from typing import Any
 
 import numpy as np
+import safetensors.numpy
+from etils import epath
 from flax import traverse_util
-from safetensors.numpy import load_file, save_file
 
 from albert_jax.convert.tf_checkpoint import match_variables, param_shapes
 from albert_jax.errors import ConfigError
@@ -164,10 +166,10 @@ def _read_weights(path: str) -> dict[str, np.ndarray]:
     their sharded forms (`*.index.json` listing the shard files)."""
     for weights, index in (("model.safetensors", "model.safetensors.index.json"),
                            ("pytorch_model.bin", "pytorch_model.bin.index.json")):
-        if os.path.exists(os.path.join(path, index)):
-            with open(os.path.join(path, index)) as index_file:
-                files = sorted(set(json.load(index_file)["weight_map"].values()))
-        elif os.path.exists(os.path.join(path, weights)):
+        if epath.Path(path, index).exists():
+            files = sorted(set(json.loads(epath.Path(path, index).read_bytes())
+                               ["weight_map"].values()))
+        elif epath.Path(path, weights).exists():
             files = [weights]
         else:
             continue
@@ -175,19 +177,27 @@ def _read_weights(path: str) -> dict[str, np.ndarray]:
         for name in files:
             tensors.update(_read_file(os.path.join(path, name)))
         return tensors
+    found = sorted(entry.name for entry in epath.Path(path).iterdir())
     raise FileNotFoundError(f"{path} has no model.safetensors or pytorch_model.bin (found "
-                            f"{sorted(os.listdir(path))}); pass a save_pretrained directory")
+                            f"{found}); pass a save_pretrained directory")
+
+
+def _is_local(path: str) -> bool:
+    return "://" not in path
 
 
 def _read_file(path: str) -> dict[str, np.ndarray]:
     if path.endswith(".safetensors"):
-        return load_file(path)
+        if _is_local(path):  # memory-mapped: no second copy of the weights in memory
+            return safetensors.numpy.load_file(path)
+        return safetensors.numpy.load(epath.Path(path).read_bytes())
     try:
         import torch  # pylint: disable=import-outside-toplevel
     except ImportError as error:
         raise ImportError(f"reading {path} needs PyTorch: pip install 'albert-jax[interop]' (or "
                           "convert it to model.safetensors, which needs no PyTorch)") from error
-    state = torch.load(path, map_location="cpu", weights_only=True)
+    with epath.Path(path).open("rb") as file:
+        state = torch.load(file, map_location="cpu", weights_only=True)
     # bfloat16 has no NumPy form in torch; float32 holds every bfloat16/float16 value exactly.
     return {name: (tensor.float() if tensor.is_floating_point() else tensor).numpy()
             for name, tensor in state.items()}
@@ -224,10 +234,9 @@ def load_huggingface(path: str) -> tuple[ModelConfig, dict[str, Any]]:
     word embeddings. Raises ValueError listing missing, unknown and wrongly shaped weights.
     """
     config_path = os.path.join(path, "config.json")
-    if not os.path.exists(config_path):
+    if not epath.Path(config_path).exists():
         raise FileNotFoundError(f"{config_path} not found; pass a save_pretrained directory")
-    with open(config_path) as config_file:
-        hf_config = json.load(config_file)
+    hf_config = json.loads(epath.Path(config_path).read_bytes())
     config = model_config_from_hf(hf_config, config_path)
     tensors = _read_weights(path)
     if not any(name.startswith("albert.") for name in tensors):  # AlbertModel.save_pretrained
@@ -303,7 +312,8 @@ def save_huggingface(config: ModelConfig, params: dict[str, Any], path: str,
         raise ConfigError(f"model config sharing={config.sharing!r}: HF ALBERT shares attention "
                           "and FFN together (sharing='all') only")
     _check_grouping(config, "model config")
-    if os.path.exists(path) and os.listdir(path):
+    output = epath.Path(path)
+    if output.exists() and any(output.iterdir()):
         raise FileExistsError(f"output directory {path} is not empty; choose a new directory")
     heads = frozenset(params) - {"albert"}
     flat = traverse_util.flatten_dict(params)
@@ -361,10 +371,13 @@ def save_huggingface(config: ModelConfig, params: dict[str, Any], path: str,
             del tensors[name]
     if not heads:  # AlbertModel.save_pretrained writes names without the `albert.` prefix
         tensors = {name[len("albert."):]: tensor for name, tensor in tensors.items()}
-    os.makedirs(path, exist_ok=True)
-    save_file(tensors, os.path.join(path, "model.safetensors.tmp"), metadata={"format": "pt"})
-    with open(os.path.join(path, "config.json.tmp"), "w") as config_file:
-        json.dump(dict(hf_config_dict(config, architecture), **extra_config), config_file,
-                  indent=2, sort_keys=True)
-    os.replace(os.path.join(path, "model.safetensors.tmp"), os.path.join(path, "model.safetensors"))
-    os.replace(os.path.join(path, "config.json.tmp"), os.path.join(path, "config.json"))
+    output.mkdir(parents=True, exist_ok=True)
+    weights, config_file = output / "model.safetensors.tmp", output / "config.json.tmp"
+    if _is_local(path):  # written from the arrays: no second copy of the weights in memory
+        safetensors.numpy.save_file(tensors, os.fspath(weights), metadata={"format": "pt"})
+    else:
+        weights.write_bytes(safetensors.numpy.save(tensors, metadata={"format": "pt"}))
+    config_file.write_bytes(json.dumps(dict(hf_config_dict(config, architecture), **extra_config),
+                                       indent=2, sort_keys=True).encode())
+    weights.replace(output / "model.safetensors")
+    config_file.replace(output / "config.json")

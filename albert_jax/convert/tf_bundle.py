@@ -8,17 +8,18 @@ The protobufs are decoded by hand (varint wire format) and the table blocks are 
 exactly as TF's table_builder.cc / block_builder.cc / format.cc do, checksums included; TF writes
 bundle index blocks uncompressed (tensor_bundle.cc sets kNoCompression), so a snappy block is
 refused with a clear error. `save_tf_checkpoint` writes the same format (TF could read it back).
+Prefixes are local or gs:// (etils.epath).
 
 Nothing here knows about ALBERT: variable names are opaque strings (tf_checkpoint.py maps them).
 """
 from __future__ import annotations
 
-import os
 import struct
 from typing import Iterator, Mapping
 
 import ml_dtypes
 import numpy as np
+from etils import epath
 
 # ---------------------------------------------------------------------------------------------
 # CRC-32C (Castagnoli), as tensorflow/core/lib/hash/crc32c.h.
@@ -340,8 +341,7 @@ def _data_filename(prefix: str, shard: int, num_shards: int) -> str:
 def _read_index(prefix: str) -> tuple[int, dict[str, _Entry]]:
     """(number of data shards, tensor name -> entry) from `<prefix>.index`."""
     path = prefix + ".index"
-    with open(path, "rb") as index_file:
-        table = index_file.read()
+    table = epath.Path(path).read_bytes()
     items = iter(_read_table(table, path))
     header_key, header = next(items, (None, b""))
     if header_key != b"":
@@ -369,7 +369,7 @@ def _read_tensor(prefix: str, entry: _Entry, num_shards: int) -> np.ndarray:
         raise ValueError(f"variable {entry.name!r} in {prefix}: entry says {entry.size} bytes but "
                          f"shape {entry.shape} of {dtype} needs {count * dtype.itemsize}")
     path = _data_filename(prefix, entry.shard_id, num_shards)
-    with open(path, "rb") as data_file:
+    with epath.Path(path).open("rb") as data_file:  # a gs:// file: a ranged read
         data_file.seek(entry.offset)
         raw = data_file.read(entry.size)
     if len(raw) != entry.size:
@@ -408,9 +408,9 @@ def save_tf_checkpoint(variables: Mapping[str, np.ndarray], prefix: str) -> None
             raise ValueError(f"variable {name!r} has dtype {array.dtype}, which has no TF "
                              "checkpoint encoding here; use one of "
                              f"{sorted(map(str, _DTYPE_ENUMS))}")
-    os.makedirs(os.path.dirname(os.path.abspath(prefix)), exist_ok=True)
+    epath.Path(prefix).parent.mkdir(parents=True, exist_ok=True)
     data_path, index_items, offset = _data_filename(prefix, 0, 1), [(b"", _HEADER)], 0
-    with open(data_path + ".tmp", "wb") as data_file:
+    with epath.Path(data_path + ".tmp").open("wb") as data_file:
         for name in sorted(arrays, key=str.encode):
             array = arrays[name]
             raw = np.ascontiguousarray(array, array.dtype.newbyteorder("<")).tobytes()
@@ -419,7 +419,7 @@ def save_tf_checkpoint(variables: Mapping[str, np.ndarray], prefix: str) -> None
                                  offset, len(raw), mask_crc(crc32c(raw)))
             index_items.append((name.encode(), entry))
             offset += len(raw)
-    with open(prefix + ".index.tmp", "wb") as index_file:
-        index_file.write(_build_table(index_items))
-    os.replace(data_path + ".tmp", data_path)  # data first, then index, as BundleWriter::Finish
-    os.replace(prefix + ".index.tmp", prefix + ".index")
+    epath.Path(prefix + ".index.tmp").write_bytes(_build_table(index_items))
+    # Data first, then index, as BundleWriter::Finish.
+    epath.Path(data_path + ".tmp").replace(data_path)
+    epath.Path(prefix + ".index.tmp").replace(prefix + ".index")

@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from absl import logging
+from etils import epath
 from flax import traverse_util
 
 from albert_jax.convert.tf_bundle import read_tf_checkpoint, tf_checkpoint_shapes
@@ -170,23 +171,24 @@ def match_variables(stored_shapes: Mapping[str, tuple[int, ...]],
 
 def _resolve_prefix(path: str) -> str:
     """The checkpoint prefix for a prefix, a `.index` file, a directory holding a `checkpoint`
-    state file (TF1 training output), or a TF-Hub/SavedModel directory (`variables/variables`)."""
+    state file (TF1 training output), or a TF-Hub/SavedModel directory (`variables/variables`);
+    local or gs:// (os.path's joins are lexical: they join a gs:// path as well)."""
     if path.endswith(".index"):
         path = path[:-len(".index")]
-    if os.path.isdir(path):
-        state = os.path.join(path, "checkpoint")
-        if os.path.exists(os.path.join(path, "variables", "variables.index")):
+    if epath.Path(path).is_dir():
+        state = epath.Path(path) / "checkpoint"
+        if epath.Path(os.path.join(path, "variables", "variables.index")).exists():
             return os.path.join(path, "variables", "variables")
-        if os.path.exists(state):
-            with open(state) as state_file:
-                for line in state_file:
-                    if line.startswith("model_checkpoint_path:"):
-                        name = json.loads(line.split(":", 1)[1].strip())
-                        return name if os.path.isabs(name) else os.path.join(path, name)
+        if state.exists():
+            for line in state.read_bytes().decode("utf-8").splitlines():
+                if line.startswith("model_checkpoint_path:"):
+                    name = json.loads(line.split(":", 1)[1].strip())
+                    absolute = os.path.isabs(name) or "://" in name
+                    return name if absolute else os.path.join(path, name)
         raise FileNotFoundError(f"{path} is a directory without a `checkpoint` file or "
                                 "variables/variables.index; pass the checkpoint prefix, e.g. "
                                 f"{os.path.join(path, 'model.ckpt-best')}")
-    if not os.path.exists(path + ".index"):
+    if not epath.Path(path + ".index").exists():
         raise FileNotFoundError(f"no TF checkpoint index {path}.index; pass the prefix of the "
                                 "`.index`/`.data-*` files, e.g. albert_base/model.ckpt-best")
     return path
@@ -206,8 +208,8 @@ def load_tf_checkpoint(checkpoint_path: str, config_path: str
     or `squad` (v1 or v2), named as our task models name it. Optimizer slots and global_step are skipped (SPEC 4.4). Raises ValueError
     listing every missing, unknown and wrongly shaped variable.
     """
-    with open(config_path) as config_file:
-        config = model_config_from_albert_json(json.load(config_file), config_path)
+    config = model_config_from_albert_json(json.loads(epath.Path(config_path).read_bytes()),
+                                           config_path)
     prefix = _resolve_prefix(checkpoint_path)
     stored_shapes = tf_checkpoint_shapes(prefix)
     stored = {}  # reference name -> checkpoint name

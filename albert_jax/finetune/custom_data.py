@@ -14,9 +14,10 @@ Formats, by the file's extension:
   .tsv      a header row; tab-separated, NO quoting (as GLUE's files): a quote is text.
   .jsonl    one JSON object per line; blank lines are skipped.
   .parquet  read with pyarrow (a dependency of tensorflow-datasets), in row batches.
-Files are UTF-8 (a byte-order mark is ignored). "Line" in messages and in `Example.source` is the
-file's physical line where the row starts (a CSV row with a newline in a quoted field spans
-several); for Parquet it is the row number from 1.
+Files are UTF-8 (a byte-order mark is ignored), local or in a bucket (gs://, read through
+etils.epath). "Line" in messages and in `Example.source` is the file's physical line where the
+row starts (a CSV row with a newline in a quoted field spans several); for Parquet it is the row
+number from 1.
 
 Values: text cells that are JSON/Parquet numbers or booleans become their JSON text (`3`, `2.5`,
 `true`). Classification labels are strings the same way: a JSON `1` and a CSV `1` are the same
@@ -38,8 +39,11 @@ import os
 import re
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
+from etils import epath
+
 from albert_jax.errors import ConfigError
 from albert_jax.finetune.glue import Example
+from albert_jax.finetune.text_files import open_text
 
 KINDS: tuple[str, ...] = ("classification", "regression", "multiple_choice")
 EXTENSIONS: tuple[str, ...] = (".csv", ".tsv", ".jsonl", ".parquet")
@@ -176,7 +180,7 @@ def _delimited_rows(path: str, delimiter: str, quoting: int) -> Iterator[tuple[i
     """Rows of a CSV/TSV file with a header row, each with the physical line it starts on."""
     kind = "tab-separated" if delimiter == "\t" else "comma-separated"
     # utf-8-sig: UTF-8, ignoring a byte-order mark if an editor added one.
-    with open(path, encoding="utf-8-sig", newline="") as file:
+    with open_text(path, encoding="utf-8-sig", newline="") as file:
         reader = csv.reader(file, delimiter=delimiter, quoting=quoting)
         try:
             header = next(reader, None)
@@ -204,7 +208,7 @@ def _delimited_rows(path: str, delimiter: str, quoting: int) -> Iterator[tuple[i
 
 
 def _jsonl_rows(path: str) -> Iterator[tuple[int, Row]]:
-    with open(path, encoding="utf-8-sig") as file:
+    with open_text(path, encoding="utf-8-sig") as file:
         for line_number, line in enumerate(file, 1):
             if not line.strip():
                 continue
@@ -228,15 +232,16 @@ def _parquet_rows(path: str, batch_rows: int) -> Iterator[tuple[int, Row]]:
     except ImportError:
         raise ImportError(f"{path}: reading Parquet needs pyarrow (`pip install pyarrow`, or "
                           f"use .csv, .tsv or .jsonl)") from None
-    try:
-        parquet_file = pyarrow.parquet.ParquetFile(path)
-    except pyarrow.ArrowException as error:
-        raise ValueError(f"{path}: not a Parquet file ({error})") from None
-    line = 0
-    for batch in parquet_file.iter_batches(batch_size=batch_rows):
-        for row in batch.to_pylist():
-            line += 1
-            yield line, row
+    with epath.Path(path).open("rb") as file:  # pyarrow reads a gs:// file through it too
+        try:
+            parquet_file = pyarrow.parquet.ParquetFile(file)
+        except pyarrow.ArrowException as error:
+            raise ValueError(f"{path}: not a Parquet file ({error})") from None
+        line = 0
+        for batch in parquet_file.iter_batches(batch_size=batch_rows):
+            for row in batch.to_pylist():
+                line += 1
+                yield line, row
 
 
 def iter_row_chunks(path: str,
@@ -249,7 +254,7 @@ def iter_row_chunks(path: str,
       .jsonl, Python values for Parquet).
     """
     extension = _extension(path)
-    if not os.path.isfile(path):
+    if not epath.Path(path).is_file():
         raise FileNotFoundError(f"{path}: no such file")
     if chunk_rows < 1:
         raise ValueError(f"chunk_rows={chunk_rows} must be at least 1")
@@ -518,7 +523,7 @@ def read_split(data: Mapping[str, Any], kind: str, split: str, *,
     if not path:
         raise ConfigError(f"config data.{key} is empty: give the {split} file "
                           f"(--config.data.{key}=FILE, one of {', '.join(EXTENSIONS)})")
-    if not os.path.isfile(path):
+    if not epath.Path(path).is_file():
         raise FileNotFoundError(f"config data.{key}={path}: no such file")
     return read_file(path, kind, Columns.from_config(data, kind), label_list=label_list,
                      labelled=split != "test", num_choices=num_choices)

@@ -115,7 +115,8 @@ def _labels_in_workdir(run_dir: epath.Path) -> tuple[str, ...]:
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist: the run in {run_dir} keeps its label "
                                 "list there; it was deleted or the run never started")
-    return custom_data.labels_from_json(path.read_text(encoding="utf-8"), str(path))
+    # Decoded here: epath's text mode on gs:// ignores `encoding`.
+    return custom_data.labels_from_json(path.read_bytes().decode("utf-8"), str(path))
 
 
 @registry.register("classification")

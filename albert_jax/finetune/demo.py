@@ -3,6 +3,7 @@ written in GLUE's MRPC layout, fine-tuned from the demo's pretraining workdir an
 with the same budget, beside the majority-class baseline.
 
   python -m albert_jax.finetune.demo --pretrained=runs/demo --workdir=runs/demo-paraphrase
+  (either may be in a bucket, gs://...; os.path.join is lexical and joins such a path too)
 
 The task: sentence 1 is a sentence of the stdlib docstrings (`corpus.demo_documents`); sentence
 2 is the same sentence with one word left out (label 1, "equivalent") or another sentence of the
@@ -19,6 +20,7 @@ import sys
 from typing import Sequence
 
 import ml_collections
+from etils import epath
 
 from albert_jax.config import finetune_config, parse_arg
 from albert_jax.data import corpus
@@ -50,8 +52,7 @@ def write_paraphrase_task(directory: str, num_train: int, num_dev: int, num_test
     pools = {"dev": sentences[:num_dev], "test": sentences[num_dev:held_out],
              "train": sentences[held_out:]}
     rng = random.Random(seed)
-    path = os.path.join(directory, "MRPC")
-    os.makedirs(path, exist_ok=True)
+    path = os.path.join(directory, "MRPC")  # write_atomically makes the folder
     for split, count in (("train", num_train), ("dev", num_dev), ("test", num_test)):
         pool = pools[split]
         first_column = "index" if split == "test" else "Quality"
@@ -87,8 +88,8 @@ def demo_config(data_path: str, init_from: str, tokenizer: str, steps: int, lr: 
 
 
 def _dev_accuracy_by_step(workdir: str) -> dict[int, float]:
-    with open(os.path.join(workdir, workdir_names.METRICS_FILE), encoding="utf-8") as file:
-        records = [json.loads(line) for line in file]
+    lines = (epath.Path(workdir) / workdir_names.METRICS_FILE).read_bytes().splitlines()
+    records = [json.loads(line) for line in lines]
     return {record["step"]: record["accuracy"] for record in records
             if record.get("split") == "dev"}
 
@@ -101,7 +102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--lr", type=float, default=1e-4)
     args = parser.parse_args(argv)
     tokenizer = os.path.join(args.pretrained, workdir_names.TOKENIZER_FILE)
-    if not os.path.exists(tokenizer):
+    if not epath.Path(tokenizer).exists():
         sys.exit(f"{tokenizer} does not exist: run the demo pretraining first "
                  f"(`albert-jax pretrain --config=configs/pretrain.py:runlocal "
                  f"--workdir={args.pretrained}`)")
@@ -114,8 +115,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         finetune_run.finetune(demo_config(data_path, init_from, tokenizer, args.steps, args.lr),
                               workdir)
         curves[name] = _dev_accuracy_by_step(workdir)  # also right when a rerun found it done
-    with open(os.path.join(data_path, "dev.tsv"), encoding="utf-8") as file:
-        labels = [line.split("\t", 1)[0] for line in file.read().splitlines()[1:]]
+    dev = (epath.Path(data_path) / "dev.tsv").read_bytes().decode("utf-8")
+    labels = [line.split("\t", 1)[0] for line in dev.splitlines()[1:]]
     majority = max(labels.count("0"), labels.count("1")) / len(labels)
     steps = sorted(curves["pretrained start"])
     print(f"Paraphrase task in MRPC's layout, {len(labels)} dev pairs; dev accuracy at step "

@@ -12,10 +12,10 @@ run_classifier.py). Unlike the reference, which turns a short row into an IndexE
 label, every row is checked: a bad file raises a one-line ValueError naming the file and line.
 The one exception is the reference's own: QQP train and dev skip a line with too few columns
 (its QqpProcessor's `except IndexError: continue`; the official QQP train.tsv has such lines),
-and the readers return those line numbers as a SkipReport. Files are read as UTF-8 with
-csv.QUOTE_NONE: quotes are part of the text (as in the reference, whose
-`csv.reader(quotechar=None)` means QUOTE_NONE, and TFDS's glue builder), so `He said "no` keeps
-its quote.
+and the readers return those line numbers as a SkipReport. Folders are local or in a bucket
+(gs://, read through etils.epath). Files are read as UTF-8 with csv.QUOTE_NONE: quotes are part
+of the text (as in the reference, whose `csv.reader(quotechar=None)` means QUOTE_NONE, and TFDS's
+glue builder), so `He said "no` keeps its quote.
 """
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ import numpy as np
 from etils import epath
 
 from albert_jax import files
+from albert_jax.finetune.text_files import open_text
 
 TASKS: tuple[str, ...] = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli")
 
@@ -210,7 +211,7 @@ def labels(task: str) -> tuple[str, ...] | None:
 
 def _check_folder(task: str, data_path: str) -> None:
     _check_task(task)
-    if not os.path.isdir(data_path):
+    if not epath.Path(data_path).is_dir():
         raise FileNotFoundError(
             f"GLUE data folder {data_path} does not exist; give the {task} folder of the official "
             f"GLUE download (e.g. glue_data/{_FOLDERS[task]})")
@@ -224,7 +225,7 @@ def _read_tsv(task: str, data_path: str, file_name: str,
               layout: _Layout) -> tuple[list[Example], SkipReport]:
     """The examples of one file, and the lines it skipped; `task` picks the labels it checks."""
     path = os.path.join(data_path, file_name)
-    if not os.path.isfile(path):
+    if not epath.Path(path).is_file():
         raise ValueError(
             f"GLUE task {task} needs {file_name} in {data_path} (the task's folder of the "
             f"official GLUE download, e.g. glue_data/{_FOLDERS[task]}); it is missing")
@@ -233,7 +234,7 @@ def _read_tsv(task: str, data_path: str, file_name: str,
     skipped_lines = []
     header_pending = layout.header
     # utf-8-sig: UTF-8, ignoring a byte-order mark if an editor added one.
-    with open(path, encoding="utf-8-sig", newline="") as file:
+    with open_text(path, encoding="utf-8-sig", newline="") as file:
         reader = csv.reader(file, delimiter="\t", quoting=csv.QUOTE_NONE)
         for row in reader:
             where = f"{path}:{reader.line_num}"
@@ -285,9 +286,9 @@ def read_train(task: str, data_path: str) -> tuple[list[Example], SkipReport]:
 def _ax_path(data_path: str) -> str | None:
     """diagnostic.tsv in the MNLI folder, or where download_glue_data.py puts it
     (glue_data/diagnostic/diagnostic.tsv beside glue_data/MNLI); None if neither exists."""
-    for folder in (data_path, os.path.join(os.path.dirname(os.path.abspath(data_path)),
-                                           "diagnostic")):
-        if os.path.isfile(os.path.join(folder, _AX_FILE)):
+    absolute = data_path if "://" in data_path else os.path.abspath(data_path)
+    for folder in (data_path, os.fspath(epath.Path(absolute).parent / "diagnostic")):
+        if (epath.Path(folder) / _AX_FILE).is_file():
             return folder
     return None
 

@@ -10,13 +10,13 @@
     `pytorch_model.bin`, with its `spiece.model`);
   - an official TF checkpoint directory (`albert_config.json`, `model.ckpt-*.index` or a TF-Hub
     `variables/`, and `30k-clean.model`), or the checkpoint prefix itself.
-The architecture always comes from it (the user never retypes it); only the backbone (`albert`)
-is taken, the task head starts fresh (big_vision's `dont_load`, T5X's initial checkpoint).
+Each may be local or in a bucket (gs://, read through etils.epath). The architecture always comes
+from it (the user never retypes it); only the backbone (`albert`) is taken, the task head starts
+fresh (big_vision's `dont_load`, T5X's initial checkpoint).
 """
 from __future__ import annotations
 
 import dataclasses
-import glob
 import json
 import os
 from typing import Any
@@ -68,11 +68,16 @@ def _workdir_tokenizer(path: epath.Path) -> str | None:
         if (directory / workdir_names.TOKENIZER_FILE).exists():
             return os.fspath(directory / workdir_names.TOKENIZER_FILE)
         if (directory / workdir_names.CONFIG_FILE).exists():
-            saved = json.loads((directory / workdir_names.CONFIG_FILE).read_text())
+            saved = json.loads((directory / workdir_names.CONFIG_FILE).read_bytes())
             named = saved.get("tokenizer") or saved.get("data", {}).get("tokenizer")
             if named and epath.Path(named).exists():
                 return named
     return None
+
+
+def _glob(directory: epath.Path, pattern: str) -> list[str]:
+    """The paths in `directory` (local or gs://) that match `pattern`, sorted."""
+    return sorted(os.fspath(path) for path in directory.glob(pattern))
 
 
 def _tf_prefix(path: epath.Path) -> str | None:
@@ -81,7 +86,7 @@ def _tf_prefix(path: epath.Path) -> str | None:
         return os.fspath(path).removesuffix(".index")
     for pattern in ("model.ckpt-best.index", "model.ckpt*.index", "variables/variables.index",
                     "*.index"):
-        found = sorted(glob.glob(os.path.join(os.fspath(path), pattern)))
+        found = _glob(path, pattern)
         if found:
             return found[-1].removesuffix(".index")
     return None
@@ -103,11 +108,11 @@ def load(path: str) -> Pretrained:
         tokenizer = _first_existing(directory / _TF_TOKENIZER_FILE,
                                     directory / workdir_names.TOKENIZER_FILE)
         if tokenizer is None:
-            tokenizer = next(iter(sorted(map(os.fspath, directory.glob("*.model")))), None)
+            tokenizer = next(iter(_glob(directory, "*.model")), None)
         return Pretrained(model_config, params["albert"], tokenizer, "tf")
 
     hf_config = directory / workdir_names.CONFIG_FILE
-    if hf_config.exists() and json.loads(hf_config.read_text()).get("model_type") == "albert":
+    if hf_config.exists() and json.loads(hf_config.read_bytes()).get("model_type") == "albert":
         model_config, params = load_huggingface(os.fspath(directory))
         # HuggingFace's AlbertTokenizer applies the Python 2 digit-comma rule (SPEC 2.3).
         return Pretrained(model_config, params["albert"],

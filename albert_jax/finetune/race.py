@@ -7,7 +7,8 @@ prediction writer.
 Each file of the download is one JSON article {"article", "questions", "options", "answers",
 "id"}; every question becomes one Question. Unlike the reference (race_utils.py), which reads
 the files in os.listdir order and trusts the lists, files are read in sorted order and a file
-whose lists disagree raises a one-line ValueError naming it.
+whose lists disagree raises a one-line ValueError naming it. Folders are local or in a bucket
+(gs://, read through etils.epath).
 """
 from __future__ import annotations
 
@@ -15,11 +16,12 @@ import dataclasses
 import json
 import operator
 import os
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from etils import epath
 
 from albert_jax import files
+from albert_jax.finetune.text_files import open_text
 
 LEVELS: tuple[str, ...] = ("middle", "high")
 ANSWER_LETTERS = "ABCD"  # SPEC 8.4: 4 choices.
@@ -97,20 +99,20 @@ def read_split(data_path: str, split: str,
     `data_path` is the RACE folder of the download (with train/, dev/, test/).
     """
     _check_levels(levels)
-    if not os.path.isdir(data_path):
+    if not epath.Path(data_path).is_dir():
         raise FileNotFoundError(f"RACE data folder {data_path} does not exist; give the RACE "
                                 f"folder of the download (with train/, dev/, test/)")
     questions = []
     for level in levels:
         folder = os.path.join(data_path, split, level)
-        if not os.path.isdir(folder):
+        if not epath.Path(folder).is_dir():
             raise FileNotFoundError(f"RACE split folder {folder} does not exist; {data_path} "
                                     f"should hold {split}/{level}/*.txt as in the download")
-        for file_name in sorted(os.listdir(folder)):
+        for file_name in sorted(_names(folder)):
             if not file_name.endswith(".txt"):  # As the reference, skip other files.
                 continue
             path = os.path.join(folder, file_name)
-            with open(path, encoding="utf-8") as file:
+            with open_text(path) as file:
                 text = file.read()
             try:
                 data = json.loads(text)
@@ -121,8 +123,25 @@ def read_split(data_path: str, split: str,
     return questions
 
 
+def _names(folder: str) -> list[str]:
+    """The names in `folder` (local or gs://), as os.listdir gives them."""
+    return [entry.name for entry in epath.Path(folder).iterdir()]
+
+
+def _files_under(folder: str) -> Iterator[str]:
+    """The paths of the files under `folder`, at any depth, each `folder` joined with the names
+    on the way (as os.walk makes them; os.walk does not list a gs:// folder)."""
+    for name in _names(folder):
+        path = os.path.join(folder, name)
+        if epath.Path(path).is_dir():
+            yield from _files_under(path)
+        else:
+            yield path
+
+
 def _level_rank(file_path: str) -> int:
     """The index in LEVELS of the middle/ or high/ folder a file is in (high when neither)."""
+    # Lexical, so a gs:// path splits the same way.
     parts = os.path.normpath(file_path).split(os.sep)[:-1]
     return LEVELS.index(next((part for part in reversed(parts) if part in LEVELS), "high"))
 
@@ -132,10 +151,10 @@ def read_path(path: str) -> list[Question] | None:
     taken from a middle/ or high/ folder on the way, else "high"); None when `path` is neither
     (`albert-jax predict` then reads it as a table of its own). Ids are as `read_split` makes
     them, from the folder given: `RACE/dev` gives "dev/high/1234.txt-0"."""
-    if os.path.isdir(path):
+    if epath.Path(path).is_dir():
         # As read_split: middle before high, each folder's files in sorted order.
-        paths = sorted((os.path.join(folder, name) for folder, _, names in os.walk(path)
-                        for name in names if name.endswith(".txt")),
+        paths = sorted((file_path for file_path in _files_under(path)
+                        if file_path.endswith(".txt")),
                        key=lambda file_path: (_level_rank(file_path), file_path))
     elif path.endswith(".txt"):
         paths = [path]
@@ -144,12 +163,13 @@ def read_path(path: str) -> list[Question] | None:
     questions = []
     for file_path in paths:
         level = LEVELS[_level_rank(file_path)]
-        with open(file_path, encoding="utf-8") as file:
+        with open_text(file_path) as file:
             try:
                 data = json.load(file)
             except json.JSONDecodeError as error:
                 raise ValueError(f"{file_path}: not a RACE JSON file ({error}); expected one JSON "
                                  "object with article, questions, options, answers") from None
+        # Lexical: a gs:// path gives the ids a local copy of it gives.
         id_prefix = os.path.relpath(file_path, os.path.dirname(os.path.normpath(path)))
         questions.extend(_questions(data, file_path, id_prefix, level))
     return questions

@@ -36,6 +36,7 @@ from albert_jax.convert.huggingface import save_huggingface
 from albert_jax.errors import ConfigError
 from albert_jax.finetune import registry
 from albert_jax.finetune.task import FinetuneTask, real_rows
+from albert_jax.finetune.text_files import open_text
 from albert_jax.train import buckets, checkpoint, loop, sharding
 from albert_jax.train import step as step_lib
 from albert_jax.train import workdir as workdir_names
@@ -138,7 +139,7 @@ def _shortest_first(features: dict[str, np.ndarray],
 def is_finetuning_workdir(path: str) -> bool:
     """Whether `path` is a workdir of `albert-jax finetune` (its config.json names a task)."""
     config_path = epath.Path(path) / workdir_names.CONFIG_FILE
-    return config_path.exists() and bool(json.loads(config_path.read_text()).get("task"))
+    return config_path.exists() and bool(json.loads(config_path.read_bytes()).get("task"))
 
 
 def _run_dir(workdir: epath.Path) -> epath.Path:
@@ -150,13 +151,13 @@ def _run_dir(workdir: epath.Path) -> epath.Path:
     seeds = workdir / workdir_names.SEEDS_FILE
     if not seeds.exists():
         return workdir
-    runs = json.loads(seeds.read_text())["runs"]
+    runs = json.loads(seeds.read_bytes())["runs"]
     return epath.Path(max(runs, key=lambda run: run["value"])["workdir"])
 
 
 def _saved_config(run_dir: epath.Path) -> ml_collections.ConfigDict:
     return ml_collections.ConfigDict(
-        json.loads((run_dir / workdir_names.CONFIG_FILE).read_text()))
+        json.loads((run_dir / workdir_names.CONFIG_FILE).read_bytes()))
 
 
 def load_finished_run(workdir: str) -> FinishedRun:
@@ -222,9 +223,9 @@ def predict(workdir: str, input_path: str, output: str | None = None) -> str:
     <workdir>/predictions/<input name>.jsonl; "-": standard output). A file is written under a
     temporary name and renamed when complete, so a killed predict leaves no half file.
     Returns where the predictions went."""
-    if not os.path.exists(input_path):
+    if not epath.Path(input_path).exists():
         raise FileNotFoundError(f"--input={input_path} does not exist")
-    if output is None:
+    if output is None:  # (os.path's lexical functions read a gs:// path as well)
         name = os.path.splitext(os.path.basename(os.path.normpath(input_path)))[0]
         output = os.fspath(epath.Path(workdir) / workdir_names.PREDICTIONS_SUBDIR / f"{name}.jsonl")
     to_stdout = output == "-"
@@ -265,15 +266,16 @@ def _output_lines(output: str, is_main: bool) -> Iterator[Any]:
         yield sys.__stdout__.write
         sys.__stdout__.flush()
         return
-    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
-    partial = f"{output}.partial-{os.getpid()}"
+    # In a bucket too: an object that is closed is uploaded, even half written, so the partial
+    # object is renamed (copied) only when complete.
+    epath.Path(output).parent.mkdir(parents=True, exist_ok=True)
+    partial = epath.Path(f"{output}.partial-{os.getpid()}")
     try:
-        with open(partial, "w", encoding="utf-8") as file:
+        with open_text(partial, "w") as file:
             yield file.write
-        os.replace(partial, output)
+        partial.replace(output)
     finally:
-        if os.path.exists(partial):
-            os.remove(partial)
+        partial.unlink(missing_ok=True)
 
 
 # --- albert-jax convert --from=orbax --to=huggingface of a fine-tuned workdir -------------------

@@ -215,7 +215,8 @@ def read_squad(path: str | os.PathLike, version: str) -> list[SquadExample]:
         raise FileNotFoundError(f"SQuAD file {path} does not exist (download e.g. "
                                 f"train-{version}.json from the SQuAD site)")
     try:
-        dataset = json.loads(file_path.read_text(encoding="utf-8"))
+        # Decoded here: epath's text mode on gs:// ignores `encoding`.
+        dataset = json.loads(file_path.read_bytes().decode("utf-8"))
     except json.JSONDecodeError as error:
         raise ValueError(f"{path} is not valid JSON (line {error.lineno} column {error.colno}: "
                          f"{error.msg}); it should be an official SQuAD file") from None

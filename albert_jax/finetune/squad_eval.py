@@ -17,6 +17,7 @@ import sys
 from typing import Any, Callable, Mapping, Sequence
 
 from absl import logging
+from etils import epath
 
 _PUNCTUATION = frozenset(string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
@@ -263,12 +264,12 @@ def _first_ids(question_ids: Sequence[str]) -> str:
 
 
 def _load_json(path: str, check: Callable[[Any], object]) -> Any:
-    """Parses a JSON file and runs `check` on it; any problem is a ValueError naming the file."""
+    """Parses a JSON file (local or gs://) and runs `check` on it; any problem is a ValueError
+    naming the file."""
     try:
-        with open(path, encoding="utf-8") as file:
-            value = json.load(file)
+        value = json.loads(epath.Path(path).read_bytes().decode("utf-8"))
     except OSError as error:
-        raise ValueError(f"cannot read {path}: {error.strerror}") from None
+        raise ValueError(f"cannot read {path}: {error.strerror or error}") from None
     except ValueError as error:  # json.JSONDecodeError, UnicodeDecodeError
         raise ValueError(f"{path} is not valid JSON: {error}") from None
     try:
