@@ -76,7 +76,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 from albert_jax import config as config_lib  # noqa: E402
 from albert_jax import files, pretraining  # noqa: E402
-from albert_jax.model import AlbertModel, get_config  # noqa: E402
+from albert_jax.model import AlbertModel, attention, get_config  # noqa: E402
 from albert_jax.train import flops, optim, plan, sharding  # noqa: E402
 from albert_jax.train import state as state_lib  # noqa: E402
 from albert_jax.train import step as step_lib  # noqa: E402
@@ -210,6 +210,15 @@ def stop_note(rows_done: int, rows_total: int) -> dict[str, Any]:
             f"{rows_total} rows"}
 
 
+def guarded(make_row: Callable[[], dict[str, Any]], **labels: Any) -> dict[str, Any]:
+    """The row, or `labels` and the error that stopped it (out of memory, say): the rows
+    measured before and after it are kept."""
+    try:
+        return make_row()
+    except Exception as error:  # noqa: BLE001
+        return {**labels, "error": f"{type(error).__name__}: {error}"[:1000]}
+
+
 def timed_steps(run: Callable[[], None], steps: int) -> list[float]:
     """Seconds of each of `steps` calls of `run` (each blocks), after one untimed call."""
     run()
@@ -291,18 +300,20 @@ def equality_part(settings: Settings, seconds_left: Callable[[], float]) -> dict
             continue
         if seconds_left() <= 0:
             return {**result, **stop_note(len(result["rows"]), len(settings.equality_dtypes))}
-        shapes = (settings.equality_preset, dtype)
-        expected = forward_and_gradients(*shapes, "xla", settings.equality_batch,
-                                         settings.seq_len)
-        actual = forward_and_gradients(*shapes, candidate, settings.equality_batch,
-                                       settings.seq_len)
-        rtol = ATTENTION_RTOL[dtype]
-        outputs, gradients = (worst_ratio(actual[:2], expected[:2], rtol),
-                              worst_ratio(actual[2], expected[2], rtol))
-        result["rows"].append({"dtype": dtype, "rtol": rtol, "outputs_worst_ratio": outputs,
-                               "gradients_worst_ratio": gradients,
-                               "passed": outputs <= 1 and gradients <= 1})
+        result["rows"].append(guarded(lambda: equality_row(settings, dtype, candidate),
+                                      dtype=dtype, passed=False))
     return result
+
+
+def equality_row(settings: Settings, dtype: str, candidate: str) -> dict[str, Any]:
+    shapes = (settings.equality_preset, dtype)
+    expected = forward_and_gradients(*shapes, "xla", settings.equality_batch, settings.seq_len)
+    actual = forward_and_gradients(*shapes, candidate, settings.equality_batch, settings.seq_len)
+    rtol = ATTENTION_RTOL[dtype]
+    outputs, gradients = (worst_ratio(actual[:2], expected[:2], rtol),
+                          worst_ratio(actual[2], expected[2], rtol))
+    return {"dtype": dtype, "rtol": rtol, "outputs_worst_ratio": outputs,
+            "gradients_worst_ratio": gradients, "passed": outputs <= 1 and gradients <= 1}
 
 
 # --- loss: the accelerator against the CPU ------------------------------------------------------
@@ -342,7 +353,10 @@ def loss_part(settings: Settings, seconds_left: Callable[[], float]) -> dict[str
 
     accelerator = jax.devices()[0]
     on_cpu = loss_on(cpu, None)
-    highest, default = loss_on(accelerator, "highest"), loss_on(accelerator, None)
+    if accelerator.platform == "cpu":  # the same computation again: nothing to learn
+        highest = default = on_cpu
+    else:
+        highest, default = loss_on(accelerator, "highest"), loss_on(accelerator, None)
     relative = abs(highest - on_cpu) / abs(on_cpu)
     result = {"preset": settings.equality_preset, "batch": batch, "seq_len": settings.seq_len,
               "cpu_loss": on_cpu, "device_loss_highest": highest, "device_loss_default": default,
@@ -442,7 +456,8 @@ def pretraining_part(settings: Settings, seconds_left: Callable[[], float],
     for preset in settings.presets:
         if seconds_left() <= 0:
             return {**result, **stop_note(done, total)}
-        choice = choose_batch(settings, preset)
+        # Should the planner fail here, the settings' batch still measures the rows.
+        choice = guarded(lambda: choose_batch(settings, preset), batch=settings.fallback_batch)
         result["batches"][preset] = choice
         shared.setdefault("batches", {})[preset] = choice["batch"]
         for dtype, impl in PRETRAIN_VARIANTS:
@@ -454,8 +469,9 @@ def pretraining_part(settings: Settings, seconds_left: Callable[[], float],
                                        "skipped": f"the device ({jax.default_backend()}) has "
                                                   "no cuDNN"})
                 continue
-            result["rows"].append(pretraining_row(preset, dtype, impl, choice["batch"],
-                                                  settings))
+            result["rows"].append(guarded(
+                lambda: pretraining_row(preset, dtype, impl, choice["batch"], settings),
+                preset=preset, dtype=dtype, attention=impl, batch=choice["batch"]))
     return result
 
 
@@ -506,9 +522,11 @@ def torch_part(settings: Settings, seconds_left: Callable[[], float],
         for compiled in (False, True):
             if seconds_left() <= 0:
                 return {**result, **stop_note(len(result["rows"]), total)}
-            row = torch_row(preset, shared["batches"][preset], compiled, settings)
+            row = guarded(lambda: torch_row(preset, shared["batches"][preset], compiled,
+                                            settings), preset=preset, compiled=compiled)
             result["rows"].append(row)
-            result["ratios"] += ratios_against(row, pretraining.get("rows", []))
+            if "error" not in row:
+                result["ratios"] += ratios_against(row, pretraining.get("rows", []))
     return result
 
 
@@ -534,31 +552,41 @@ def finetune_part(settings: Settings, seconds_left: Callable[[], float]) -> dict
     total = len(buckets) * len(settings.finetune_dtypes)
     for dtype in settings.finetune_dtypes:
         model_config = get_config(preset, dtype=dtype, **tiny_overrides(preset, settings.seq_len))
-        vocab = model_config.vocab_size
         for low, bucket in zip((1,) + buckets, buckets):
             if seconds_left() <= 0:
                 return {**result, **stop_note(len(result["rows"]), total)}
-            batches = bench_table.glue_batches(settings.finetune_batch, settings.seq_len,
-                                               (max(low // 2, 8), bucket), 2, vocab)
-            for host_batch in batches:  # the longest pair fills the bucket
-                host_batch["input_mask"][0, :bucket] = 1
-            contender = bench_table.ours_finetune(f"{dtype} {bucket}", model_config, batches,
-                                                  buckets)
-            step_s = statistics.median(timed_steps(contender.run, settings.steps))
-            step_flops = (flops.TRAIN_FLOPS_PER_FORWARD * settings.finetune_batch
-                          * flops.forward_flops_per_sequence(model_config, bucket, 0))
-            peak = peak_tflops(dtype)
-            result["rows"].append({
-                "dtype": dtype, "attention": model_config.attention_impl, "bucket": bucket,
-                "compile_s": contender.compile_s, "step_s": step_s,
-                "examples_per_s": settings.finetune_batch / step_s,
-                "mfu": step_flops / step_s / (peak * 1e12) if peak else None})
+            result["rows"].append(guarded(
+                lambda: finetune_row(settings, model_config, (max(low // 2, 8), bucket),
+                                     buckets), dtype=dtype, bucket=bucket))
         full = [row for row in result["rows"] if row["dtype"] == dtype
-                and row["bucket"] == settings.seq_len]
+                and row["bucket"] == settings.seq_len and "step_s" in row]
         for row in result["rows"]:
-            if row["dtype"] == dtype and full:
+            if row["dtype"] == dtype and full and "step_s" in row:
                 row["speedup_over_seq_len"] = full[0]["step_s"] / row["step_s"]
     return result
+
+
+def finetune_row(settings: Settings, model_config: Any, lengths: tuple[int, int],
+                 buckets: tuple[int, ...]) -> dict[str, Any]:
+    """The step on 2 batches of pairs of `lengths` tokens (uniform), the longest pair of each
+    `lengths[1]`: every step runs at that bucket."""
+    bucket = lengths[1]
+    batches = bench_table.glue_batches(settings.finetune_batch, settings.seq_len, lengths, 2,
+                                       model_config.vocab_size)
+    for host_batch in batches:
+        host_batch["input_mask"][0, :bucket] = 1
+    contender = bench_table.ours_finetune(f"{model_config.dtype} {bucket}", model_config,
+                                          batches, buckets)
+    step_s = statistics.median(timed_steps(contender.run, settings.steps))
+    # As bench_table counts it: the backbone at every position, no masked-LM head.
+    step_flops = (flops.TRAIN_FLOPS_PER_FORWARD * settings.finetune_batch
+                  * flops.forward_flops_per_sequence(model_config, bucket, 0))
+    peak = peak_tflops(model_config.dtype)
+    return {"dtype": model_config.dtype,
+            "attention": attention.resolve(model_config, jax.default_backend()),
+            "bucket": bucket, "compile_s": contender.compile_s, "step_s": step_s,
+            "examples_per_s": settings.finetune_batch / step_s,
+            "mfu": step_flops / step_s / (peak * 1e12) if peak else None}
 
 
 # --- predict: albert-jax predict against HuggingFace's pipeline ----------------------------------
@@ -654,9 +682,11 @@ def table(data: dict[str, Any]) -> str:
                      + (f" - {part.get('note') or part.get('error')}"
                         if part.get("note") or part.get("error") else ""))
         for row in part.get("rows", []) if isinstance(part.get("rows"), list) else []:
-            if "skipped" in row:
-                lines.append(f"  {row.get('preset', '')} {row.get('dtype', '')} "
-                             f"{row.get('attention', '')}: skipped, {row['skipped']}")
+            label = " ".join(str(row[key]) for key in ("preset", "dtype", "attention", "bucket")
+                             if key in row)
+            if "skipped" in row or "error" in row:
+                lines.append(f"  {label}: " + (f"skipped, {row['skipped']}" if "skipped" in row
+                                               else f"ERROR {row['error'][:300]}"))
             elif name == "equality":
                 lines.append(f"  {row['dtype']}: worst |diff| / tolerance outputs "
                              f"{row['outputs_worst_ratio']:.3f}, gradients "

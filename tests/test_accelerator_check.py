@@ -48,6 +48,7 @@ def test_smoke_run_measures_every_part_or_says_why_not(tmp_path):
             assert part["note"], name
         if part["status"] == "skipped":
             continue
+        assert not [row for row in part.get("rows", []) if "error" in row], (name, part)
         numbers = _numbers(name, part)
         assert numbers and all(isinstance(value, (int, float)) and math.isfinite(value)
                                for value in numbers), (name, numbers)
