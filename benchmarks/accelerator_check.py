@@ -21,8 +21,8 @@ Parts (albert-base and albert-large at batch x 512, the batch filling about 40% 
                accelerator against jax.devices("cpu"): at "highest" matmul precision within
                1e-4 relative; at the default precision (TF32 on A100/H100) as a reading.
   pretraining  the project's step (train/step.py jit_train_step, the reference LAMB, the
-               pretraining task) per preset: float32 (TF32 matmuls) xla, bfloat16 xla,
-               bfloat16 cudnn; compile seconds apart, step seconds (median), tokens/s, MFU
+               pretraining task) per preset: bfloat16 cudnn, bfloat16 xla, float32 (TF32
+               matmuls) xla, in that order; compile seconds apart, step seconds (median), tokens/s, MFU
                against the device kind's data-sheet peak (PEAK_TFLOPS: bf16 for bfloat16 rows,
                TF32 for float32 rows; "unknown" kind: no MFU). The batch: the planner
                (train/plan.py measure) compiles the step at a probe batch for this device, and
@@ -102,7 +102,7 @@ ATTENTION_RTOL = {"float32": 2e-5, "bfloat16": 2e-2}
 ABSOLUTE_FLOOR = 2e-3
 LOSS_RTOL = 1e-4
 FILL_FRACTION = 0.8  # of JAX's memory (half the GPU): the batch fills about 40% of the GPU
-PRETRAIN_VARIANTS = (("float32", "xla"), ("bfloat16", "xla"), ("bfloat16", "cudnn"))
+PRETRAIN_VARIANTS = (("bfloat16", "cudnn"), ("bfloat16", "xla"), ("float32", "xla"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -449,29 +449,31 @@ def pretraining_row(preset: str, dtype: str, impl: str, batch: int, settings: Se
 
 def pretraining_part(settings: Settings, seconds_left: Callable[[], float],
                      shared: dict[str, Any]) -> dict[str, Any]:
+    """Every preset's batch first, then the rows variant by variant (PRETRAIN_VARIANTS, the
+    GPU's own configuration first), each over the presets: a cut run keeps the rows that
+    matter most."""
     result: dict[str, Any] = {"variants": [f"{dtype} {impl}" for dtype, impl in
                                            PRETRAIN_VARIANTS], "batches": {}, "rows": []}
+    batches = shared.setdefault("batches", {})
     total = len(settings.presets) * len(PRETRAIN_VARIANTS)
-    done = 0
     for preset in settings.presets:
         if seconds_left() <= 0:
-            return {**result, **stop_note(done, total)}
+            return {**result, **stop_note(0, total)}
         # Should the planner fail here, the settings' batch still measures the rows.
         choice = guarded(lambda: choose_batch(settings, preset), batch=settings.fallback_batch)
-        result["batches"][preset] = choice
-        shared.setdefault("batches", {})[preset] = choice["batch"]
-        for dtype, impl in PRETRAIN_VARIANTS:
+        result["batches"][preset], batches[preset] = choice, choice["batch"]
+    for dtype, impl in PRETRAIN_VARIANTS:
+        for preset in settings.presets:
             if seconds_left() <= 0:
-                return {**result, **stop_note(done, total)}
-            done += 1
+                return {**result, **stop_note(len(result["rows"]), total)}
             if impl == "cudnn" and not on_gpu():
                 result["rows"].append({"preset": preset, "dtype": dtype, "attention": impl,
                                        "skipped": f"the device ({jax.default_backend()}) has "
                                                   "no cuDNN"})
                 continue
             result["rows"].append(guarded(
-                lambda: pretraining_row(preset, dtype, impl, choice["batch"], settings),
-                preset=preset, dtype=dtype, attention=impl, batch=choice["batch"]))
+                lambda: pretraining_row(preset, dtype, impl, batches[preset], settings),
+                preset=preset, dtype=dtype, attention=impl, batch=batches[preset]))
     return result
 
 
@@ -631,10 +633,12 @@ def plan_part(settings: Settings, seconds_left: Callable[[], float],
     result: dict[str, Any] = {"rows": rows}
     if all(row["measured_peak_bytes"] is None for row in rows):
         result["note"] = "the device keeps no memory statistics: nothing measured"
-    first = rows[0]
-    if seconds_left() <= 0:
+    # What `albert-jax plan --devices=1` says without the GPU: the step compiled for the CPU,
+    # for an xla row (the CPU compiles no cuDNN), one whose peak was measured if there is one.
+    xla_rows = [row for row in rows if row["attention"] == "xla"]
+    if not xla_rows or seconds_left() <= 0:
         return {**result, **stop_note(len(rows), len(rows) + 1)}
-    # What `albert-jax plan --devices=1` says without the GPU: the step compiled for the CPU.
+    first = max(xla_rows, key=lambda row: row["measured_peak_is_this_row"])
     config, _ = pretraining_task(first["preset"], first["dtype"], first["attention"],
                                  first["batch"], settings.seq_len)
     cpu_plan = plan.measure(config, build_task_for, plan.cpu_target(1, 80.0, 1.0))
