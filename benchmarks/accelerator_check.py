@@ -59,6 +59,7 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.5")
 import argparse  # noqa: E402
 import contextlib  # noqa: E402
 import dataclasses  # noqa: E402
+import gc  # noqa: E402
 import json  # noqa: E402
 import platform  # noqa: E402
 import statistics  # noqa: E402
@@ -484,28 +485,46 @@ def torch_row(preset: str, batch: int, compiled: bool, settings: Settings) -> di
     GPU memory, again at half the batch (tokens/s stay comparable)."""
     import torch
 
+    halved_from: list[int] = []
+    while True:
+        try:
+            row = torch_measurement(preset, batch, compiled, settings)
+            if halved_from:
+                row["note"] = ("out of GPU memory at batch "
+                               f"{', '.join(map(str, halved_from))}: halved each time")
+            return row
+        except torch.cuda.OutOfMemoryError:
+            if batch <= 1:
+                raise
+            halved_from.append(batch)
+        batch //= 2
+        free_torch_memory()  # out of the except: its traceback no longer holds the tensors
+
+
+def torch_measurement(preset: str, batch: int, compiled: bool, settings: Settings
+                      ) -> dict[str, Any]:
+    import torch
+
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model_config = get_config(preset, **tiny_overrides(preset, settings.seq_len))
     backend = settings.torch_compile_backend if compiled else None
-    try:
-        contender = bench_table.hf_torch_train(
-            "HF torch", model_config, batch, seq_len=settings.seq_len, device=device,
-            autocast_dtype=torch.bfloat16, compile_backend=backend)
-        seconds = timed_steps(contender.run, settings.torch_steps)
-    except torch.cuda.OutOfMemoryError:
-        torch.cuda.empty_cache()
-        if batch <= 1:
-            raise
-        return {**torch_row(preset, batch // 2, compiled, settings),
-                "note": f"out of GPU memory at batch {batch}: halved"}
-    finally:
-        if device == "cuda":
-            torch.cuda.empty_cache()
-    step_s = statistics.median(seconds)
+    contender = bench_table.hf_torch_train(
+        "HF torch", model_config, batch, seq_len=settings.seq_len, device=device,
+        autocast_dtype=torch.bfloat16, compile_backend=backend)
+    step_s = statistics.median(timed_steps(contender.run, settings.torch_steps))
     return {"preset": preset, "mode": f"torch.compile ({backend})" if compiled else "eager",
             "dtype": "bfloat16 autocast", "optimizer": "torch.optim.AdamW", "device": device,
             "batch": batch, "seq_len": settings.seq_len, "first_call_s": contender.compile_s,
             "step_s": step_s, "tokens_per_s": batch * settings.seq_len / step_s}
+
+
+def free_torch_memory() -> None:
+    """torch's cached GPU memory back to the device: the JAX processes after it need room."""
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def torch_part(settings: Settings, seconds_left: Callable[[], float],
@@ -526,6 +545,7 @@ def torch_part(settings: Settings, seconds_left: Callable[[], float],
                 return {**result, **stop_note(len(result["rows"]), total)}
             row = guarded(lambda: torch_row(preset, shared["batches"][preset], compiled,
                                             settings), preset=preset, compiled=compiled)
+            free_torch_memory()
             result["rows"].append(row)
             if "error" not in row:
                 result["ratios"] += ratios_against(row, pretraining.get("rows", []))
