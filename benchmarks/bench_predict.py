@@ -147,17 +147,19 @@ class Ours:
 
 
 class HuggingFace:
-    """transformers' text-classification pipeline (PyTorch, CPU) on the exported model, with
-    AlbertTokenizer on its spiece.model; the same records as ours."""
+    """transformers' text-classification pipeline (PyTorch; `device` -1: the CPU, 0: the first
+    GPU) on the exported model, with AlbertTokenizer on its spiece.model; the same records as
+    ours."""
 
-    def __init__(self, model_dir: str, batch_size: int, seq_len: int, chunk_rows: int):
+    def __init__(self, model_dir: str, batch_size: int, seq_len: int, chunk_rows: int,
+                 device: int = -1):
         import transformers
 
         transformers.logging.set_verbosity_error()  # a truncation notice on every chunk
         tokenizer = transformers.AlbertTokenizer(
             os.path.join(model_dir, workdir_names.TOKENIZER_FILE))
         self.pipeline = transformers.pipeline("text-classification", model=model_dir,
-                                              tokenizer=tokenizer, device=-1,
+                                              tokenizer=tokenizer, device=device,
                                               batch_size=batch_size)
         self.seq_len = seq_len
         self.chunk_rows = chunk_rows
@@ -280,18 +282,56 @@ def _machine() -> dict[str, Any]:
             "python": platform.python_version()}
 
 
+def prepare_models(workdir: str, scratch: str, train_steps: int) -> dict[str, Any]:
+    """The fine-tuned run in `workdir` (made there if absent, module docstring 1) and its
+    HuggingFace export in `scratch`/hf: {hf_model, seq_len, eval_batch_size, chunk_rows}."""
+    if not os.path.exists(os.path.join(workdir, workdir_names.CONFIG_FILE)):
+        print(f"fine-tuning the demo model in {workdir} ...", file=sys.stderr, flush=True)
+        make_run(workdir, train_steps)
+    hf_model = os.path.join(scratch, "hf")
+    _cli("convert", "--from=orbax", f"--path={workdir}", "--to=huggingface",
+         f"--output={hf_model}")
+    with open(os.path.join(workdir, workdir_names.CONFIG_FILE)) as file:
+        saved_config = json.load(file)
+    return {"hf_model": hf_model, "seq_len": saved_config["seq_len"],
+            "eval_batch_size": saved_config["eval_batch_size"],
+            "chunk_rows": finetune_run().PREDICT_CHUNK_ROWS}
+
+
+def compare_rounds(workdir: str, models: dict[str, Any], round_input: str, probe_input: str,
+                   rounds: int, hf_batch_sizes: list[int], hf_device: int = -1) -> dict[str, Any]:
+    """Module docstring 3: ours (the predict path on `workdir`) and HF's pipeline at the fastest
+    of `hf_batch_sizes` on `probe_input`, interleaved for `rounds` rounds on `round_input`."""
+    ours = Ours(workdir)
+    _rows_per_second(ours, probe_input)  # warm-up: compiles the length buckets
+    probe = {}
+    for batch_size in hf_batch_sizes:
+        side = HuggingFace(models["hf_model"], batch_size, models["seq_len"],
+                           models["chunk_rows"], hf_device)
+        if not probe:
+            _rows_per_second(side, probe_input)  # warm-up: torch's first allocations
+        probe[batch_size] = _rows_per_second(side, probe_input)
+        print(f"HF batch size {batch_size}: {probe[batch_size]:.0f} rows/s", file=sys.stderr,
+              flush=True)
+    hf_batch_size = max(probe, key=probe.get)
+    sides = {"ours": ours, "hf": HuggingFace(models["hf_model"], hf_batch_size,
+                                             models["seq_len"], models["chunk_rows"], hf_device)}
+    rates = _interleaved_rounds(sides, round_input, rounds)
+    return {
+        "hf_batch_size": hf_batch_size,
+        "hf_batch_probe": {str(size): rate for size, rate in probe.items()},
+        "rounds_rows_per_s": {side: statistics.median(values) for side, values in rates.items()},
+        "rounds_all": rates,
+        "ratio_ours_over_hf": statistics.median(
+            mine / theirs for mine, theirs in zip(rates["ours"], rates["hf"])),
+    }
+
+
 def benchmark(args: argparse.Namespace, scratch: str) -> dict[str, Any]:
     started = time.perf_counter()
-    if not os.path.exists(os.path.join(args.workdir, workdir_names.CONFIG_FILE)):
-        print(f"fine-tuning the demo model in {args.workdir} ...", file=sys.stderr, flush=True)
-        make_run(args.workdir, args.train_steps)
-    args._hf_model = os.path.join(scratch, "hf")
-    _cli("convert", "--from=orbax", f"--path={args.workdir}", "--to=huggingface",
-         f"--output={args._hf_model}")
-    with open(os.path.join(args.workdir, workdir_names.CONFIG_FILE)) as file:
-        saved_config = json.load(file)
-    args._seq_len = saved_config["seq_len"]
-    args._chunk_rows = finetune_run().PREDICT_CHUNK_ROWS
+    models = prepare_models(args.workdir, scratch, args.train_steps)
+    args._hf_model, args._seq_len = models["hf_model"], models["seq_len"]
+    args._chunk_rows = models["chunk_rows"]
     columns = ("id", "text", "text_b")
     full_input = write_csv(os.path.join(scratch, "rows.csv"), pair_rows(args.rows, seed=3),
                            columns)
@@ -300,34 +340,15 @@ def benchmark(args: argparse.Namespace, scratch: str) -> dict[str, Any]:
     probe_input = write_csv(os.path.join(scratch, "probe.csv"),
                             pair_rows(args.probe_rows, seed=4), columns)
     machine_before = _machine()
-
-    ours = Ours(args.workdir)
-    _rows_per_second(ours, probe_input)  # warm-up: compiles the length buckets
-    probe = {}
-    for batch_size in args.hf_batch_sizes:
-        side = HuggingFace(args._hf_model, batch_size, args._seq_len, args._chunk_rows)
-        if not probe:
-            _rows_per_second(side, probe_input)  # warm-up: torch's first allocations
-        probe[batch_size] = _rows_per_second(side, probe_input)
-        print(f"HF batch size {batch_size}: {probe[batch_size]:.0f} rows/s", file=sys.stderr,
-              flush=True)
-    args._hf_batch_size = max(probe, key=probe.get)
-    sides = {"ours": ours, "hf": HuggingFace(args._hf_model, args._hf_batch_size, args._seq_len,
-                                             args._chunk_rows)}
-    rates = _interleaved_rounds(sides, round_input, args.rounds)
-    sides.clear()  # frees this process's models before the full passes
-
+    compared = compare_rounds(args.workdir, models, round_input, probe_input, args.rounds,
+                              args.hf_batch_sizes)
+    args._hf_batch_size = compared["hf_batch_size"]
     full = {side: full_pass(side, args, full_input, os.path.join(scratch, f"{side}.jsonl"))
             for side in ("ours", "hf")}
     return {
         "rows": args.rows, "round_rows": args.round_rows, "rounds": args.rounds,
-        "hf_batch_size": args._hf_batch_size,
-        "hf_batch_probe": {str(size): rate for size, rate in probe.items()},
-        "seq_len": args._seq_len, "eval_batch_size": saved_config["eval_batch_size"],
-        "rounds_rows_per_s": {side: statistics.median(values) for side, values in rates.items()},
-        "rounds_all": rates,
-        "ratio_ours_over_hf": statistics.median(
-            mine / theirs for mine, theirs in zip(rates["ours"], rates["hf"])),
+        "seq_len": args._seq_len, "eval_batch_size": models["eval_batch_size"],
+        **compared,
         "full": full,
         "agreement": agreement(os.path.join(scratch, "ours.jsonl"),
                                os.path.join(scratch, "hf.jsonl")),

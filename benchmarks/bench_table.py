@@ -413,20 +413,29 @@ def hf_train(name: str, model_config: ModelConfig, batch: int) -> Contender:
                                optimizer.init(params), [data])
 
 
-def hf_torch_train(name: str, model_config: ModelConfig, batch: int) -> Contender:
-    """AlbertForPreTraining (PyTorch) under torch.compile + torch.optim.AdamW, the step of
-    ../shared/peers/bench_hf_torch.py --compile: HF's own MLM (every position, -100 ignored) +
-    SOP loss, backward, optimizer step. Compile time is that of the first call (inductor)."""
+def hf_torch_train(name: str, model_config: ModelConfig, batch: int, *, seq_len: int = SEQ_LEN,
+                   device: str = "cpu", autocast_dtype: Any = None, compile_backend: str | None
+                   = "inductor") -> Contender:
+    """AlbertForPreTraining (PyTorch) + torch.optim.AdamW, the step of
+    ../shared/peers/bench_hf_torch.py: HF's own MLM (every position, -100 ignored) + SOP loss,
+    backward, optimizer step; under torch.compile with `compile_backend` (None: eager), in
+    torch.autocast to `autocast_dtype` if given, on `device`. Compile time is that of the
+    first call (inductor's, under torch.compile)."""
     torch.manual_seed(0)
-    model = AlbertForPreTraining(hf_config(model_config))
+    model = AlbertForPreTraining(hf_config(model_config)).to(device)
     model.train()
-    data = {key: torch.from_numpy(value.astype(np.int64)) for key, value in
-            hf_pretraining_batch(pretraining_batch(batch, model_config.vocab_size)).items()}
+    data = {key: torch.from_numpy(value.astype(np.int64)).to(device) for key, value in
+            hf_pretraining_batch(pretraining_batch(batch, model_config.vocab_size,
+                                                   seq_len=seq_len)).items()}
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
-    compiled = torch.compile(model)
+    forward = model if compile_backend is None else torch.compile(model,
+                                                                  backend=compile_backend)
+    autocast = functools.partial(torch.autocast, torch.device(device).type,
+                                 dtype=autocast_dtype, enabled=autocast_dtype is not None)
 
     def run() -> None:
-        loss = compiled(**data).loss
+        with autocast():
+            loss = forward(**data).loss
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
