@@ -27,7 +27,7 @@ from albert_jax.finetune import entities, fill_mask, run as finetune_run
 from albert_jax.finetune import tagging_data, tagging_features
 from albert_jax.finetune.demo import demo_sentences
 from albert_jax.finetune.tagging_task import OwnTaggingTask
-from cli_fixtures import build_demo_pretraining_data, cli, config_flags
+from cli_fixtures import cli, pretrain_tiny
 from configs import custom as custom_config
 
 # --- The entity rule of the tagging data ---------------------------------------------------------
@@ -225,15 +225,7 @@ SMALL = ["--config.seq_len=32", "--config.batch_size=8", "--config.eval_batch_si
 @pytest.fixture(scope="module")
 def pretrained(tmp_path_factory) -> Path:
     """A pretraining workdir of the tiny model (4 steps) with its own tokenizer."""
-    root = tmp_path_factory.mktemp("pretrained")
-    settings = build_demo_pretraining_data(root, num_documents=300,
-                                           changes={"data.dupe_factor": 1})
-    result = cli("pretrain", *config_flags(settings), "--config.model=tiny",
-                 "--config.total_steps=4", "--config.model_overrides.vocab_size=400",
-                 "--config.batch_size=8", "--config.eval_batch_size=8",
-                 f"--workdir={root / 'workdir'}")
-    assert result.returncode == 0, result.stderr[-3000:]
-    return root / "workdir"
+    return pretrain_tiny(tmp_path_factory.mktemp("pretrained"), steps=4)
 
 
 def _tagged(sentences: list[str]) -> tuple[list[list[str]], list[list[str]]]:
@@ -425,15 +417,16 @@ def test_tagging_learns_the_determiner_entities_from_real_text(spm, tmp_path):
     write_conll(tmp_path / "train.conll", train_words, train_tags)
     (tmp_path / "dev.jsonl").write_text("".join(json.dumps({"tokens": w, "tags": t}) + "\n"
                                                 for w, t in zip(dev_words, dev_tags)))
-    steps = 300
+    steps = 1200
     config = custom_config.get_config("kind=token_classification,runlocal")
     config.tokenizer, config.model_overrides.vocab_size = spm, 400
     config.data.train_file = str(tmp_path / "train.conll")
     config.data.dev_file = str(tmp_path / "dev.jsonl")
     config.batch_size, config.eval_batch_size, config.seq_len = 32, 64, 48
-    config.total_steps, config.optim.lr, config.optim.warmup_steps = steps, 1e-3, steps // 10
+    config.total_steps, config.optim.lr, config.optim.warmup_steps = steps, 2e-3, steps // 10
     config.dropout = config.classifier_dropout = 0.0
-    config.eval_every_steps = config.checkpoint_every_steps = steps // 2
+    config.eval_every_steps = config.checkpoint_every_steps = steps // 4
+    config.log_every_steps = steps // 4
     best = finetune_run.finetune(config, str(tmp_path / "run"))
     unigram = _unigram_baseline(list(zip(train_words, train_tags)), list(zip(dev_words, dev_tags)))
     all_outside = entities.entity_scores(dev_tags, [["O"] * len(t) for t in dev_tags])

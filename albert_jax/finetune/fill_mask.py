@@ -29,7 +29,6 @@ from albert_jax.errors import ConfigError
 from albert_jax.finetune.task import ArraySource, padded, real_rows
 from albert_jax.model import ModelConfig
 from albert_jax.pretraining import PretrainingTask
-from albert_jax.train import checkpoint
 from albert_jax.train import workdir as workdir_names
 from albert_jax.train.task import Batch, HostBatch
 

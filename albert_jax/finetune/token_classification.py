@@ -19,7 +19,6 @@ import json
 import os
 from typing import Any, Sequence
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import ml_collections
