@@ -8,6 +8,7 @@
                              --config.init_from=PATH --workdir=DIR
   albert-jax evaluate        --workdir=DIR --split=dev|test
   albert-jax predict         --workdir=DIR --input=FILE [--output=OUT.jsonl|-]
+                             [--top_k=5 --step=N]   (a pretraining workdir: fill-mask)
   albert-jax checkpoint verify --workdir=DIR    (one line per checkpoint; exit 0 if all intact)
   albert-jax plan            --config=configs/pretrain.py:size=xxlarge --topology=v5e:16x16
                              [--devices=N --hbm_gib=16] [--json]   (HBM per device; fits?)
@@ -78,6 +79,10 @@ _OUTPUT = flags.DEFINE_string("output", None, "convert: output directory. predic
                               "-: standard output).")
 _INPUT = flags.DEFINE_string("input", None, "predict: the file of examples (CSV, TSV, JSONL, "
                              "Parquet, or the task's own layout).")
+_TOP_K = flags.DEFINE_integer("top_k", None, "predict on a pretraining workdir (fill-mask): "
+                              "the most probable pieces listed per [MASK] (default 5).")
+_STEP = flags.DEFINE_integer("step", None, "predict on a pretraining workdir: the checkpoint "
+                             "(default the latest intact one).")
 _TOPOLOGY = flags.DEFINE_string("topology", None, "plan: TPU slice, e.g. v5e:16x16 (needs the "
                                 "[tpu] extra, libtpu; no TPU needed).")
 _DEVICES = flags.DEFINE_integer("devices", None, "plan: N fake CPU devices instead of a TPU.")
@@ -136,7 +141,8 @@ def _evaluate() -> None:
 def _predict() -> None:
     workdir, input_path = _need(_WORKDIR, "predict"), _need(_INPUT, "predict")
     _join_hosts()
-    finetune_run.predict(workdir, input_path, _OUTPUT.value)
+    options = {"top_k": _TOP_K.value} if _TOP_K.value is not None else {}
+    finetune_run.predict(workdir, input_path, _OUTPUT.value, step=_STEP.value, **options)
 
 
 def _checkpoint_verify() -> None:
@@ -275,7 +281,7 @@ COMMAND_FLAGS: dict[tuple[str, ...], tuple[str, ...]] = {
     ("pretrain",): ("config", "workdir"),
     ("finetune",): ("config", "workdir"),
     ("evaluate",): ("workdir", "split"),
-    ("predict",): ("workdir", "input", "output"),
+    ("predict",): ("workdir", "input", "output", "top_k", "step"),
     ("checkpoint", "verify"): ("workdir",),
     ("plan",): ("config", "topology", "devices", "hbm_gib", "peak_tflops", "mfu", "levers", "json"),
     ("convert",): ("from", "to", "path", "config_path", "output"),

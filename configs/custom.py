@@ -1,5 +1,6 @@
 """Fine-tuning on your own data (issue 21): classification, regression or multiple choice over CSV,
-TSV, JSON Lines or Parquet files (finetune/custom_data.py reads them).
+TSV, JSON Lines or Parquet files (finetune/custom_data.py reads them); tagging over CoNLL, JSON
+Lines or Parquet files (finetune/tagging_data.py).
 
   albert-jax finetune --config=configs/custom.py:kind=classification \
       --config.data.train_file=train.csv --config.data.dev_file=dev.csv \
@@ -8,9 +9,10 @@ TSV, JSON Lines or Parquet files (finetune/custom_data.py reads them).
       --config.data.train_file=train.jsonl --config.data.dev_file=dev.jsonl \
       --config.data.options=option_a,option_b,option_c --config.init_from=... --workdir=...
 
-The argument: `kind=classification|regression|multiple_choice` (required), `size=base|large|
-xlarge|xxlarge` or `model=<preset>` (only for a from-scratch run: with `init_from` the
-architecture comes from the checkpoint), `runlocal` (tiny sizes for a laptop CPU).
+The argument: `kind=classification|regression|multiple_choice|token_classification`
+(required), `size=base|large|xlarge|xxlarge` or `model=<preset>` (only for a from-scratch run:
+with `init_from` the architecture comes from the checkpoint), `runlocal` (tiny sizes for a
+laptop CPU).
 
 Columns (`--config.data.<key>=<column name>`):
   classification, regression: text_a (default "text"), text_b ("" = one text), label ("label"),
@@ -19,8 +21,13 @@ Columns (`--config.data.<key>=<column name>`):
   multiple_choice: context ("context"), question ("question"), either may be ""; options
     ("options"): one column holding a list of options, or a comma list of one column per
     option; label ("label"): the 0-based index of the right option or its text; id.
+  token_classification: CoNLL files (.conll, .txt: a token and its tag per line, the tag in
+    column tag_column, -1 = the last) or tables (.jsonl, .parquet) with tokens ("tokens") and
+    tags ("tags") lists, id; tag_scheme (iob2, iob1, bioes), labels (the IOB2 tag list; "" =
+    "O" + the sorted training tags), label_all_pieces, doc_stride (windows of a long sentence).
 The best checkpoint has the largest dev `selection_metric`: accuracy, macro_f1 or mcc
-(classification), pearson or spearman (regression), accuracy (multiple choice).
+(classification), pearson or spearman (regression), accuracy (multiple choice), f1, precision,
+recall or accuracy (token_classification: entity scores as seqeval's, word accuracy).
 """
 from __future__ import annotations
 
@@ -40,6 +47,8 @@ HYPER_PARAMETERS = {
     "classification": (2e-5, 32, 2000, 200, "accuracy"),
     "regression": (2e-5, 32, 2000, 200, "pearson"),
     "multiple_choice": (1e-5, 32, 2000, 200, "accuracy"),
+    # Tagging: run_ner.py's learning rate (5e-5) and batch 32; entity F1 (seqeval) selects.
+    "token_classification": (5e-5, 32, 2000, 200, "f1"),
 }
 
 
@@ -60,15 +69,24 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.data.train_file = ""  # .csv, .tsv, .jsonl or .parquet
     config.data.dev_file = ""
     config.data.test_file = ""  # optional; its labels too
-    config.data.label = "label"
     config.data.id = ""
+    if args.kind == "token_classification":
+        config.data.tokens = "tokens"  # .jsonl / .parquet: the list of words
+        config.data.tags = "tags"  # and the list of their tags
+        config.data.tag_column = -1  # .conll / .txt: the tag's column, 0-based (-1: the last)
+        config.data.tag_scheme = "iob2"  # or iob1, bioes: read as such, kept as IOB2
+        config.data.labels = ""  # the IOB2 tags in class order; "": "O" + the training tags
+        config.data.label_all_pieces = False  # True: every piece of a word carries its tag
+        config.data.doc_stride = 128  # a longer sentence: windows this many pieces apart
+    else:
+        config.data.label = "label"
     if args.kind == "multiple_choice":
         config.data.context = "context"
         config.data.question = "question"
         config.data.options = "options"
         config.max_qa_length = 128  # SPEC 8.4: question + option keep their last 128 tokens
         config.eval_batch_size = 16  # each question is num_choices rows
-    else:
+    elif args.kind != "token_classification":
         config.data.text_a = "text"
         config.data.text_b = ""
         if args.kind == "classification":
@@ -78,5 +96,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         shrink_finetune_config(config)
         if args.kind == "multiple_choice":
             config.max_qa_length = 24
+        if args.kind == "token_classification":
+            config.data.doc_stride = 16
     config.lock()
     return config

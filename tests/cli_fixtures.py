@@ -66,3 +66,17 @@ def build_demo_pretraining_data(root: Path, environment: dict[str, str] | None =
         result = cli(*command, *config_flags(settings), environment=environment)
         assert result.returncode == 0, result.stderr[-3000:]
     return settings
+
+
+def pretrain_tiny(root: Path, steps: int = 6) -> Path:
+    """A pretraining workdir of the tiny model (`steps` steps, batch 8) on 300 demo documents,
+    with its own tokenizer (vocab 400): root/workdir."""
+    settings = build_demo_pretraining_data(root, num_documents=300,
+                                           changes={"data.dupe_factor": 1})
+    result = cli("pretrain", *config_flags(settings), "--config.model=tiny",
+                 f"--config.total_steps={steps}", "--config.model_overrides.vocab_size=400",
+                 "--config.batch_size=8", "--config.eval_batch_size=8",
+                 f"--workdir={root / 'workdir'}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (root / "workdir" / "spiece.model").exists()  # the tokenizer travels with the run
+    return root / "workdir"

@@ -19,23 +19,14 @@ from albert_jax.finetune import glue, race, run as finetune_run
 from configs import glue as glue_config, race as race_config, squad as squad_config
 import squad_fixtures
 from finetune_fixtures import write_glue_task, write_race
-from cli_fixtures import CLI, REPO, build_demo_pretraining_data, cli, config_flags
+from cli_fixtures import CLI, REPO, cli, pretrain_tiny
 
 
 
 @pytest.fixture(scope="module")
 def pretrained(tmp_path_factory) -> Path:
     """A pretraining workdir of the tiny model (6 steps) with its own tokenizer."""
-    root = tmp_path_factory.mktemp("pretrained")
-    settings = build_demo_pretraining_data(root, num_documents=300,
-                                           changes={"data.dupe_factor": 1})
-    result = cli("pretrain", *config_flags(settings), "--config.model=tiny",
-                 "--config.total_steps=6", "--config.model_overrides.vocab_size=400",
-                 "--config.batch_size=8", "--config.eval_batch_size=8",
-                 f"--workdir={root / 'workdir'}")
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert (root / "workdir" / "spiece.model").exists()  # the tokenizer travels with the run
-    return root / "workdir"
+    return pretrain_tiny(tmp_path_factory.mktemp("pretrained"))
 
 
 def small_config(module, arg: str, data_path: Path, init_from: Path, **overrides):

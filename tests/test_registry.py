@@ -10,6 +10,7 @@ from albert_jax.finetune import registry
 from albert_jax.finetune.classification import ClassificationTask, RegressionTask
 from albert_jax.finetune.multiple_choice import MultipleChoiceTask
 from albert_jax.finetune.task import FinetuneTask
+from albert_jax.finetune.token_classification import TokenClassificationTask
 
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "albert_jax"
 GLUE = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli")
@@ -17,13 +18,14 @@ GLUE = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli")
 
 def test_every_task_is_registered_with_its_family():
     assert set(registry.names()) == {*GLUE, "race", "squad", "classification", "regression",
-                                     "multiple_choice"}
+                                     "multiple_choice", "token_classification"}
     for name in GLUE:
         family = RegressionTask if name == "stsb" else ClassificationTask
         assert issubclass(registry.get(name), family), name
     assert issubclass(registry.get("race"), MultipleChoiceTask)
     assert issubclass(registry.get("multiple_choice"), MultipleChoiceTask)
     assert issubclass(registry.get("regression"), RegressionTask)
+    assert issubclass(registry.get("token_classification"), TokenClassificationTask)
     assert all(issubclass(registry.get(name), FinetuneTask) for name in registry.names())
 
 

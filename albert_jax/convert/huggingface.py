@@ -58,6 +58,9 @@ _FINETUNED_HEADS: dict[str, tuple[str, dict[str, tuple[tuple[str, ...], bool]]]]
     "AlbertForMultipleChoice": ("classifier", {
         "classifier.weight": (("classifier", "dense", "kernel"), True),
         "classifier.bias": (("classifier", "dense", "bias"), False)}),
+    "AlbertForTokenClassification": ("classifier", {
+        "classifier.weight": (("classifier", "dense", "kernel"), True),
+        "classifier.bias": (("classifier", "dense", "bias"), False)}),
     "AlbertForQuestionAnswering": ("squad", {
         "qa_outputs.weight": (("squad", "output_weights"), False),
         "qa_outputs.bias": (("squad", "output_bias"), False)}),
@@ -69,8 +72,8 @@ class FinetunedHead:
     """A fine-tuned head as transformers sees it.
 
     Attributes:
-      architecture: AlbertForSequenceClassification (GLUE), AlbertForMultipleChoice (RACE) or
-        AlbertForQuestionAnswering (SQuAD v1.1).
+      architecture: AlbertForSequenceClassification (GLUE), AlbertForMultipleChoice (RACE),
+        AlbertForQuestionAnswering (SQuAD v1.1) or AlbertForTokenClassification (tagging).
       labels: class names in our class order (config.json `id2label`); empty for a regression
         head (STS-B: num_labels 1, problem_type "regression") and for the other classes.
     """
@@ -80,7 +83,8 @@ class FinetunedHead:
 
     def config_fields(self, num_outputs: int) -> dict[str, Any]:
         """The config.json fields of this head; `num_outputs` is the classifier's width."""
-        if self.architecture != "AlbertForSequenceClassification":
+        if self.architecture not in ("AlbertForSequenceClassification",
+                                     "AlbertForTokenClassification"):
             return {}
         if not self.labels:
             return dict(num_labels=1, problem_type="regression", id2label={"0": "LABEL_0"},
@@ -88,9 +92,12 @@ class FinetunedHead:
         if len(self.labels) != num_outputs:
             raise ValueError(f"{len(self.labels)} label names {self.labels} for a classifier "
                              f"with {num_outputs} outputs")
-        return dict(num_labels=num_outputs, problem_type="single_label_classification",
-                    id2label={str(index): label for index, label in enumerate(self.labels)},
-                    label2id={label: index for index, label in enumerate(self.labels)})
+        fields = dict(num_labels=num_outputs,
+                      id2label={str(index): label for index, label in enumerate(self.labels)},
+                      label2id={label: index for index, label in enumerate(self.labels)})
+        if self.architecture == "AlbertForSequenceClassification":
+            fields["problem_type"] = "single_label_classification"
+        return fields
 
 
 def _check_grouping(config: ModelConfig, source: str) -> None:
@@ -364,9 +371,9 @@ def save_huggingface(config: ModelConfig, params: dict[str, Any], path: str,
         # HF applies the mapping always (SPEC 11.2); ours has none, so it is the identity.
         tensors[f"{_MAPPING}.weight"] = np.eye(config.hidden_size, dtype=np.float32)
         tensors[f"{_MAPPING}.bias"] = np.zeros(config.hidden_size, np.float32)
-    if architecture == "AlbertForQuestionAnswering":
-        # transformers builds it without a pooler (add_pooling_layer=False); ours computes one
-        # that the span head never reads, so leaving it out changes no output.
+    if architecture in ("AlbertForQuestionAnswering", "AlbertForTokenClassification"):
+        # transformers builds these without a pooler (add_pooling_layer=False); ours computes
+        # one that the span and tagging heads never read, so leaving it out changes no output.
         for name in ("albert.pooler.weight", "albert.pooler.bias"):
             del tensors[name]
     if not heads:  # AlbertModel.save_pretrained writes names without the `albert.` prefix

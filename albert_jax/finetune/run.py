@@ -11,7 +11,8 @@ registered task (finetune/registry.py); nothing here names a task.
             per example, as `predict` writes), the task's own files (GLUE server / RACE files;
             SQuAD's predictions.json & co.) and, for dev, metrics.json.
   predict:  the same checkpoint on a file of new examples -> one JSON line per example, in
-            input order, streamed in chunks.
+            input order, streamed in chunks. On a pretraining workdir (its config names no
+            task): fill-mask with the run's latest (or --step) checkpoint (fill_mask.py).
   export_huggingface (`albert-jax convert --from=orbax --path=<workdir> --to=huggingface`): the
             same best checkpoint as the transformers class of its task, labels included.
 """
@@ -34,7 +35,7 @@ from etils import epath
 from albert_jax import files
 from albert_jax.convert.huggingface import save_huggingface
 from albert_jax.errors import ConfigError
-from albert_jax.finetune import registry
+from albert_jax.finetune import fill_mask, registry
 from albert_jax.finetune.task import FinetuneTask, real_rows
 from albert_jax.finetune.text_files import open_text
 from albert_jax.train import buckets, checkpoint, loop, sharding
@@ -86,14 +87,17 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
 
 @dataclasses.dataclass
 class FinishedRun:
-    """The best dev checkpoint of a fine-tuning workdir (of its best seed), ready to predict.
+    """The checkpoint a workdir predicts with (a fine-tuning run's best dev checkpoint, of its
+    best seed; a pretraining run's latest), ready to predict.
 
-    run_dir: the run (the workdir, or the best seed's); best: its best.json record; task: the
-    task rebuilt from the run's config.json, tokenizer and files; params: the best checkpoint's
-    params, placed on `mesh`; eval_step: jitted for `mesh` (train/step.py)."""
+    run_dir: the run (the workdir, or the best seed's); step: the checkpoint's step (None: the
+    latest); description: which checkpoint, for messages; task: the task rebuilt from the run's
+    config.json, tokenizer and files; params: the checkpoint's params, placed on `mesh`;
+    eval_step: jitted for `mesh` (train/step.py)."""
 
     run_dir: epath.Path
-    best: dict[str, Any]
+    step: int | None
+    description: str
     task: FinetuneTask
     params: Any
     mesh: jax.sharding.Mesh
@@ -160,17 +164,26 @@ def _saved_config(run_dir: epath.Path) -> ml_collections.ConfigDict:
         json.loads((run_dir / workdir_names.CONFIG_FILE).read_bytes()))
 
 
-def load_finished_run(workdir: str) -> FinishedRun:
-    """The best dev checkpoint of `workdir` and its task, on this job's devices."""
+def _task_class(config: ml_collections.ConfigDict) -> type:
+    """The task of a run's config.json: its fine-tuning task, or fill-mask for a pretraining
+    run (whose config names no task)."""
+    return registry.get(config.task) if config.get("task") else fill_mask.FillMaskTask
+
+
+def load_finished_run(workdir: str, *, step: int | None = None,
+                      **options: Any) -> FinishedRun:
+    """The checkpoint `workdir` predicts with and its task, on this job's devices: the task
+    class says which checkpoint (`checkpoint_to_predict`, `step` where it takes one) and takes
+    the `options` of its predict (fill-mask: top_k)."""
     run_dir = _run_dir(epath.Path(workdir))
     config = _saved_config(run_dir)
-    best = loop.read_best(run_dir)
+    task_class = _task_class(config)
+    directory, step, description = task_class.checkpoint_to_predict(run_dir, step)
     mesh = sharding.make_mesh(config.mesh)
-    model_config, params = checkpoint.load(
-        os.fspath(run_dir / workdir_names.BEST_SUBDIR), best["step"], mesh=mesh)
-    task = registry.get(config.task).from_run(config, run_dir, model_config)
+    model_config, params = checkpoint.load(os.fspath(directory), step, mesh=mesh)
+    task = task_class.from_run(config, run_dir, model_config, **options)
     eval_step = step_lib.jit_eval_step(task, mesh, jax.tree.map(lambda leaf: leaf.sharding, params))
-    return FinishedRun(run_dir, best, task, params, mesh, eval_step)
+    return FinishedRun(run_dir, step, description, task, params, mesh, eval_step)
 
 
 # --- albert-jax evaluate ------------------------------------------------------------------------
@@ -197,7 +210,7 @@ def evaluate(workdir: str, split: str) -> list[str]:
                 task.split_records(eval_split, predictions)))
             written += task.write_predictions(eval_split, predictions, os.fspath(directory))
     if split == "dev" and is_main:
-        written += task.write_dev_metrics(split_metrics, run.best["step"], os.fspath(directory))
+        written += task.write_dev_metrics(split_metrics, run.step, os.fspath(directory))
     for path in written:
         print(f"wrote {path}", flush=True)
     return written
@@ -217,9 +230,11 @@ def _write_records(path: str, records: list[dict[str, Any]]) -> str:
 
 # --- albert-jax predict -------------------------------------------------------------------------
 
-def predict(workdir: str, input_path: str, output: str | None = None) -> str:
-    """`albert-jax predict`: the best dev checkpoint of `workdir` on the examples of
-    `input_path`, one JSON object per line in input order, into `output` (default
+def predict(workdir: str, input_path: str, output: str | None = None, *,
+            step: int | None = None, **options: Any) -> str:
+    """`albert-jax predict`: the checkpoint of `workdir` (`load_finished_run`: a fine-tuning
+    run's best dev one; a pretraining run's `step` or latest, with fill-mask `options`) on the
+    examples of `input_path`, one JSON object per line in input order, into `output` (default
     <workdir>/predictions/<input name>.jsonl; "-": standard output). A file is written under a
     temporary name and renamed when complete, so a killed predict leaves no half file.
     Returns where the predictions went."""
@@ -233,9 +248,8 @@ def predict(workdir: str, input_path: str, output: str | None = None) -> str:
     # With --output=-, standard output carries the predictions alone; every message goes to
     # standard error.
     with contextlib.redirect_stdout(sys.stderr) if to_stdout else contextlib.nullcontext():
-        run = load_finished_run(workdir)
-        print(f"Predicting with the best dev checkpoint of {run.run_dir} (step "
-              f"{run.best['step']}, {run.best['metric']} {run.best['value']:.4f}).", flush=True)
+        run = load_finished_run(workdir, step=step, **options)
+        print(f"Predicting with {run.description}.", flush=True)
         total = sum(len(examples) for examples in run.task.read_inputs(input_path,
                                                                         PREDICT_CHUNK_ROWS))
         with _output_lines(output, is_main) as write:

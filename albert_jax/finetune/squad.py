@@ -294,8 +294,10 @@ def answer_token_span(char_starts: np.ndarray, char_ends: np.ndarray, answer: An
 # Features
 # ----------------------------------------------------------------------------------------------
 
-def _windows(num_tokens: int, window_tokens: int, doc_stride: int) -> list[tuple[int, int]]:
-    """(start, length) of the sliding windows over the context tokens (reference doc_spans)."""
+def sliding_windows(num_tokens: int, window_tokens: int,
+                    doc_stride: int) -> list[tuple[int, int]]:
+    """(start, length) of the sliding windows over the context tokens (reference doc_spans);
+    token_classification cuts long sentences the same way."""
     windows = []
     start = 0
     while start < num_tokens:
@@ -307,7 +309,7 @@ def _windows(num_tokens: int, window_tokens: int, doc_stride: int) -> list[tuple
     return windows
 
 
-def _max_context_window(windows: Sequence[tuple[int, int]], num_tokens: int) -> np.ndarray:
+def max_context_windows(windows: Sequence[tuple[int, int]], num_tokens: int) -> np.ndarray:
     """int [num_tokens]: the window that gives each token its most context (reference
     `_check_is_max_context`: min(left, right) + 0.01 * length, the first window on ties)."""
     scores = np.full((len(windows), num_tokens), -np.inf)
@@ -390,9 +392,10 @@ def build_features(examples: Sequence[SquadExample], tokenizer: tokenizer_lib.To
             covered = example.context[char_starts[answer_span[0]]:char_ends[answer_span[1]]]
             stats.answers_inside_pieces += covered != answer.text.strip()
         context_offset = len(query_ids) + 2
-        windows = _windows(len(context_ids), max_seq_length - len(query_ids) - 3, doc_stride)
+        windows = sliding_windows(len(context_ids), max_seq_length - len(query_ids) - 3,
+                                  doc_stride)
         stats.split_contexts += len(windows) > 1
-        best_window = _max_context_window(windows, len(context_ids))
+        best_window = max_context_windows(windows, len(context_ids))
         answer_in_some_window = False
         for window_index, (start, length) in enumerate(windows):
             label = None  # (start position, end position, is_impossible)

@@ -39,7 +39,7 @@ from albert_jax.errors import ConfigError
 from albert_jax.finetune import pretrained as pretrained_lib
 from albert_jax.finetune.pretrained import Pretrained
 from albert_jax.model import ModelConfig, example_inputs, presets
-from albert_jax.train import flops, validation
+from albert_jax.train import flops, loop, validation
 from albert_jax.train import workdir as workdir_names
 from albert_jax.train.task import Batch, HostBatch, Task
 
@@ -144,9 +144,25 @@ class FinetuneTask(Task):
                    None, None)
 
     @classmethod
+    def checkpoint_to_predict(cls, run_dir: epath.Path, step: int | None
+                              ) -> tuple[epath.Path, int, str]:
+        """The best dev checkpoint of `run_dir` (its folder, its step, and how to name it in
+        messages): what evaluate, predict and export use."""
+        if step is not None:
+            raise ConfigError(f"--step={step}: a fine-tuning run predicts with its best dev "
+                              "checkpoint (--step picks a pretraining run's checkpoint)")
+        best = loop.read_best(run_dir)
+        return (run_dir / workdir_names.BEST_SUBDIR, best["step"],
+                f"the best dev checkpoint of {run_dir} (step {best['step']}, {best['metric']} "
+                f"{best['value']:.4f})")
+
+    @classmethod
     def from_run(cls, config: ml_collections.ConfigDict, run_dir: epath.Path,
-                 model_config: ModelConfig) -> "FinetuneTask":
+                 model_config: ModelConfig, **options: Any) -> "FinetuneTask":
         """The task of the finished run in `run_dir` (its config, tokenizer and files)."""
+        if options:
+            raise ConfigError(f"--{', --'.join(options)}: not an option of a fine-tuning run's "
+                              "predict (--top_k is fill-mask's, on a pretraining workdir)")
         tokenizer = Tokenizer.load(os.fspath(run_dir / workdir_names.TOKENIZER_FILE))
         return cls(config, model_config, tokenizer, None, run_dir=run_dir)
 

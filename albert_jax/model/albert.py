@@ -196,6 +196,24 @@ class AlbertForSequenceClassification(nn.Module):
                                     name="classifier")(pooled, deterministic)
 
 
+class AlbertForTokenClassification(nn.Module):
+    """Tagging (HuggingFace's AlbertForTokenClassification): every position's hidden state ->
+    dropout -> dense -> logits [batch, seq, num_labels], float32. Params: {albert, classifier:
+    {dense}} (the pooler is computed and unused, as the export leaves it out)."""
+
+    config: ModelConfig
+    num_labels: int
+    classifier_dropout: float = 0.1
+
+    @nn.compact
+    def __call__(self, input_ids: jax.Array, segment_ids: jax.Array,
+                 input_mask: jax.Array, deterministic: bool = True) -> jax.Array:
+        sequence_output, _ = AlbertModel(self.config, name="albert")(
+            input_ids, segment_ids, input_mask, deterministic)
+        return heads.ClassifierHead(self.config, self.num_labels, self.classifier_dropout,
+                                    name="classifier")(sequence_output, deterministic)
+
+
 class AlbertForQuestionAnswering(nn.Module):
     """SQuAD v1.1 (SPEC 8.3): per-token start/end logits [batch, seq] each, float32.
 
