@@ -17,12 +17,13 @@ import zlib
 from typing import Any
 
 from etils import epath
+from google.api_core import exceptions
 
 # Every call of ours to Cloud Storage (appends here, the workdir lock) retries a refused
 # connection, a timeout, 429 and 5xx for up to this long, with exponential backoff from 1 s to
-# 30 s: an outage shorter than that costs a pause, not the run. (gcsfs, behind epath, and
-# tensorstore, behind Orbax, retry on their own.)
-RETRY_SECONDS = 300
+# 30 s: an outage shorter than that costs a pause, not the run. (gcsfs, behind epath, retries
+# for about 30 s; tensorstore, behind Orbax, for minutes.)
+RETRY_SECONDS = 120
 
 
 def is_local(path: str | os.PathLike) -> bool:
@@ -57,8 +58,13 @@ def append(path: str | os.PathLike, text: str | bytes) -> None:
         with open(path, "ab") as stream:
             stream.write(data)
         return
-    from google.api_core import exceptions
+    try:
+        _compose_onto(path, data)
+    except exceptions.GoogleAPIError as error:
+        raise OSError(f"could not add to {os.fspath(path)}: {error_reason(error)}") from error
 
+
+def _compose_onto(path: str | os.PathLike, data: bytes) -> None:
     target = gcs_object(path)  # as it is now (generation, size); composed onto: a fresh Blob,
     part = gcs_object(_part(path))  # whose request names no stale checksum
     part.upload_from_string(data, retry=retry_policy())  # the same bytes again: safe to retry
@@ -103,6 +109,17 @@ def gcs_object(path: str | os.PathLike) -> Any:
         raise ValueError(f"{text} is not a gs://bucket/object path")
     bucket, _, name = text[len("gs://"):].partition("/")
     return _client().bucket(bucket).blob(name)
+
+
+def error_reason(error: BaseException) -> str:
+    """One line for a failed file or Cloud Storage call: the server's answer without its
+    request URL, or that it did not answer, or the system's reason."""
+    if isinstance(error, exceptions.RetryError):
+        return (f"Cloud Storage did not answer for {RETRY_SECONDS} s "
+                f"({type(error.cause).__name__})")
+    if isinstance(error, exceptions.GoogleAPICallError):
+        return f"Cloud Storage answered {error.code} {error.message}"
+    return getattr(error, "strerror", None) or str(error)
 
 
 def retry_policy() -> Any:

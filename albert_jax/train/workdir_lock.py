@@ -187,21 +187,26 @@ class WorkdirLock:
                 return
             except (OSError, google_exceptions.GoogleAPIError) as error:
                 # A full disk or an outage must not stop training; the next try may work.
-                logging.warning("could not refresh the workdir lock %s: %s", self.path, error)
+                logging.warning("could not refresh the workdir lock %s: %s", self.path,
+                                files.error_reason(error))
 
     def release(self) -> None:
-        """Stops the refresh and removes the lock file, if it is still ours."""
+        """Stops the refresh and removes the lock file, if it is still ours. A lock that cannot
+        be removed (an outage) is left with a warning: the next run takes it over."""
         self._stop.set()
         self._heartbeat.join()
-        if files.is_local(self.path):
-            if self._is_ours():
-                self.path.unlink(missing_ok=True)
-            return
         try:
-            files.gcs_object(self.path).delete(if_generation_match=self.generation,
-                                               retry=files.retry_policy())
+            if files.is_local(self.path):
+                if self._is_ours():
+                    self.path.unlink(missing_ok=True)
+            else:
+                files.gcs_object(self.path).delete(if_generation_match=self.generation,
+                                                   retry=files.retry_policy())
         except (google_exceptions.NotFound, google_exceptions.PreconditionFailed):
             pass  # taken over by another run: its lock now
+        except (OSError, google_exceptions.GoogleAPIError) as error:
+            logging.warning("could not remove the workdir lock %s (%s); the next run takes it "
+                            "over", self.path, files.error_reason(error))
 
 
 def _create(path: epath.Path, record: dict[str, Any]) -> WorkdirLock | None:
@@ -274,16 +279,10 @@ def acquire(workdir: str | os.PathLike) -> WorkdirLock:
             _remove_stale(path, held)
     except (OSError, google_exceptions.GoogleAPIError) as error:
         raise WorkdirNotWritable(
-            f"cannot write in workdir {workdir} ({_reason(error)}): a run keeps its config, "
+            f"cannot write in workdir {workdir} ({files.error_reason(error)}): a run keeps its config, "
             "metrics and checkpoints there; give a writable --workdir") from error
     raise WorkdirLocked(f"could not take the lock {path}: other runs are starting on this "
                         "workdir at the same moment")
-
-
-def _reason(error: BaseException) -> str:
-    if isinstance(error, google_exceptions.GoogleAPICallError):
-        return f"{error.code} {error.message}"  # the server's answer, without its request URL
-    return getattr(error, "strerror", None) or str(error)
 
 
 @contextlib.contextmanager
