@@ -24,6 +24,7 @@ from tensorboardX.proto import event_pb2
 from albert_jax import files
 from albert_jax.train import metrics as metrics_lib, workdir_lock
 from albert_jax.train import workdir as workdir_names
+from finetune_fixtures import write_glue_task
 # data_flags, environment, straight: that file's module fixtures (data, the straight local run),
 # made again for this module.
 from test_reliability import (CLI, HOST, REPO, assert_params_identical, collect_lines,
@@ -311,3 +312,27 @@ def test_two_concurrent_starts_on_a_bucket_workdir_one_trains_the_other_is_refus
             f"{winner.pid} on host {HOST}") in line
     assert [record["step"] for record in logged(epath.Path(bucket))] == list(range(1, 9))
     assert workdir_names.LOCK_FILE not in object_names(bucket)  # released at the end
+
+
+@pytest.mark.slow
+def test_a_fine_tuning_run_keeps_its_best_checkpoint_in_the_bucket(
+        straight, environment, bucket, tmp_path):
+    data_path = write_glue_task(str(tmp_path / "glue_data"), "mrpc", num_train=12, num_dev=6,
+                                num_test=5, seed=1)
+    result = run(["finetune", "--config=configs/glue.py:task=mrpc,runlocal",
+                  f"--config.data.path={data_path}", f"--config.init_from={straight}",
+                  "--config.seq_len=32", "--config.batch_size=8", "--config.eval_batch_size=8",
+                  "--config.total_steps=4", "--config.eval_every_steps=2",
+                  "--config.checkpoint_every_steps=2", "--config.log_every_steps=2",
+                  f"--workdir={bucket}"], environment)
+    assert result.returncode == 0, result.stderr[-3000:]
+    best = json.loads(objects(bucket)[workdir_names.BEST_FILE])
+    records = [json.loads(line) for line in
+               objects(bucket)[workdir_names.METRICS_FILE].decode().splitlines()]
+    dev = {record["step"]: record[best["metric"]] for record in records
+           if record.get("split") == "dev"}
+    assert sorted(dev) == [2, 4] and best["value"] == max(dev.values())
+    checked = verify(bucket, environment)
+    assert checked.returncode == 0, checked.stderr[-3000:]
+    assert checked.stdout.splitlines()[-1] == f"best/{best['step']} intact"
+    assert workdir_names.LOCK_FILE not in object_names(bucket)
