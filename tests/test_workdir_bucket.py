@@ -22,14 +22,14 @@ from tensorboardX import SummaryWriter, record_writer
 from tensorboardX.proto import event_pb2
 
 from albert_jax import files
-from albert_jax.train import metrics as metrics_lib, workdir_lock
+from albert_jax.train import checkpoint, integrity, metrics as metrics_lib, workdir_lock
 from albert_jax.train import workdir as workdir_names
 from finetune_fixtures import write_glue_task
 # data_flags, environment, straight: that file's module fixtures (data, the straight local run),
 # made again for this module.
 from test_reliability import (CLI, HOST, REPO, assert_params_identical, collect_lines,
                               data_flags, environment, error_line, logged, pretrain_flags, run,
-                              straight, verify)
+                              small_state, straight, verify)
 
 
 def _listing(folder: str) -> tuple[str, list[storage.Blob]]:
@@ -128,6 +128,33 @@ def test_metrics_and_events_in_a_bucket_are_the_local_ones(bucket, tmp_path):
     reference.close()
     (reference_file,) = (tmp_path / "reference").iterdir()
     assert scalars(read_events(reference_file.read_bytes())) == expected
+
+
+def test_a_damaged_checkpoint_in_a_bucket_is_named_and_moved_aside(bucket, caplog):
+    directory = f"{bucket}/checkpoints"
+    checkpointer = checkpoint.Checkpointer(directory)
+    for step in (1, 2):
+        assert checkpointer.save(step, small_state(step), None, "{}", force=True)
+    checkpointer.close()
+    step_2 = {name: data for name, data in objects(directory).items() if name.startswith("2/")}
+    data_file = next(name for name in sorted(step_2) if "/d/" in name)  # a tensorstore chunk
+    damaged = bytearray(step_2[data_file])
+    damaged[len(damaged) // 2] ^= 0xFF
+    files.gcs_object(f"{directory}/{data_file}").upload_from_string(bytes(damaged))
+    assert integrity.problem(f"{directory}/2") == (
+        f"{data_file[2:]}: checksum mismatch (the bytes changed after the save)")
+    checkpointer = checkpoint.Checkpointer(directory)
+    assert checkpointer.newest_intact_step() == 1
+    assert checkpointer.all_steps() == [1]
+    checkpointer.close()
+    moved = {name: data for name, data in objects(directory).items()
+             if name.startswith(f"{integrity.DAMAGED_SUBDIR}/2-")}
+    # Every object kept, the damaged one as it was; no object of step 2 left.
+    assert sorted(name.split("/", 2)[2] for name in moved) == sorted(
+        name[2:] for name in step_2)
+    assert moved[next(name for name in moved if name.endswith(data_file[2:]))] == bytes(damaged)
+    assert not [name for name in object_names(directory) if name.startswith("2/")]
+    assert f"{data_file[2:]}: checksum mismatch" in caplog.text
 
 
 def hold_lock_in_a_child(workdir: str) -> subprocess.Popen:
