@@ -28,8 +28,9 @@ from finetune_fixtures import write_glue_task
 # data_flags, environment, straight: that file's module fixtures (data, the straight local run),
 # made again for this module.
 from test_reliability import (CLI, HOST, REPO, assert_params_identical, collect_lines,
-                              data_flags, environment, error_line, logged, pretrain_flags, run,
-                              small_state, straight, verify)
+                              data_flags, environment, hold_lock_in_a_child, logged,
+                              pretrain_flags, run, small_state, straight, two_concurrent_starts,
+                              verify)
 
 
 def _listing(folder: str) -> tuple[str, list[storage.Blob]]:
@@ -155,15 +156,6 @@ def test_a_damaged_checkpoint_in_a_bucket_is_named_and_moved_aside(bucket, caplo
     assert moved[next(name for name in moved if name.endswith(data_file[2:]))] == bytes(damaged)
     assert not [name for name in object_names(directory) if name.startswith("2/")]
     assert f"{data_file[2:]}: checksum mismatch" in caplog.text
-
-
-def hold_lock_in_a_child(workdir: str) -> subprocess.Popen:
-    child = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time\nfrom albert_jax.train import workdir_lock\n"
-         "workdir_lock.acquire(sys.argv[1])\nprint('held', flush=True)\ntime.sleep(600)",
-         workdir], cwd=REPO, stdout=subprocess.PIPE, text=True)
-    assert child.stdout.readline() == "held\n"
-    return child
 
 
 def test_a_lock_in_a_bucket_is_refused_while_held_and_taken_over_once_stale(
@@ -326,17 +318,10 @@ def test_a_run_cut_off_from_the_bucket_for_20_seconds_carries_on(
 @pytest.mark.slow
 def test_two_concurrent_starts_on_a_bucket_workdir_one_trains_the_other_is_refused(
         data_flags, environment, bucket):
-    flags = pretrain_flags(data_flags, bucket, total_steps=8)
-    starts = [subprocess.Popen(CLI + flags, cwd=REPO, env=environment, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True) for _ in range(2)]
-    results = [subprocess.CompletedProcess(process.args, process.wait(timeout=600),
-                                           *process.communicate()) for process in starts]
-    assert sorted(result.returncode for result in results) == [0, 1], [
-        result.stderr[-3000:] for result in results]
-    winner = starts[[result.returncode for result in results].index(0)]
-    line = error_line(next(result for result in results if result.returncode == 1))
-    assert (f"workdir {bucket} is in use: its lock {bucket}/run.lock is held by pid "
-            f"{winner.pid} on host {HOST}") in line
+    winner, line = two_concurrent_starts(pretrain_flags(data_flags, bucket, total_steps=8),
+                                         environment)
+    assert (f"workdir {bucket} is in use: its lock {bucket}/run.lock is held by pid {winner} "
+            f"on host {HOST}") in line
     assert [record["step"] for record in logged(epath.Path(bucket))] == list(range(1, 9))
     assert workdir_names.LOCK_FILE not in object_names(bucket)  # released at the end
 
