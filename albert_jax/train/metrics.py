@@ -4,7 +4,8 @@ Each record is added to the end of its files at once (`files.append`: on a gs://
 compose onto the object), so a run killed at any moment keeps every record written before it.
 The event files are tensorboardX's protocol buffers in TensorBoard's record framing, written
 here rather than by tensorboardX's SummaryWriter: on gs:// that uploads the whole file again at
-every flush, from a background thread that stops for good at its first failed upload.
+every flush, from a background thread that ends at its first failed upload (an outage), after
+which the run blocks once its queue of 10 events is full.
 """
 from __future__ import annotations
 
@@ -63,10 +64,12 @@ class MetricsWriter:
         record = {"step": int(step), **({"split": split} if split else {}), **values}
         files.append(self._jsonl, json.dumps(record) + "\n")
         now = time.time()
-        files.append(self._events, b"".join(
+        events = b"".join(
             _framed(event_pb2.Event(wall_time=now, step=int(step), summary=summary.scalar(
                 f"{split}/{key}" if split else key, value)))
-            for key, value in values.items() if math.isfinite(value)))
+            for key, value in values.items() if math.isfinite(value))
+        if events:
+            files.append(self._events, events)
 
 
 def format_duration(seconds: float) -> str:
