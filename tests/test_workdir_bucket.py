@@ -93,6 +93,22 @@ def test_append_composes_onto_the_end_as_a_local_append_does(bucket, tmp_path):
     assert list(objects(bucket)) == ["metrics.jsonl"]
 
 
+def test_an_append_waits_out_an_outage_of_the_bucket(bucket, storage_emulator):
+    path = f"{bucket}/metrics.jsonl"
+    files.append(path, '{"step": 1}\n')
+    storage_emulator.stop()
+    restart = threading.Timer(5, storage_emulator.start)
+    restart.start()
+    try:
+        started = time.monotonic()
+        files.append(path, '{"step": 2}\n')  # retried until the server answers again
+        waited = time.monotonic() - started
+    finally:
+        restart.join()
+    assert waited > 4
+    assert objects(bucket) == {"metrics.jsonl": b'{"step": 1}\n{"step": 2}\n'}
+
+
 def test_write_atomically_replaces_an_object_in_one_upload(bucket):
     path = f"{bucket}/run/config.json"
     files.write_atomically(path, '{"a": 1}')
