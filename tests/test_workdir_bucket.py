@@ -293,6 +293,11 @@ def test_a_run_killed_during_a_checkpoint_upload_resumes_bit_identical_to_a_loca
     checked = verify(bucket, environment)
     assert checked.returncode == 0, checked.stderr[-3000:]
     assert checked.stdout.splitlines() == ["16 intact", "20 intact", "24 intact"]
+    for step in (16, 20, 24):  # the checksums name every object of the step (the bucket listed)
+        step_names = object_names(f"{bucket}/checkpoints/{step}")
+        manifest = json.loads(objects(f"{bucket}/checkpoints/{step}")[integrity.MANIFEST_FILE])
+        assert sorted(manifest["files"]) == sorted(set(step_names) - {
+            integrity.MANIFEST_FILE, integrity.ORBAX_METADATA_FILE, "commit_success.txt"})
     names = objects(bucket)
     assert {workdir_names.CONFIG_FILE, workdir_names.METRICS_FILE,
             workdir_names.TOKENIZER_FILE} <= set(names)
