@@ -93,6 +93,7 @@ def test_append_composes_onto_the_end_as_a_local_append_does(bucket, tmp_path):
     assert list(objects(bucket)) == ["metrics.jsonl"]
 
 
+@pytest.mark.slow  # 9 to 30 s: the retry after the restart comes at its backoff's time
 def test_an_append_waits_out_an_outage_of_the_bucket(bucket, storage_emulator):
     path = f"{bucket}/metrics.jsonl"
     files.append(path, '{"step": 1}\n')
