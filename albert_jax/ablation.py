@@ -41,6 +41,7 @@ from typing import Any, Callable
 
 import jax
 import ml_collections
+from etils import epath
 
 from albert_jax import config as config_lib, pretraining
 from albert_jax.data import builder, tokenizer
@@ -135,7 +136,7 @@ def _paraphrase_accuracy(config: ml_collections.ConfigDict, table_workdir: str,
     """Best dev accuracy of the demo's paraphrase task fine-tuned from `pretrained`."""
     steps = config.ablation.finetune_steps
     data_path = os.path.join(table_workdir, "paraphrase", "MRPC")
-    if not os.path.exists(os.path.join(data_path, "dev.tsv")):
+    if not (epath.Path(data_path) / "dev.tsv").exists():
         finetune_demo.write_paraphrase_task(os.path.dirname(data_path),
                                             num_train=steps * 32, num_dev=500)
     finetune_config = finetune_demo.demo_config(
@@ -201,8 +202,8 @@ def downstream(config: ml_collections.ConfigDict, table_workdir: str,
 def _prepare(config: ml_collections.ConfigDict, formats: tuple[str, ...]) -> None:
     """The table's tokenizer and the datasets of this row (its objective and eval formats);
     each is made once and found by later rows and reruns."""
-    if not os.path.exists(config.data.tokenizer):
-        os.makedirs(os.path.dirname(config.data.tokenizer), exist_ok=True)
+    if not epath.Path(config.data.tokenizer).exists():  # in the table's workdir: gs:// too
+        epath.Path(config.data.tokenizer).parent.mkdir(parents=True, exist_ok=True)
         tokenizer.train_from_config(config)
     for objective in dict.fromkeys((config.data.sentence_objective, *formats)):
         builder.build_from_config(with_objective(config, objective))
@@ -213,11 +214,10 @@ def run_row(config: ml_collections.ConfigDict, table_workdir: str,
     """Pretrain, evaluate and fine-tune one (row, seed); its result (read back if finished)."""
     run = seed_config(config, table_workdir, seed_index)
     workdir = row_workdir(table_workdir, config.ablation.row, seed_index)
-    result_path = os.path.join(workdir, RESULT_FILE)
-    if os.path.exists(result_path):
+    result_path = epath.Path(workdir) / RESULT_FILE
+    if result_path.exists():
         print(f"--- {config.ablation.row} seed {seed_index}: done ({result_path})", flush=True)
-        with open(result_path, encoding="utf-8") as file:
-            return json.load(file)
+        return json.loads(result_path.read_text())
     print(f"--- {config.ablation.row} seed {seed_index} in {workdir}", flush=True)
     formats = EVAL_FORMATS.get(config.ablation.table, (run.data.sentence_objective,))
     _prepare(run, formats)
@@ -243,7 +243,7 @@ def run_table(row_configs: dict[str, ml_collections.ConfigDict], workdir: str,
     row before): a run stopped early has whole tables of the first seeds (`--seeds=1`)."""
     if seeds < 1:
         raise ValueError(f"--seeds={seeds}: need at least 1")
-    os.makedirs(workdir, exist_ok=True)
+    epath.Path(workdir).mkdir(parents=True, exist_ok=True)
     # Every seed of a row (and every row of one shape) runs the same programs: a compilation
     # cache in the table's workdir compiles each once, unless JAX_COMPILATION_CACHE_DIR names
     # one already.

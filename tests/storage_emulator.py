@@ -134,6 +134,8 @@ def _serve(port: int, data_dir: str) -> None:
                                        for method, handler in handlers.items()})
                             for pattern, handlers in server.HANDLERS)
     objects.insert = wrapped[objects.insert]  # the router's fallback for uploads without /upload
+    # `objects.get` with alt=media (tensorstore's reads, ranged ones too) calls this by name.
+    objects.download = wrapped[objects.download]
     storage_server = server.create_server(_HOST, port, in_memory=False, default_bucket=BUCKET,
                                           data_dir=data_dir)
     storage_server.run()

@@ -230,7 +230,7 @@ def test_a_failed_write_stops_and_keeps_the_checkpoints_there(tmp_path, monkeypa
 
 # --- The workdir lock, in process; a live holder is another process ---
 
-def hold_lock_in_a_child(workdir: Path) -> subprocess.Popen:
+def hold_lock_in_a_child(workdir: Path | str) -> subprocess.Popen:
     child = subprocess.Popen(
         [sys.executable, "-c", "import sys, time\nfrom albert_jax.train import workdir_lock\n"
          "workdir_lock.acquire(sys.argv[1])\nprint('held', flush=True)\ntime.sleep(600)",
@@ -390,10 +390,9 @@ def test_no_intact_checkpoint_is_one_line_and_touches_nothing(
     assert snapshot(workdir) == before
 
 
-def test_two_concurrent_starts_one_trains_the_other_is_refused(
-        data_flags, environment, tmp_path):
-    workdir = tmp_path / "run"
-    flags = pretrain_flags(data_flags, workdir, total_steps=8)
+def two_concurrent_starts(flags: list[str], environment: dict[str, str]) -> tuple[int, str]:
+    """Two runs of `flags` started together, of which exactly one trains: (its pid, the other's
+    error line)."""
     starts = [subprocess.Popen(CLI + flags, cwd=REPO, env=environment, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True) for _ in range(2)]
     results = [subprocess.CompletedProcess(process.args, process.wait(timeout=600),
@@ -401,8 +400,15 @@ def test_two_concurrent_starts_one_trains_the_other_is_refused(
     assert sorted(result.returncode for result in results) == [0, 1], [
         result.stderr[-3000:] for result in results]
     winner = starts[[result.returncode for result in results].index(0)]
-    line = error_line(next(result for result in results if result.returncode == 1))
-    assert f"its lock {workdir / 'run.lock'} is held by pid {winner.pid} on host {HOST}" in line
+    return winner.pid, error_line(next(result for result in results if result.returncode == 1))
+
+
+def test_two_concurrent_starts_one_trains_the_other_is_refused(
+        data_flags, environment, tmp_path):
+    workdir = tmp_path / "run"
+    winner, line = two_concurrent_starts(pretrain_flags(data_flags, workdir, total_steps=8),
+                                         environment)
+    assert f"its lock {workdir / 'run.lock'} is held by pid {winner} on host {HOST}" in line
     assert [record["step"] for record in logged(workdir)] == list(range(1, 9))
     assert not (workdir / "run.lock").exists()  # released at the end
 

@@ -219,7 +219,7 @@ def _train(config: ml_collections.ConfigDict, workdir: epath.Path,
         _truncate_metrics(workdir / workdir_names.METRICS_FILE, after_step=step)
         for name, content in task.workdir_files().items():
             (workdir / name).write_bytes(content)
-    writer = metrics_lib.MetricsWriter(workdir)  # after the truncation: it appends
+    writer = metrics_lib.MetricsWriter(workdir, start_step=step)  # after the truncation
     best_checkpointer, best = _open_best(workdir, task, best)
 
     # --- Steps ---
@@ -278,7 +278,6 @@ def _train(config: ml_collections.ConfigDict, workdir: epath.Path,
         finally:
             if best_checkpointer is not None:
                 best_checkpointer.close()
-            writer.close()
             preemption.restore()
     if is_main and step >= config.total_steps:
         task.final_report(eval_metrics)
@@ -377,15 +376,17 @@ def read_best(workdir: str | epath.Path) -> dict[str, Any]:
 
 def _truncate_metrics(path: epath.Path, *, after_step: int) -> None:
     """Drops records past the resumed step (they belong to the run that was lost) and a line a
-    kill cut short, so every step has one record, in order."""
+    kill cut short, so every step has one record, in order. Rewritten only if one is dropped."""
     if not path.exists():
         return
+    lines = path.read_text().splitlines()
     kept = []
-    for line in path.read_text().splitlines():
+    for line in lines:
         try:
             record = json.loads(line)
         except ValueError:
             continue  # the last line of a killed run, written half
         if record["step"] <= after_step:
             kept.append(line)
-    files.write_atomically(path, "".join(line + "\n" for line in kept))
+    if len(kept) < len(lines):
+        files.write_atomically(path, "".join(line + "\n" for line in kept))

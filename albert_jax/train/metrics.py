@@ -1,54 +1,75 @@
 """Where metrics go: the console, `metrics.jsonl` and TensorBoard event files (host 0 only).
 
-TensorBoard files are written with tensorboardX, which needs no TensorFlow.
+Each record is added to the end of its files at once (`files.append`: on a gs:// workdir, a
+compose onto the object), so a run killed at any moment keeps every record written before it.
+The event files are tensorboardX's protocol buffers in TensorBoard's record framing, written
+here rather than by tensorboardX's SummaryWriter: on gs:// that uploads the whole file again at
+every flush, from a background thread that ends at its first failed upload (an outage), after
+which the run blocks once its queue of 10 events is full.
 """
 from __future__ import annotations
 
 import json
 import math
 import os
+import socket
+import struct
 import time
 from typing import Mapping
 
 import jax
 from etils import epath
+from tensorboardX import record_writer, summary
+from tensorboardX.proto import event_pb2
 
+from albert_jax import files
 from albert_jax.train import workdir as workdir_names
+
+
+def _framed(event: event_pb2.Event) -> bytes:
+    """One record of an event file: length, its checksum, the event, its checksum."""
+    data = event.SerializeToString()
+    header = struct.pack("Q", len(data))
+    return (header + struct.pack("I", record_writer.masked_crc32c(header)) + data
+            + struct.pack("I", record_writer.masked_crc32c(data)))
 
 
 class MetricsWriter:
     """Writes one record per logged step. `metrics.jsonl` gets one JSON object per line."""
 
-    def __init__(self, workdir: str, *, enabled: bool | None = None) -> None:
+    def __init__(self, workdir: str | epath.Path, *, start_step: int = 0,
+                 enabled: bool | None = None) -> None:
+        """start_step: the step the run starts from; TensorBoard drops the points past it that
+        an earlier run logged before it was stopped (as `metrics.jsonl` has lost them)."""
         self.enabled = jax.process_index() == 0 if enabled is None else enabled
-        self._jsonl = None
-        self._tensorboard = None
-        if self.enabled:
-            directory = epath.Path(workdir)
-            directory.mkdir(parents=True, exist_ok=True)
-            self._jsonl = (directory / workdir_names.METRICS_FILE).open("a")
-            from tensorboardX import SummaryWriter  # imported here: only host 0 writes
-            self._tensorboard = SummaryWriter(os.fspath(directory / "tensorboard"))
+        if not self.enabled:
+            return
+        directory = epath.Path(workdir)
+        (directory / workdir_names.TENSORBOARD_SUBDIR).mkdir(parents=True, exist_ok=True)
+        self._jsonl = directory / workdir_names.METRICS_FILE
+        self._events = directory / workdir_names.TENSORBOARD_SUBDIR / (
+            f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}.{os.getpid()}")
+        now = time.time()
+        files.append(self._events, _framed(event_pb2.Event(
+            wall_time=now, step=start_step, file_version="brain.Event:2")) + _framed(
+            event_pb2.Event(wall_time=now, step=start_step, session_log=event_pb2.SessionLog(
+                status=event_pb2.SessionLog.START))))
 
     def write(self, step: int, metrics: Mapping[str, float], split: str | None = None) -> None:
-        """Appends {"step": step, **metrics} and flushes. Evaluation records carry the eval
-        split, {"step": step, "split": "dev", **metrics}; TensorBoard tags are "<split>/<key>"."""
+        """Appends {"step": step, **metrics}. Evaluation records carry the eval split,
+        {"step": step, "split": "dev", **metrics}; TensorBoard tags are "<split>/<key>"."""
         if not self.enabled:
             return
         values = {key: float(value) for key, value in metrics.items()}
         record = {"step": int(step), **({"split": split} if split else {}), **values}
-        self._jsonl.write(json.dumps(record) + "\n")
-        self._jsonl.flush()
-        for key, value in values.items():
-            if math.isfinite(value):
-                tag = f"{split}/{key}" if split else key
-                self._tensorboard.add_scalar(tag, value, global_step=int(step))
-        self._tensorboard.flush()
-
-    def close(self) -> None:
-        if self.enabled:
-            self._jsonl.close()
-            self._tensorboard.close()
+        files.append(self._jsonl, json.dumps(record) + "\n")
+        now = time.time()
+        events = b"".join(
+            _framed(event_pb2.Event(wall_time=now, step=int(step), summary=summary.scalar(
+                f"{split}/{key}" if split else key, value)))
+            for key, value in values.items() if math.isfinite(value))
+        if events:
+            files.append(self._events, events)
 
 
 def format_duration(seconds: float) -> str:

@@ -11,6 +11,9 @@
   <workdir>/seeds.json           config.seeds > 1: every seed's best and the medians
   <workdir>/seed_<s>/            config.seeds > 1: one run per seed
   <workdir>/metrics.jsonl        one record per logged step and evaluation
+  <workdir>/.append-<crc32>      gs:// only: the lines being added to metrics.jsonl (files.append;
+                                 the next append removes one a killed run left; in tensorboard/ too)
+  <workdir>/tensorboard/         TensorBoard event files, one per run started (train/metrics.py)
   <workdir>/predictions/<split>/ `albert-jax evaluate`: prediction files and metrics.json
   <workdir>/run.lock             held while a run uses the workdir (train/workdir_lock.py)
 """
@@ -27,6 +30,7 @@ BEST_SUBDIR = "best"
 BEST_FILE = "best.json"
 SEEDS_FILE = "seeds.json"
 METRICS_FILE = "metrics.jsonl"
+TENSORBOARD_SUBDIR = "tensorboard"
 PREDICTIONS_SUBDIR = "predictions"
 SPLIT_METRICS_FILE = "metrics.json"  # in predictions/<split>/
 LOCK_FILE = "run.lock"

@@ -14,12 +14,13 @@ over when it can tell the holder is gone:
 
 Otherwise a second run is refused with a message naming the holder's pid and host.
 
-Atomicity: locally the file is created with O_CREAT | O_EXCL, so of two runs started together
-exactly one gets it, and a stale lock is renamed aside (atomic) before it is replaced, so two
-runs taking over the same stale lock cannot both win. On gs:// and other object stores epath
-offers no write-if-absent: the lock is checked, written, and read back (a run that finds another
-run's record there gives way), which leaves a window of one object write and read in which two
-starts at the same moment can both proceed. On a multi-host job only process 0 takes the lock.
+Atomicity: of two runs started together exactly one gets the lock, and two runs taking over the
+same stale lock cannot both win. Locally the file is created with O_CREAT | O_EXCL, and a stale
+lock is renamed aside (atomic) before it is replaced. On gs:// every write names the object's
+generation (Cloud Storage preconditions): the lock is created only if absent (generation 0),
+refreshed and released only if it is still the generation this run wrote, and a stale lock is
+deleted only if it is still the generation that was judged stale. On a multi-host job only
+process 0 takes the lock.
 """
 from __future__ import annotations
 
@@ -32,14 +33,16 @@ import sys
 import threading
 import time
 import uuid
-from typing import Any, Iterator
+from typing import Any, Iterator, NamedTuple
 
 import jax
 import numpy as np
 from absl import logging
 from etils import epath
+from google.api_core import exceptions as google_exceptions
 from jax.experimental import multihost_utils
 
+from albert_jax import files
 from albert_jax.train import workdir as workdir_names
 
 # Five missed heartbeats make a lock stale: shorter than recreating a preempted TPU VM and
@@ -55,10 +58,6 @@ class WorkdirLocked(RuntimeError):
 
 class WorkdirNotWritable(OSError):
     """The workdir cannot be created or written."""
-
-
-def _is_local(path: epath.Path) -> bool:
-    return "://" not in os.fspath(path)
 
 
 def _boot_id() -> str:
@@ -96,19 +95,37 @@ def _record() -> dict[str, Any]:
             "command": " ".join(sys.argv), "token": uuid.uuid4().hex}
 
 
-def _read(path: epath.Path) -> tuple[str, dict[str, Any], float] | None:
-    """(text, record, seconds since the last refresh) of the lock file; None if absent. A record
-    that does not parse (a hand-made file) is {}: only its age can free it."""
-    try:
-        text = path.read_text()
-        modified = os.stat(path).st_mtime if _is_local(path) else path.stat().mtime
-    except FileNotFoundError:
-        return None
+class _Held(NamedTuple):
+    """A lock file as read: its text, its record ({} if it does not parse: a hand-made file,
+    which only its age can free), seconds since its last refresh, and on gs:// its generation."""
+    text: str
+    record: dict[str, Any]
+    age_seconds: float
+    generation: int | None
+
+
+def _read(path: epath.Path) -> _Held | None:
+    """The lock file, or None if there is none."""
+    if files.is_local(path):
+        try:
+            text, modified, generation = path.read_text(), os.stat(path).st_mtime, None
+        except FileNotFoundError:
+            return None
+    else:
+        blob = files.gcs_object(path)
+        try:
+            blob.reload(retry=files.retry_policy())
+            text = blob.download_as_text(if_generation_match=blob.generation,
+                                         retry=files.retry_policy())
+        except (google_exceptions.NotFound, google_exceptions.PreconditionFailed):
+            return None  # released, or replaced in between: the caller looks again
+        modified, generation = blob.updated.timestamp(), blob.generation
     try:
         record = json.loads(text)
     except ValueError:
         record = None
-    return text, record if isinstance(record, dict) else {}, time.time() - modified
+    return _Held(text, record if isinstance(record, dict) else {}, time.time() - modified,
+                 generation)
 
 
 def _stale(record: dict[str, Any], age_seconds: float) -> str | None:
@@ -137,11 +154,13 @@ def _refused(path: epath.Path, record: dict[str, Any]) -> WorkdirLocked:
 
 
 class WorkdirLock:
-    """A held lock: refreshes its file every HEARTBEAT_SECONDS until `release`."""
+    """A held lock: refreshes its file every HEARTBEAT_SECONDS until `release`. `generation`:
+    on gs://, the generation of the lock object this run wrote last."""
 
-    def __init__(self, path: epath.Path, record: dict[str, Any]) -> None:
+    def __init__(self, path: epath.Path, record: dict[str, Any], generation: int | None) -> None:
         self.path = path
         self.record = record
+        self.generation = generation
         self._stop = threading.Event()
         self._heartbeat = threading.Thread(target=self._refresh, name="workdir_lock",
                                            daemon=True)
@@ -149,59 +168,89 @@ class WorkdirLock:
 
     def _is_ours(self) -> bool:
         held = _read(self.path)
-        return held is not None and held[1].get("token") == self.record["token"]
+        return held is not None and held.record.get("token") == self.record["token"]
 
     def _refresh(self) -> None:
         while not self._stop.wait(HEARTBEAT_SECONDS):
             try:
-                if _is_local(self.path):
+                if files.is_local(self.path):
                     os.utime(self.path)
-                elif self._is_ours():
-                    self.path.write_text(json.dumps(self.record))
-            except OSError as error:  # a full disk must not stop training; the next try may work
-                logging.warning("could not refresh the workdir lock %s: %s", self.path, error)
+                    continue
+                blob = files.gcs_object(self.path)
+                blob.upload_from_string(json.dumps(self.record),
+                                        if_generation_match=self.generation,
+                                        retry=files.retry_policy())
+                self.generation = blob.generation
+            except google_exceptions.PreconditionFailed:
+                logging.warning("the workdir lock %s is no longer this run's: another run took "
+                                "it over; stop one of them", self.path)
+                return
+            except (OSError, google_exceptions.GoogleAPIError) as error:
+                # A full disk or an outage must not stop training; the next try may work.
+                logging.warning("could not refresh the workdir lock %s: %s", self.path,
+                                files.error_reason(error))
 
     def release(self) -> None:
-        """Stops the refresh and removes the lock file, if it is still ours."""
+        """Stops the refresh and removes the lock file, if it is still ours. A lock that cannot
+        be removed (an outage) is left with a warning: the next run takes it over."""
         self._stop.set()
         self._heartbeat.join()
-        if self._is_ours():
-            self.path.unlink(missing_ok=True)
+        try:
+            if files.is_local(self.path):
+                if self._is_ours():
+                    self.path.unlink(missing_ok=True)
+            else:
+                files.gcs_object(self.path).delete(if_generation_match=self.generation,
+                                                   retry=files.retry_policy())
+        except (google_exceptions.NotFound, google_exceptions.PreconditionFailed):
+            pass  # taken over by another run: its lock now
+        except (OSError, google_exceptions.GoogleAPIError) as error:
+            logging.warning("could not remove the workdir lock %s (%s); the next run takes it "
+                            "over", self.path, files.error_reason(error))
 
 
-def _create(path: epath.Path, record: dict[str, Any]) -> bool:
-    """Writes the lock if there is none; False if there is one."""
+def _create(path: epath.Path, record: dict[str, Any]) -> WorkdirLock | None:
+    """Writes the lock and holds it if there is none; None if there is one."""
     text = json.dumps(record)
-    if _is_local(path):
+    if files.is_local(path):
         try:
             descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
-            return False
+            return None
         try:
             with os.fdopen(descriptor, "w") as stream:
                 stream.write(text)
         except OSError:
             os.unlink(path)  # an empty lock (full disk) would hold the workdir for nobody
             raise
-        return True
-    if path.exists():
-        return False
-    path.write_text(text)
-    held = _read(path)
-    return held is not None and held[1].get("token") == record["token"]
+        return WorkdirLock(path, record, None)
+    blob = files.gcs_object(path)
+    try:
+        blob.upload_from_string(text, if_generation_match=0, retry=files.retry_policy())
+    except google_exceptions.PreconditionFailed:
+        # Held by another run, or a retried upload whose first try went through: ours then.
+        held = _read(path)
+        if held is None or held.record.get("token") != record["token"]:
+            return None
+        return WorkdirLock(path, record, held.generation)
+    return WorkdirLock(path, record, blob.generation)
 
 
-def _remove_stale(path: epath.Path, stale_text: str) -> None:
-    """Removes the stale lock whose contents are `stale_text`, and nothing else."""
-    if not _is_local(path):
-        path.unlink(missing_ok=True)
+def _remove_stale(path: epath.Path, stale: _Held) -> None:
+    """Removes the stale lock `stale` as it was read, and nothing else."""
+    if not files.is_local(path):
+        try:  # of two runs taking over, one deletes it, the other finds another generation
+            files.gcs_object(path).delete(if_generation_match=stale.generation,
+                                          retry=files.retry_policy())
+        except (google_exceptions.NotFound, google_exceptions.PreconditionFailed):
+            pass
         return
     aside = path.with_name(f"{path.name}.stale-{os.getpid()}")
     try:
         os.rename(path, aside)  # of two runs taking over, one renames it, the other finds none
     except FileNotFoundError:
         return
-    if aside.read_text() != stale_text:  # a new run's lock, created since it was read: put back
+    if aside.read_text() != stale.text:  # a new run's lock, created since it was read: put back
         with contextlib.suppress(FileExistsError):
             os.link(aside, path)
     aside.unlink()
@@ -216,22 +265,22 @@ def acquire(workdir: str | os.PathLike) -> WorkdirLock:
     try:
         workdir.mkdir(parents=True, exist_ok=True)
         for _ in range(3):
-            if _create(path, record):
-                return WorkdirLock(path, record)
+            lock = _create(path, record)
+            if lock is not None:
+                return lock
             held = _read(path)
             if held is None:
                 continue  # released in between
-            text, holder, age = held
-            reason = _stale(holder, age)
+            reason = _stale(held.record, held.age_seconds)
             if reason is None:
-                raise _refused(path, holder)
+                raise _refused(path, held.record)
             logging.warning("taking over the lock %s of pid %s on host %s: %s", path,
-                            holder.get("pid", "?"), holder.get("host", "?"), reason)
-            _remove_stale(path, text)
-    except OSError as error:
+                            held.record.get("pid", "?"), held.record.get("host", "?"), reason)
+            _remove_stale(path, held)
+    except (OSError, google_exceptions.GoogleAPIError) as error:
         raise WorkdirNotWritable(
-            f"cannot write in workdir {workdir} ({error.strerror or error}): a run keeps its "
-            "config, metrics and checkpoints there; give a writable --workdir") from error
+            f"cannot write in workdir {workdir} ({files.error_reason(error)}): a run keeps its config, "
+            "metrics and checkpoints there; give a writable --workdir") from error
     raise WorkdirLocked(f"could not take the lock {path}: other runs are starting on this "
                         "workdir at the same moment")
 
