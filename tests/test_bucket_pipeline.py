@@ -6,6 +6,7 @@ export. The commands are those of docs/launching.md, "Running from a bucket"."""
 import csv
 import io
 import json
+import shlex
 import signal
 import subprocess
 import threading
@@ -21,14 +22,8 @@ from cli_fixtures import CLI, DEMO_DATA, REPO, cli
 
 pytestmark = pytest.mark.slow
 
-PRETRAIN = ["--config=configs/pretrain.py:runlocal", "--config.model=tiny",
-            "--config.batch_size=8", "--config.total_steps=16", "--config.log_every_steps=1",
-            "--config.eval_every_steps=8", "--config.checkpoint_every_steps=4",
-            *[f"--config.{key}={value}" for key, value in DEMO_DATA.items()]]
-FINETUNE = ["--config=configs/custom.py:kind=classification", "--config.seq_len=32",
-            "--config.batch_size=8", "--config.eval_batch_size=8", "--config.total_steps=6",
-            "--config.eval_every_steps=3", "--config.checkpoint_every_steps=3",
-            "--config.log_every_steps=1", "--config.data.id=id"]
+DOC = REPO / "docs" / "launching.md"
+DOC_BUCKET = "gs://my-bucket/albert"  # the docs' bucket folder, replaced by the test's own
 TIMING = ("seconds", "steps_per_second", "examples_per_second", "tokens_per_second", "time",
           "elapsed", "wall_seconds", "mfu")
 
@@ -88,54 +83,61 @@ def kill_after_first_checkpoint(arguments: list[str], checkpoints: epath.Path) -
     assert checkpoints.exists() and any(checkpoints.iterdir()), "".join(output)[-4000:]
 
 
-def test_the_pod_pipeline_runs_from_a_bucket_and_matches_local_disk(bucket, tmp_path):
+def documented_commands() -> list[list[str]]:
+    """The albert-jax commands of docs/launching.md "Running from a bucket", as argument lists
+    (continuation lines joined, the program name dropped), in order."""
+    section = DOC.read_text().split("## Running from a bucket", 1)[1]
+    block = section.split("```bash\n", 1)[1].split("```", 1)[0]
+    commands = [shlex.split(line) for line in block.replace("\\\n", " ").splitlines()]
+    return [command[1:] for command in commands if command and command[0] == "albert-jax"]
+
+
+def at(command: list[str], root) -> list[str]:
+    return [argument.replace(DOC_BUCKET, str(root)) for argument in command]
+
+
+def test_the_documented_pipeline_runs_from_a_bucket_and_matches_local_disk(bucket, tmp_path):
+    commands = documented_commands()
+    names = [" ".join(command[:2]) if command[0] in ("tokenizer", "data", "checkpoint")
+             else command[0] for command in commands]
+    assert names == ["tokenizer train", "data build", "pretrain", "checkpoint verify",
+                     "finetune", "evaluate", "predict", "convert"]
     remote, local = epath.Path(bucket), tmp_path / "local"
     for name, text in corpus_files().items():
         (remote / "corpus" / name).write_text(text)
         (local / "corpus").mkdir(parents=True, exist_ok=True)
         (local / "corpus" / name).write_text(text)
-
-    def pretraining_flags(root) -> list[str]:
-        return [*PRETRAIN, f"--config.data.corpus={root}/corpus/*.txt",
-                f"--config.data.tokenizer={root}/tokenizer/spm.model",
-                f"--config.data.dir={root}/data"]
-
-    # --- Corpus -> tokenizer -> data, in the bucket and on local disk.
-    for root in (bucket, local):
-        ok(cli("tokenizer", "train", *pretraining_flags(root)))
-        ok(cli("data", "build", *pretraining_flags(root)))
-    assert (remote / "tokenizer" / "spm.model").read_bytes() == \
-        (local / "tokenizer" / "spm.model").read_bytes()
-    assert not Path("gs:").exists()  # nothing written to a local folder named after the bucket
-
-    # --- Pretraining: killed and resumed in the bucket; straight on local disk.
-    run = remote / "run1"
-    kill_after_first_checkpoint(["pretrain", *pretraining_flags(bucket), f"--workdir={run}"],
-                                run / "checkpoints")
-    resumed = ok(cli("pretrain", *pretraining_flags(bucket), f"--workdir={run}"))
-    assert "Resuming" in resumed or "resum" in resumed.lower()
-    ok(cli("pretrain", *pretraining_flags(local), f"--workdir={local / 'run1'}"))
-    assert records(run / "metrics.jsonl") == records(local / "run1" / "metrics.jsonl")
-    ok(cli("checkpoint", "verify", f"--workdir={run}"))
-
-    # --- Fine-tuning from the bucket run, its workdir in the bucket.
     for split, rows in (("train", review_rows(48, 0)), ("dev", review_rows(16, 100)),
                         ("new", review_rows(9, 200))):
         (remote / "reviews" / f"{split}.csv").write_text(csv_text(rows))
-    reviews = remote / "runs" / "reviews"
-    ok(cli("finetune", *FINETUNE, f"--config.data.train_file={remote}/reviews/train.csv",
-           f"--config.data.dev_file={remote}/reviews/dev.csv", f"--config.init_from={run}",
-           f"--workdir={reviews}"))
+
+    # --- Corpus -> tokenizer -> data -> pretraining, on local disk, straight.
+    for command in commands[:4]:
+        ok(cli(*at(command, local)))
+    # --- The same in the bucket, the pretraining SIGKILLed once past its first checkpoint.
+    tokenizer_train, data_build, pretrain, verify, *finetuning = commands
+    ok(cli(*at(tokenizer_train, bucket)))
+    ok(cli(*at(data_build, bucket)))
+    assert (remote / "tokenizer" / "spm.model").read_bytes() == \
+        (local / "tokenizer" / "spm.model").read_bytes()
+    assert not Path(REPO / "gs:").exists()  # nothing written to a local folder named "gs:"
+    kill_after_first_checkpoint(at(pretrain, bucket), remote / "run1" / "checkpoints")
+    resumed = ok(cli(*at(pretrain, bucket)))
+    assert "Resuming" in resumed, resumed[-3000:]
+    assert records(remote / "run1" / "metrics.jsonl") == \
+        records(epath.Path(local) / "run1" / "metrics.jsonl")
+    ok(cli(*at(verify, bucket)))
+
+    # --- Fine-tune from the bucket run (workdir in the bucket), evaluate, predict, export.
+    for command in finetuning:
+        ok(cli(*at(command, bucket)))
+    reviews = remote / "reviews"
     assert json.loads((reviews / "best.json").read_text())
-    ok(cli("evaluate", f"--workdir={reviews}", "--split=dev"))
     dev_metrics = json.loads((reviews / "predictions" / "dev" / "metrics.json").read_text())
     assert 0.0 <= dev_metrics["accuracy"] <= 1.0
-    ok(cli("predict", f"--workdir={reviews}", f"--input={remote}/reviews/new.csv",
-           f"--output={remote}/reviews/new_predictions.jsonl"))
     predictions = [json.loads(line) for line in
-                   (remote / "reviews" / "new_predictions.jsonl").read_text().splitlines()]
+                   (reviews / "new_predictions.jsonl").read_text().splitlines()]
     assert [record["id"] for record in predictions] == [f"r{200 + index}" for index in range(9)]
     assert all(record["prediction"] in ("no", "yes") for record in predictions)
-    ok(cli("convert", "--from=orbax", f"--path={reviews}", "--to=huggingface",
-           f"--output={tmp_path / 'reviews_hf'}"))
-    assert (tmp_path / "reviews_hf" / "config.json").exists()
+    exported = json.loads((remote / "reviews_hf" / "config.json").read_text())
+    assert exported["id2label"] == {"0": "no", "1": "yes"}
