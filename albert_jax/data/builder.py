@@ -60,9 +60,10 @@ from albert_jax.data.tokenizer import Tokenizer
 from albert_jax.errors import ConfigError
 
 SPLITS = ("eval", "train")  # eval first: an empty eval split fails before the long train split.
-# Text per work unit: ~32k tokens, i.e. ~2,500 examples of 512 tokens at dupe_factor 40 (~20 MB
-# of features) per block in flight; big enough to hold many documents for the random-document
-# draw, small enough that the 1.3 MB demo corpus still spreads over several cores.
+# Text per work unit: ~32k tokens, i.e. ~2,500 examples of 512 tokens at dupe_factor 40 (~8 MB
+# serialized; short documents make more, shorter examples) per block in flight, 2 per process;
+# big enough to hold many documents for the random-document draw, small enough that the 1.3 MB
+# demo corpus still spreads over several cores.
 BLOCK_CHARACTERS = 128 * 1024
 
 

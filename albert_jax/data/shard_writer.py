@@ -76,8 +76,10 @@ class ShardWriter:
         self._uploads: concurrent.futures.ThreadPoolExecutor | None = None
 
     def __enter__(self) -> "ShardWriter":
-        if self.dataset_dir.exists():
-            # A folder without dataset_info.json (the builder checked) is an unfinished build.
+        if (self.dataset_dir / "dataset_info.json").exists():
+            raise FileExistsError(f"{self.dataset_dir} holds a finished dataset; delete the "
+                                  f"folder to rebuild it")
+        if self.dataset_dir.exists():  # an unfinished build
             print(f"  removing the unfinished build in {self.dataset_dir} (no dataset_info.json)")
             self.dataset_dir.rmtree()
         self.dataset_dir.mkdir(parents=True, exist_ok=True)
