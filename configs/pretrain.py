@@ -46,7 +46,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.data.corpus = "demo"  # a glob of text files, a TFDS text dataset name, or "demo"
     config.data.tokenizer = "runs/tokenizer/spm.model"  # SentencePiece model (SPEC 2.1)
     config.data.vocab_size = 30000
-    config.data.dir = "runs/data"  # the TFDS data_dir the build writes into
+    config.data.dir = "runs/data"  # the TFDS data_dir the build writes into (local or gs://)
+    # A gs:// data.dir is built shard by shard in a local folder (at most 2 shards, ~512 MB, at
+    # a time), each uploaded when done; None: the system's temp folder.
+    config.data.staging_dir = config_dict.placeholder(str)
     # With data.dir=gs://...: where each host copies the shards it reads (its train shards and
     # the eval split; albert_jax/data/shard_copy.py). Or mount the bucket (gcsfuse) as data.dir.
     config.data.local_dir = "~/.cache/albert_jax/data"

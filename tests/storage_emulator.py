@@ -13,7 +13,10 @@ handler table (the clients are not touched):
   OCDBT driver reads it back on every manifest read; without it: "Malformed StorageGeneration");
 - an upload, compose or delete with `ifGenerationMatch` is refused with 412 when the object's
   generation differs (0: the object must not exist), as the service does: the workdir lock is a
-  create-if-absent.
+  create-if-absent;
+- `objects.move` (POST .../o/NAME/moveTo/o/NEW), the service's rename within a bucket, which
+  gcsfs (epath's `rename`) calls first: without it gcsfs retries the call for ~30 s before it
+  falls back to copy + delete.
 """
 from __future__ import annotations
 
@@ -123,8 +126,24 @@ def _with_generation_header(download):
     return answered
 
 
+def _move(request, response, storage, *args, **kwargs):
+    """objects.move: the object under its new name, the old name gone."""
+    from gcp_storage_emulator.exceptions import NotFound
+    from gcp_storage_emulator.handlers import objects
+
+    bucket = request.params["bucket_name"]
+    try:
+        moved = objects._copy(request.base_url, storage, bucket, request.params["object_id"],
+                              bucket, request.params["dest_object_id"])
+        storage.delete_file(bucket, request.params["object_id"])
+    except NotFound:
+        response.status = HTTPStatus.NOT_FOUND
+        return
+    response.json(moved)
+
+
 def _serve(port: int, data_dir: str) -> None:
-    from gcp_storage_emulator import server
+    from gcp_storage_emulator import server, settings
     from gcp_storage_emulator.handlers import objects
 
     wrapped = {objects.download: _with_generation_header(objects.download)}
@@ -133,6 +152,10 @@ def _serve(port: int, data_dir: str) -> None:
     server.HANDLERS = tuple((pattern, {method: wrapped.get(handler, handler)
                                        for method, handler in handlers.items()})
                             for pattern, handlers in server.HANDLERS)
+    moves = tuple((rf"^{prefix}/b/(?P<bucket_name>[-.\w]+)/o/(?P<object_id>.*[^/]+)/moveTo/o/"
+                   rf"(?P<dest_object_id>.*[^/]+)$", {server.POST: _move})
+                  for prefix in (settings.API_ENDPOINT, ""))
+    server.HANDLERS = moves + server.HANDLERS  # before the generic object paths
     objects.insert = wrapped[objects.insert]  # the router's fallback for uploads without /upload
     # `objects.get` with alt=media (tensorstore's reads, ranged ones too) calls this by name.
     objects.download = wrapped[objects.download]

@@ -331,3 +331,58 @@ def test_corrupt_shard_gives_an_error_naming_the_file(built, tmp_path):
     with pytest.raises(pipeline.ShardReadError, match=shard):  # also through grain's threads
         for _ in pipeline.make_iterator(copy, process_index=0, process_count=1, repeat=False):
             pass
+
+
+def _split_records(dataset_dir: str, split: str) -> list[bytes]:
+    """The serialized examples of `split`, in stored order, read straight from the shards."""
+    from array_record.python.array_record_data_source import ArrayRecordDataSource
+    paths = tfds.builder_from_directory(dataset_dir).info.splits[split].filepaths
+    source = ArrayRecordDataSource([os.fspath(path) for path in paths])
+    return [source[index] for index in range(len(source))]
+
+
+def test_shards_are_cut_by_size_in_order(built, tmp_path):
+    _, config = built
+    again = small_config(tmp_path, config.data.corpus, config.data.tokenizer)
+    builder.build_from_config(again, num_processes=1, shard_bytes=100_000)
+    folder = dataset_settings.dataset_dir(again)
+    split = tfds.builder_from_directory(folder).info.splits["train"]
+    records = _split_records(folder, "train")
+    assert split.num_shards > 5 and split.num_shards == len(split.shard_lengths)
+    assert sorted(os.listdir(folder)) == sorted(
+        [f"albert_pretraining-train.array_record-{index:05d}-of-{split.num_shards:05d}"
+         for index in range(split.num_shards)]
+        + ["albert_pretraining-eval.array_record-00000-of-00001", "dataset_info.json",
+           "features.json", "metadata.json"])
+    assert split.num_bytes == sum(map(len, records))
+    # A shard closes with the example that takes it to 100,000 bytes (all but the last).
+    ends = np.cumsum(split.shard_lengths)
+    shard_sizes = [sum(map(len, records[start:end]))
+                   for start, end in zip(np.concatenate([[0], ends[:-1]]), ends)]
+    assert all(size >= 100_000 > size - len(records[end - 1])
+               for size, end in zip(shard_sizes[:-1], ends[:-1]))
+    assert 0 < shard_sizes[-1] and shard_sizes[-1] - len(records[-1]) < 100_000
+    # Same examples in the same order as the one-shard build: the cut changes only the files.
+    assert records == _split_records(dataset_settings.dataset_dir(config), "train")
+
+
+def test_an_unfinished_build_is_not_taken_as_built_and_is_redone(built, tmp_path, capsys):
+    _, config = built
+    copy = small_config(tmp_path, config.data.corpus, config.data.tokenizer)
+    shutil.copytree(config.data.dir, copy.data.dir)
+    folder = pathlib.Path(dataset_settings.dataset_dir(copy))
+    # What a build killed before its metadata leaves: shards, a shard being written, no
+    # dataset_info.json.
+    (folder / "dataset_info.json").unlink()
+    (folder / "albert_pretraining-train.array_record-00001.incomplete").write_bytes(b"partial")
+    assert not builder.make_builder(copy).is_prepared()
+    with pytest.raises(FileNotFoundError, match="no dataset at .*albert-jax data build"):
+        pipeline.SplitSource(str(folder), "train")
+    builder.build_from_config(copy, num_processes=1)
+    out = capsys.readouterr().out
+    assert "removing the unfinished build" in out and "dataset exists" not in out
+    original = pathlib.Path(dataset_settings.dataset_dir(config))
+    assert sorted(os.listdir(folder)) == sorted(os.listdir(original))
+    for name in os.listdir(original):
+        if ".array_record-" in name:
+            assert (folder / name).read_bytes() == (original / name).read_bytes(), name

@@ -36,3 +36,13 @@ def test_a_download_names_the_objects_generation(storage_emulator, bucket):
     with urllib.request.urlopen(f"{storage_emulator.url}/download/storage/v1/b/"
                                 f"{storage_emulator.bucket}/o/{name}?alt=media") as answer:
         assert answer.headers["x-goog-generation"].isdigit()
+
+
+def test_a_rename_is_the_services_move(bucket, caplog):
+    # gcsfs renames with objects.move; on a server without it, it retries ~30 s, then copies.
+    old, new = epath.Path(bucket) / "shard.incomplete", epath.Path(bucket) / "shard-00000-of-00001"
+    old.write_bytes(b"examples")
+    with caplog.at_level("WARNING", logger="gcsfs"):
+        old.rename(new)
+    assert new.read_bytes() == b"examples" and not old.exists()
+    assert "moveTo" not in caplog.text

@@ -3,27 +3,34 @@
   albert-jax data build --config=configs/pretrain.py:size=base     # `build_from_config`
 
 writes `dataset_settings.dataset_dir(config)` = `<config.data.dir>/albert_pretraining/<name>/1.0.0/`
-with ArrayRecord shards (or TFRecord, which needs TensorFlow) of the SPEC 1.5 features and two
-splits, `train` and `eval`; `<name>` is that of the `dataset_settings.DatasetSettings` of the run
-config (its TFDS builder config), a hash of everything that changes the data. Read it with
-`pipeline.make_iterator`, or with plain TFDS (no TensorFlow needed):
+(a local folder or gs://) with ArrayRecord shards (or TFRecord, which needs TensorFlow) of the
+SPEC 1.5 features and two splits, `train` and `eval`; `<name>` is that of the
+`dataset_settings.DatasetSettings` of the run config (its TFDS builder config), a hash of
+everything that changes the data. The files are TFDS's, written by `shard_writer` (not TFDS's
+shuffling writer): shards in block order as they are made, the metadata last, so a folder without
+dataset_info.json is an unfinished build that the next build deletes and redoes. A gs://
+`config.data.dir` is built through a local staging folder (`config.data.staging_dir`, default the
+system's temp folder), one shard at a time. Read it with `pipeline.make_iterator`, or with plain
+TFDS (no TensorFlow needed):
 
   tfds.data_source("albert_pretraining/<name>", data_dir=config.data.dir)
   tfds.builder_from_directory(dataset_settings.dataset_dir(config))
 
-How the work is cut up (bounded memory, every core, deterministic):
+How the work is cut up (memory flat in corpus size, every core, deterministic):
 - The main process streams the corpus source by source (`corpus.read_documents`) and cuts the
   document stream of each split into blocks of about BLOCK_CHARACTERS of text (documents are
   never split; blocks may span sources). Only a few blocks are in memory at a time: neither the
   corpus nor corpus x dupe_factor is ever held.
-- Worker processes (one per core, `spawn`) tokenize a block and run `dupe_factor` passes of
-  SPEC 1.3 instance creation + SPEC 1.4 masking over it. The SOP/NSP "random other document"
+- Worker processes (one per core, `spawn`) tokenize a block, run `dupe_factor` passes of
+  SPEC 1.3 instance creation + SPEC 1.4 masking over it and serialize the examples as TFDS does;
+  the main process only writes them out. The SOP/NSP "random other document"
   (SPEC 1.3.5a) is drawn from the same block, not the whole corpus: a block holds tens to
   thousands of documents, the reference's own advice for big corpora (shard the input, SPEC
   1.6a) gives the same locality, and it is what keeps memory bounded.
 - Pass p of block b of split s uses `np.random.SeedSequence([seed, s, b, p])`: passes differ
-  (target lengths, pairs, masks), and results come back in block order, so the shards are
-  byte-identical for one config whatever the number of processes.
+  (target lengths, pairs, masks), and results come back and are written in block order, so the
+  shards are byte-identical for one config whatever the number of processes. Nothing is
+  shuffled at write time: the pipeline shuffles example indices with a seed when it reads.
 - Documents go to `eval` by a hash of (source file name, document index in it) below
   `eval_fraction`, so the hold-out never moves when other files are added.
 """
@@ -32,6 +39,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import dataclasses
+import functools
 import hashlib
 import itertools
 import multiprocessing
@@ -43,16 +51,19 @@ import ml_collections
 import numpy as np
 import tensorflow_datasets as tfds
 from etils import epath
+from tensorflow_datasets.core import example_serializer
+from tensorflow_datasets.core.dataset_builder import FileReaderBuilder
 
-from albert_jax.data import corpus, instances, masking
+from albert_jax.data import corpus, instances, masking, shard_writer
 from albert_jax.data.dataset_settings import DATASET_VERSION, DatasetSettings
 from albert_jax.data.tokenizer import Tokenizer
 from albert_jax.errors import ConfigError
 
 SPLITS = ("eval", "train")  # eval first: an empty eval split fails before the long train split.
-# Text per work unit: ~32k tokens, i.e. ~2,500 examples of 512 tokens at dupe_factor 40 (~20 MB
-# of features) per block in flight; big enough to hold many documents for the random-document
-# draw, small enough that the 1.3 MB demo corpus still spreads over several cores.
+# Text per work unit: ~32k tokens, i.e. ~2,500 examples of 512 tokens at dupe_factor 40 (~8 MB
+# serialized; short documents make more, shorter examples) per block in flight, 2 per process;
+# big enough to hold many documents for the random-document draw, small enough that the 1.3 MB
+# demo corpus still spreads over several cores.
 BLOCK_CHARACTERS = 128 * 1024
 
 
@@ -73,11 +84,12 @@ def example_features(seq_len: int, max_predictions: int) -> tfds.features.Featur
     })
 
 
-class AlbertPretraining(tfds.core.GeneratorBasedBuilder):
+class AlbertPretraining(FileReaderBuilder):
     """SOP/NSP instances with n-gram masks (SPEC 1.3-1.5), `train` and `eval` splits.
 
     Construct with `make_builder(config)`; its builder config, the `DatasetSettings`, comes
-    from the run config.
+    from the run config. Build with `build_from_config` (TFDS's `download_and_prepare` is not
+    used: its writer shuffles a split in memory and needs TensorFlow past 1 GB).
     Metadata (metadata.json): the special token ids and vocab size (for dynamic masking and
     `data inspect`), and per-split counts of what the build did.
     """
@@ -117,8 +129,12 @@ class AlbertPretraining(tfds.core.GeneratorBasedBuilder):
             homepage="https://github.com/google-research/albert",
         )
 
-    def _split_generators(self, dl_manager: tfds.download.DownloadManager) -> dict[str, Any]:
-        del dl_manager  # Nothing to download: the corpus is read where it lies.
+    def _download_and_prepare(self, dl_manager: Any, download_config: Any = None) -> None:
+        raise NotImplementedError(
+            "build albert_pretraining with `albert-jax data build` (builder.build_from_config)")
+
+    def write(self, writer: shard_writer.ShardWriter) -> None:
+        """Builds every split into `writer`, then the metadata (last)."""
         tokenizer = self.tokenizer
         self.info.metadata.update(
             vocab_size=tokenizer.vocab_size, pad_id=tokenizer.pad_id, cls_id=tokenizer.cls_id,
@@ -126,9 +142,13 @@ class AlbertPretraining(tfds.core.GeneratorBasedBuilder):
             settings=self.builder_config.as_dict(),
             splits={})
         splits = SPLITS if self.builder_config.eval_fraction > 0 else ("train",)
-        return {split: self._generate_examples(split) for split in splits}
+        self.info.set_splits(tfds.core.SplitDict(
+            [writer.write_split(split, self._serialized_examples(split)) for split in splits]))
+        writer.finish(self.info)
 
-    def _generate_examples(self, split: str) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
+    def _serialized_examples(self, split: str) -> Iterator[bytes]:
+        """The examples of `split`, serialized as TFDS does, in block order; counts what it did
+        into the metadata at the end."""
         settings = self.builder_config
         counts = collections.Counter()
         reading = corpus.CorpusStats()
@@ -139,11 +159,9 @@ class AlbertPretraining(tfds.core.GeneratorBasedBuilder):
                           split_index=SPLITS.index(split))
         results = _map_in_order(task, enumerate(blocks), self.num_processes,
                                 initializer=_set_worker_tokenizer, initargs=(self.tokenizer,))
-        for block_index, result in enumerate(results):
+        for result in results:
             counts.update(result.counts)
-            for row in range(result.counts["instances"]):
-                yield f"{block_index}:{row}", {name: values[row]
-                                               for name, values in result.features.items()}
+            yield from result.examples
         if not counts["instances"]:
             raise ValueError(
                 f"the {split!r} split of corpus {settings.corpus!r} has no examples "
@@ -169,12 +187,12 @@ def make_builder(config: ml_collections.ConfigDict, *,
                              tokenizer=tokenizer)
 
 
-def build_from_config(config: ml_collections.ConfigDict, *,
-                      num_processes: int | None = None) -> str:
+def build_from_config(config: ml_collections.ConfigDict, *, num_processes: int | None = None,
+                      shard_bytes: int = shard_writer.SHARD_BYTES) -> str:
     """`albert-jax data build`: builds the dataset of `config` unless it exists; returns its folder.
 
     Prints what it did: documents, sentences and instances per split, skipped input and why,
-    seconds and examples per second.
+    shards, seconds and examples per second. `shard_bytes`: serialized examples per shard.
     """
     builder = make_builder(config, num_processes=num_processes)
     if builder.is_prepared():
@@ -182,18 +200,23 @@ def build_from_config(config: ml_collections.ConfigDict, *,
         print(f"dataset exists: {builder.data_dir} ({splits} examples); nothing to do "
               f"(delete the folder to rebuild)")
         return builder.data_dir
-    tfds.disable_progress_bar()
-    print(f"building {builder.data_dir}\n  from corpus {config.data.corpus!r} with "
-          f"{builder.num_processes} processes")
+    print(f"building {builder.data_dir}\n  from {builder.builder_config.description}\n"
+          f"  with {builder.num_processes} processes")
     start = time.time()
-    builder.download_and_prepare(download_config=tfds.download.DownloadConfig(try_download_gcs=False))
+    with shard_writer.ShardWriter(builder.data_dir, dataset_name=builder.name,
+                                  file_format=builder.builder_config.file_format,
+                                  staging_dir=config.data.get("staging_dir"),
+                                  shard_bytes=shard_bytes) as writer:
+        builder.write(writer)
     seconds = time.time() - start
     total = 0
     for split, counts in builder.info.metadata["splits"].items():
         total += counts["instances"]
+        split_info = builder.info.splits[split]
         print(f"  {split}: {counts['documents']} documents, {counts['sentences']} sentences, "
               f"{counts['instances']} instances ({counts['blocks']} blocks x "
-              f"{config.data.dupe_factor} passes); "
+              f"{config.data.dupe_factor} passes) in {split_info.num_shards} shards of "
+              f"{split_info.num_bytes / 2**20:.1f} MB; "
               f"{counts['empty_documents']} documents empty after tokenization, skipped")
     print(f"  corpus read: {builder.info.metadata['splits']['train']['corpus']}")
     print(f"  {total} examples in {seconds:.1f}s ({total / seconds:.0f} examples/s)")
@@ -201,7 +224,7 @@ def build_from_config(config: ml_collections.ConfigDict, *,
 
 
 # ---------------------------------------------------------------------------------------------
-# The work: blocks of documents in, stacked features out (runs in worker processes).
+# The work: blocks of documents in, serialized examples out (runs in worker processes).
 
 def _is_eval_document(source_name: str, document_index: int, eval_fraction: float) -> bool:
     digest = hashlib.blake2b(f"{source_name}\0{document_index}".encode(), digest_size=8).digest()
@@ -228,8 +251,22 @@ def _document_blocks(settings: DatasetSettings, split: str,
 
 @dataclasses.dataclass
 class _BlockResult:
-    features: dict[str, np.ndarray]  # name -> [instances, ...] over all passes, in pass order
+    examples: list[bytes]  # serialized as TFDS does, over all passes, in pass order
     counts: dict[str, int]
+
+
+@functools.cache
+def _example_serializer(seq_len: int, max_predictions: int) -> Callable[[dict], bytes]:
+    """Feature dict -> bytes: the tf.Example TFDS's writer makes (split_builder: encode, then the
+    serializer of the features' serialized info), serialized with its feature map sorted by name.
+
+    TFDS's own `SerializeToString()` writes the map in an order that changes from process to
+    process (protobuf's hash seed), so its shards differ from run to run; sorted, the bytes
+    depend only on the example (any order parses the same)."""
+    features = example_features(seq_len, max_predictions)
+    serializer = example_serializer.ExampleSerializer(features.get_serialized_info())
+    return lambda example: serializer.get_tf_example(
+        features.encode_example(example)).SerializeToString(deterministic=True)
 
 
 _WORKER_TOKENIZER: list[Tokenizer] = []  # set once per process by `_set_worker_tokenizer`
@@ -256,7 +293,8 @@ class _BlockTask:
             if encoded:
                 tokenized.append(encoded)
         special_ids = self.masking_settings.special_ids
-        rows: list[dict[str, np.ndarray]] = []
+        serialize = _example_serializer(settings.seq_len, settings.max_predictions)
+        examples: list[bytes] = []
         for dupe_pass in range(settings.dupe_factor):
             rng = np.random.default_rng(np.random.SeedSequence(
                 [settings.seed, self.split_index, block_index, dupe_pass]))
@@ -267,13 +305,11 @@ class _BlockTask:
                     reference_compat=settings.reference_compat,
                     cls_id=tokenizer.cls_id, sep_id=tokenizer.sep_id):
                 boundary = masking.token_boundary(instance.tokens, tokenizer.word_start, special_ids)
-                rows.append(masking.mask_instance(instance, boundary, rng,
-                                                  self.masking_settings))
-        features = {name: np.stack([row[name] for row in rows]) for name in rows[0]} if rows else {}
-        counts = dict(documents=len(documents), sentences=sentences, instances=len(rows),
-                      blocks=1,
-                      empty_documents=len(documents) - len(tokenized))
-        return _BlockResult(features=features, counts=counts)
+                examples.append(serialize(masking.mask_instance(instance, boundary, rng,
+                                                                self.masking_settings)))
+        counts = dict(documents=len(documents), sentences=sentences, instances=len(examples),
+                      blocks=1, empty_documents=len(documents) - len(tokenized))
+        return _BlockResult(examples=examples, counts=counts)
 
 
 def _map_in_order(function: Callable[[Any], Any], tasks: Iterable[Any], processes: int, *,

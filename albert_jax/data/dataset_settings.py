@@ -67,8 +67,9 @@ class DatasetSettings(tfds.core.BuilderConfig):
                 f"config.data.tokenizer={data.tokenizer!r} does not exist; train one with "
                 f"`albert-jax tokenizer train --config=...` (same config) or point "
                 f"--config.data.tokenizer at a SentencePiece model such as 30k-clean.model")
+        sources = _corpus_sources(data.corpus)
         settings = dict(
-            corpus=data.corpus, corpus_signature=_corpus_signature(data.corpus),
+            corpus=data.corpus, corpus_signature=_corpus_signature(sources),
             tokenizer=os.fspath(data.tokenizer),
             tokenizer_sha256=hashlib.sha256(tokenizer_path.read_bytes()).hexdigest(),
             do_lower_case=bool(data.do_lower_case), comma_rule=str(data.comma_rule),
@@ -87,8 +88,15 @@ class DatasetSettings(tfds.core.BuilderConfig):
         digest = hashlib.sha256(repr(sorted(identity.items())).encode()).hexdigest()[:12]
         name = (f"seq{settings['seq_len']}_pred{settings['max_predictions']}_"
                 f"dupe{settings['dupe_factor']}_{settings['sentence_objective']}_{digest}")
-        description = ", ".join(f"{key}={value!r}" for key, value in settings.items())
+        # Short whatever the corpus: TFDS logs it and stores it in dataset_info.json; the full
+        # settings (every file's name and size) are in the metadata.
+        description = f"{corpus.describe(data.corpus)}; " + ", ".join(
+            f"{key}={value!r}" for key, value in settings.items()
+            if key not in ("corpus", "corpus_signature", "tokenizer_sha256"))
         return cls(name=name, description=description, **settings)
+
+    def __repr__(self) -> str:  # (not the dataclass's: TFDS logs it, and a signature is long)
+        return f"DatasetSettings({self.name}: {self.description})"
 
     def as_dict(self) -> dict[str, Any]:
         """The fields above in order (not TFDS's own: name, version, ...), as a build stores
@@ -101,8 +109,8 @@ def dataset_dir(config: ml_collections.ConfigDict) -> str:
     """The folder holding dataset_info.json for `config` (whether built or not yet).
 
     Same as `builder.make_builder(config).data_dir`, without constructing a TFDS builder."""
-    return os.path.join(os.fspath(config.data.dir), NAME,
-                        DatasetSettings.from_run_config(config).name, DATASET_VERSION)
+    return os.fspath(epath.Path(config.data.dir) / NAME
+                     / DatasetSettings.from_run_config(config).name / DATASET_VERSION)
 
 
 def _check_settings(config: ml_collections.ConfigDict) -> None:
@@ -140,16 +148,22 @@ def _check_settings(config: ml_collections.ConfigDict) -> None:
                 "keep the default 'array_record' (what the grain pipeline reads)") from None
 
 
-def _corpus_signature(corpus_spec: str) -> str:
-    """The corpus sources in order: file names with sizes (local or in a bucket: the same files
-    give the same signature), TFDS names, or the demo corpus with the Python version it comes
-    from."""
+def _corpus_sources(corpus_spec: str) -> list[tuple[str, int | None]]:
+    """The corpus sources in order, with their sizes in bytes (None: the demo or a TFDS corpus)."""
+    return [(source, None if source == corpus.DEMO or source.startswith(corpus.TFDS_PREFIX)
+             else corpus.source_size(source))
+            for source in corpus.list_sources(corpus_spec)]
+
+
+def _corpus_signature(sources: list[tuple[str, int | None]]) -> str:
+    """File names with sizes, TFDS names, or the demo corpus with the Python version it comes from."""
     parts = []
-    for source in corpus.list_sources(corpus_spec):
+    for source, size in sources:
         if source == corpus.DEMO:
             parts.append(f"{source}@python{platform.python_version()}")
-        elif source.startswith(corpus.TFDS_PREFIX):
+        elif size is None:
             parts.append(source)
         else:
-            parts.append(f"{os.path.basename(source)}:{corpus.source_size(source)}")
+            parts.append(f"{os.path.basename(source)}:{size}")
     return ";".join(parts)
+
