@@ -121,6 +121,12 @@ def test_the_documented_pipeline_runs_from_a_bucket_and_matches_local_disk(bucke
     assert (remote / "tokenizer" / "spm.model").read_bytes() == \
         (local / "tokenizer" / "spm.model").read_bytes()
     assert not Path(REPO / "gs:").exists()  # nothing written to a local folder named "gs:"
+    # `data inspect` of the bucket's dataset: the examples of the local one (its first shard).
+    inspected = {root: ok(cli("data", "inspect", *at(data_build[2:], root), "--num_examples=3",
+                              f"--config.data.local_dir={tmp_path / 'inspect_copy'}"))
+                 for root in (bucket, local)}
+    assert inspected[bucket].split("example 0", 1)[1].split("\ntrain:")[0] == \
+        inspected[local].split("example 0", 1)[1].split("\ntrain:")[0]
     kill_after_first_checkpoint(at(pretrain, bucket), remote / "run1" / "checkpoints")
     resumed = ok(cli(*at(pretrain, bucket)))
     assert "Resuming" in resumed, resumed[-3000:]

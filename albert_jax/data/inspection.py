@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import os
 from typing import Any, Iterable
 
 import ml_collections
 import numpy as np
+import tensorflow_datasets as tfds
+from etils import epath
 
-from albert_jax.data import dataset_settings, pipeline
+from albert_jax.data import dataset_settings, pipeline, shard_copy
 from albert_jax.data.tokenizer import SPIECE_UNDERLINE, Tokenizer
 
 STATISTICS_EXAMPLES = 20_000  # per split: enough for +-1% on every fraction below
@@ -153,15 +154,27 @@ def format_example(features: dict[str, np.ndarray], tokenizer: Tokenizer, *,
 def inspect_from_config(config: ml_collections.ConfigDict, num_examples: int) -> None:
     """`albert-jax data inspect`: prints `num_examples` decoded train examples and statistics."""
     dataset_dir = dataset_settings.dataset_dir(config)
-    if not os.path.exists(os.path.join(dataset_dir, "dataset_info.json")):
+    if not (epath.Path(dataset_dir) / "dataset_info.json").exists():
         raise FileNotFoundError(
             f"no dataset at {dataset_dir}: run `albert-jax data build` with the same config first")
     tokenizer = Tokenizer.load(config.data.tokenizer, lower=config.data.do_lower_case)
     print(f"dataset {dataset_dir}")
+    readable_dir, train_shards = dataset_dir, None
+    if shard_copy.is_bucket(dataset_dir):
+        # ArrayRecord reads local files only: copy the first train shard and the eval split (the
+        # part of host 0 of as many hosts as there are train shards), not the whole dataset.
+        num_train_shards = len(tfds.builder_from_directory(dataset_dir).info.splits["train"]
+                               .shard_lengths)
+        readable_dir = shard_copy.local_dataset_dir(dataset_dir, config.data.local_dir)
+        shard_copy.copy_host_part(dataset_dir, readable_dir, process_index=0,
+                                  process_count=num_train_shards)
+        train_shards = [0]
+        print(f"  (examples and statistics of its first train shard, copied to {readable_dir})")
     sources: dict[str, Any] = {}
     for split in ("train", "eval"):
         try:
-            sources[split] = pipeline.SplitSource(dataset_dir, split)
+            sources[split] = pipeline.SplitSource(readable_dir, split,
+                                                  shards=train_shards if split == "train" else None)
         except ValueError:  # no eval split (eval_fraction 0)
             continue
     metadata = sources["train"].metadata
