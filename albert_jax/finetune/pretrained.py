@@ -107,6 +107,21 @@ def tf_tokenizer(directory: epath.Path) -> str | None:
     return found or next(iter(_glob(directory, "vocab*.txt")), None)
 
 
+def source_tokenizer(source: str, path: str, config_path: str | None) -> str | None:
+    """The tokenizer that comes with the checkpoint `albert-jax convert --from=<source>` reads:
+    beside a TF checkpoint (or its albert_config.json), in a HuggingFace folder, or one of our
+    workdirs' (`load` finds the same ones); None when there is none."""
+    root = epath.Path(path)
+    directory = root if root.is_dir() else root.parent
+    if source == "tf":
+        found = tf_tokenizer(directory)
+        return found or (tf_tokenizer(epath.Path(config_path).parent) if config_path else None)
+    if source == "huggingface":
+        found = workdir_names.tokenizer_path(directory)
+        return found and os.fspath(found)
+    return _workdir_tokenizer(root)
+
+
 def load(path: str) -> Pretrained:
     """The model config, backbone params and tokenizer of `init_from=path` (module docstring)."""
     root = epath.Path(path)

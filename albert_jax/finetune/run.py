@@ -35,6 +35,7 @@ from albert_jax import files
 from albert_jax.convert.huggingface import save_huggingface
 from albert_jax.data.tokenizer import Tokenizer
 from albert_jax.errors import ConfigError
+from albert_jax.finetune import pretrained as pretrained_lib
 from albert_jax.finetune import registry
 from albert_jax.finetune.task import FinetuneTask, real_rows
 from albert_jax.finetune.text_files import open_text
@@ -284,6 +285,26 @@ def write_huggingface_tokenizer(tokenizer: Tokenizer, output: str, model_max_len
     WordPiece vocabulary as BertTokenizerFast, exact to our ids (`Tokenizer.huggingface_files`)."""
     for name, content in tokenizer.huggingface_files(model_max_length).items():
         files.write_atomically(os.fspath(epath.Path(output) / name), content)
+
+
+def carry_tokenizer(source: str, path: str, config_path: str | None, target: str, output: str,
+                    model_max_length: int) -> None:
+    """`albert-jax convert`: keeps the tokenizer that came with the weights (beside a TF
+    checkpoint, e.g. the Chinese models' vocab_chinese.txt, in a HuggingFace folder or a
+    workdir) with the output: as the workdir's spiece.model / vocab.txt (an Orbax output, which
+    `init_from` then finds), or as transformers tokenizer files. Says so either way."""
+    found = pretrained_lib.source_tokenizer(source, path, config_path)
+    if found is None:
+        print(f"no tokenizer found with {path}; give fine-tuning one with --config.tokenizer")
+        return
+    tokenizer = Tokenizer.load(found)
+    if target == "huggingface":
+        write_huggingface_tokenizer(tokenizer, output, model_max_length)
+    else:
+        for name, content in tokenizer.files(workdir_names.TOKENIZER_FILES[tokenizer.kind]).items():
+            files.write_atomically(os.fspath(epath.Path(output) / name), content)
+    print(f"kept the {tokenizer.kind} tokenizer {found} ({tokenizer.vocab_size} pieces) with "
+          f"{output}")
 
 
 # --- albert-jax convert --from=orbax --to=huggingface of a fine-tuned workdir -------------------
