@@ -94,7 +94,7 @@ PRETRAIN = {"data.tokenizer_kind": "wordpiece", "data.vocab_size": 1600, "seq_le
             "log_every_steps": 20, "eval_every_steps": 60, "eval_steps": 2,
             "checkpoint_every_steps": 60}
 FINETUNE = ["--config.seq_len=48", "--config.batch_size=32", "--config.eval_batch_size=80",
-            "--config.total_steps=600", "--config.optim.lr=1e-3", "--config.optim.warmup_steps=60",
+            "--config.total_steps=600", "--config.optim.lr=2e-3", "--config.optim.warmup_steps=60",
             "--config.eval_every_steps=300", "--config.checkpoint_every_steps=300",
             "--config.log_every_steps=150", "--config.classifier_dropout=0.0"]
 
