@@ -283,8 +283,9 @@ def train_vocab(sentences: Iterable[str], vocab_size: int, *, lower: bool) -> li
     learns from the words of `BasicTokenizer` (so training and tokenizing see the same words);
     "[unused<i>]" pieces fill it up to `vocab_size` when the corpus has fewer (as BERT's
     vocabularies keep spare rows), so the model's embedding always matches the file."""
-    from tokenizers import Tokenizer as HFTokenizer  # pylint: disable=import-outside-toplevel
-    from tokenizers import models, pre_tokenizers, trainers  # pylint: disable=import-outside-toplevel
+    # pylint: disable=import-outside-toplevel  (only `tokenizer train` needs `tokenizers`)
+    from tokenizers import Tokenizer as HFTokenizer
+    from tokenizers import models, pre_tokenizers, trainers
 
     if vocab_size < len(SPECIAL_PIECES) + 1:
         raise ValueError(f"vocab_size={vocab_size} leaves no room beside "
@@ -318,7 +319,8 @@ def train_vocab(sentences: Iterable[str], vocab_size: int, *, lower: bool) -> li
 _HF_DROPPED = r"[[\x{0}\x{FFFD}\p{Cc}\p{Cf}]&&[^\t\n\r]]"
 _HF_FINAL_SIGMA = (r"(?<=\p{Cased}|\p{Cased}\p{Case_Ignorable}|\p{Cased}\p{Case_Ignorable}{2})"
                    r"\x{3A3}(?!\p{Case_Ignorable}*\p{Cased})")
-_HF_IDEOGRAPHS = "[" + "".join(f"\\x{{{low:X}}}-\\x{{{high:X}}}" for low, high in _IDEOGRAPH_RANGES) + "]"
+_HF_IDEOGRAPHS = "[" + "".join(f"\\x{{{low:X}}}-\\x{{{high:X}}}"
+                                for low, high in _IDEOGRAPH_RANGES) + "]"
 _HF_PUNCTUATION = r"[!-/:-@\[-`{-~\p{P}]"
 
 
@@ -328,11 +330,13 @@ def huggingface_files(pieces: Sequence[str], *, lower: bool,
     that tokenizes as `WordPieceSplitter(pieces, lower=lower)` and adds [CLS] A [SEP] B [SEP]
     with segment ids 0 and 1: vocab.txt, tokenizer.json, tokenizer_config.json,
     special_tokens_map.json."""
-    from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers, processors  # pylint: disable=import-outside-toplevel
-    from tokenizers import Tokenizer as HFTokenizer  # pylint: disable=import-outside-toplevel
+    # pylint: disable=import-outside-toplevel  (only the HuggingFace export needs `tokenizers`)
+    from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers, processors
+    from tokenizers import Tokenizer as HFTokenizer
 
     vocab = {piece: index for index, piece in enumerate(pieces)}
-    model = HFTokenizer(models.WordPiece(vocab, unk_token=UNK, continuing_subword_prefix=CONTINUATION,
+    model = HFTokenizer(models.WordPiece(vocab, unk_token=UNK,
+                                         continuing_subword_prefix=CONTINUATION,
                                          max_input_chars_per_word=MAX_WORD_CHARS))
     steps = [normalizers.Replace(Regex(_HF_DROPPED), "")]
     if lower:  # the reference's order: lower(), then NFD and drop the Mn marks

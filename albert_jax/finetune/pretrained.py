@@ -100,7 +100,8 @@ def tf_tokenizer(directory: epath.Path) -> str | None:
     """The tokenizer beside a TF checkpoint: 30k-clean.model (the English releases), spiece.model,
     another .model, else a vocabulary: vocab.txt or the Chinese releases' vocab_chinese.txt
     (another vocab*.txt last)."""
-    found = _first_existing(directory / _TF_TOKENIZER_FILE, directory / workdir_names.TOKENIZER_FILE)
+    found = _first_existing(directory / _TF_TOKENIZER_FILE,
+                            directory / workdir_names.TOKENIZER_FILE)
     found = found or next(iter(_glob(directory, "*.model")), None)
     found = found or _first_existing(directory / workdir_names.VOCAB_FILE,
                                      directory / _TF_VOCAB_FILE)

@@ -127,8 +127,8 @@ class FinetuneTask(Task):
             where = (f"init_from={config.init_from} carries no tokenizer (no spiece.model, "
                      "30k-clean.model, vocab.txt or config naming one)" if pretrained
                      else "a from-scratch run (empty init_from) has no tokenizer")
-            raise ConfigError(f"config {where}; give one with --config.tokenizer=PATH/TO/spiece.model "
-                              "(or a WordPiece vocab.txt)")
+            raise ConfigError(f"config {where}; give one with --config.tokenizer=PATH/TO/"
+                              "spiece.model (or a WordPiece vocab.txt)")
         tokenizer = Tokenizer.load(tokenizer_path, lower=_do_lower_case(config),
                                    comma_rule=config.data.comma_rule)  # SPEC 2.3
         if pretrained:
