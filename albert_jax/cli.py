@@ -222,8 +222,10 @@ def _convert() -> None:
         # A fine-tuned workdir: its best checkpoint, as its task's transformers class.
         finetune_run.export_huggingface(path, _need(_OUTPUT, "convert"))
         return
-    formats.convert(source=source, target=target, path=path,
-                    output=_need(_OUTPUT, "convert"), config_path=_CONFIG_PATH.value)
+    model_config = formats.convert(source=source, target=target, path=path,
+                                   output=_need(_OUTPUT, "convert"), config_path=_CONFIG_PATH.value)
+    finetune_run.carry_tokenizer(source, path, _CONFIG_PATH.value, target, _OUTPUT.value,
+                                 model_config.max_position_embeddings)
 
 
 _TABLE = flags.DEFINE_enum("table", None, ["3", "4", "5", "11", "12"],

@@ -83,7 +83,8 @@ def finetune_config(args: ml_collections.ConfigDict) -> ml_collections.ConfigDic
     config.model = args.model or f"albert-{args.size}-v2"  # only for a from-scratch run
     config.model_overrides = model_overrides_placeholder()
     config.init_from = ""  # workdir, Orbax, HuggingFace or TF checkpoint: architecture + weights
-    config.tokenizer = ""  # SentencePiece model; empty: the one that comes with init_from
+    # SentencePiece .model or WordPiece vocab.txt; empty: the one that comes with init_from
+    config.tokenizer = ""
     config.compute_dtype = "float32"
 
     config.data = ml_collections.ConfigDict()
@@ -91,6 +92,7 @@ def finetune_config(args: ml_collections.ConfigDict) -> ml_collections.ConfigDic
     config.data.tfds_name = ""  # or a TFDS name, e.g. glue/mnli, race/high
     config.data.tfds_data_dir = ""
     config.data.comma_rule = "reference"  # SPEC 2.3 digit-comma rule; "hf": HuggingFace's
+    config.data.do_lower_case = True  # the reference's --do_lower_case (all released models)
     config.data.num_workers = 0
     config.data.prefetch = 2
 

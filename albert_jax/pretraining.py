@@ -164,9 +164,9 @@ class PretrainingTask(Task):
         path = epath.Path(self.config.data.tokenizer)
         if not path.exists():
             return {}
-        tokenizer = Tokenizer(path.read_bytes(), comma_rule=self.config.data.comma_rule,
-                              path=os.fspath(path))
-        return tokenizer.files(workdir_names.TOKENIZER_FILE)
+        tokenizer = Tokenizer.from_bytes(path.read_bytes(), path=os.fspath(path),
+                                         comma_rule=self.config.data.comma_rule)
+        return tokenizer.files(workdir_names.TOKENIZER_FILES[tokenizer.kind])
 
     def flops_per_example(self, seq_len: int) -> float:
         predictions = self.config.data.max_predictions

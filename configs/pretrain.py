@@ -45,6 +45,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.data = ml_collections.ConfigDict()
     config.data.corpus = "demo"  # a glob of text files, a TFDS text dataset name, or "demo"
     config.data.tokenizer = "runs/tokenizer/spm.model"  # SentencePiece model (SPEC 2.1)
+    # What `albert-jax tokenizer train` writes: "sentencepiece" (a .model) or "wordpiece" (a BERT
+    # vocab.txt, SPEC 2.5). Loading goes by the file: a .model is SentencePiece, else WordPiece.
+    config.data.tokenizer_kind = "sentencepiece"
     config.data.vocab_size = 30000
     config.data.dir = "runs/data"  # the TFDS data_dir the build writes into (local or gs://)
     # A gs:// data.dir is built shard by shard in a local folder (at most 2 shards, ~512 MB, at

@@ -128,6 +128,30 @@ def test_parameter_counts_match_spec_7_2(preset: str) -> None:
     assert count(abstract_params(config)) == with_heads
 
 
+# SPEC 7.1d, the Chinese models: the English counts less the (30000 - 21128) * 128 = 1,135,616
+# embedding rows (and, with heads, the 8,872 output biases), e.g. base 11,683,584 - 1,135,616 =
+# 10,547,968 and 11,813,810 - 1,135,616 - 8,872 = 10,669,322. xxlarge-zh's 16 heads change
+# no count.
+ZH_COUNTS = {
+    "albert-base-zh": (10_547_968, 10_669_322, (768, 3072, 12, 12, 0.02)),
+    "albert-large-zh": (16_548_352, 16_702_986, (1024, 4096, 24, 16, 0.02)),
+    "albert-xlarge-zh": (57_589_248, 57_877_002, (2048, 8192, 24, 16, 0.014)),
+    "albert-xxlarge-zh": (221_459_968, 222_013_962, (4096, 16384, 12, 16, 0.01)),
+}
+
+
+@pytest.mark.parametrize("preset", sorted(ZH_COUNTS))
+def test_chinese_presets(preset: str) -> None:
+    backbone, with_heads, (hidden, intermediate, num_layers, heads, init) = ZH_COUNTS[preset]
+    assert backbone_count(21128, 128, hidden, intermediate, num_layers, "all") == backbone
+    assert backbone + pretraining_heads_count(21128, 128, hidden) == with_heads
+    config = get_config(preset)
+    assert (config.vocab_size, config.hidden_act, config.num_attention_heads,
+            config.initializer_range, config.hidden_dropout_prob) == (21128, "relu", heads, init, 0)
+    assert count(abstract_params(config, pretraining=False)) == backbone
+    assert count(abstract_params(config)) == with_heads
+
+
 @pytest.mark.parametrize("num_layers", [1, 12, 48])
 def test_all_shared_count_is_independent_of_depth(num_layers: int) -> None:
     config = get_config("albert-base-v2", num_hidden_layers=num_layers)

@@ -26,10 +26,11 @@ SPEC_7_1 = {
     "xxlarge": (12, 4096, 16384, 64),
 }
 OFFICIAL = [f"albert-{size}-v{version}" for size in SPEC_7_1 for version in (1, 2)]
+CHINESE = [f"albert-{size}-zh" for size in SPEC_7_1]  # SPEC 7.1d; tests/test_model.py
 
 
 def test_the_preset_table_is_exactly_the_documented_names() -> None:
-    assert set(PRESETS) == set(OFFICIAL) | {"bert-base", "bert-large", "tiny", "demo"}
+    assert set(PRESETS) == set(OFFICIAL) | set(CHINESE) | {"bert-base", "bert-large", "tiny", "demo"}
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
@@ -41,8 +42,8 @@ def test_every_preset_builds_a_frozen_valid_config(name: str) -> None:
     assert config.hidden_size % config.num_attention_heads == 0
     assert config.dtype == "float32" and config.remat_policy == "none"
     # Every official checkpoint (and BERT, whose TF "gelu" is the same function) uses the tanh
-    # GELU (SPEC 3.2.8), never HF's exact "gelu" (transformers#2395).
-    assert config.hidden_act == "gelu_tanh"
+    # GELU (SPEC 3.2.8), never HF's exact "gelu" (transformers#2395); the Chinese ones ReLU.
+    assert config.hidden_act == ("relu" if name in CHINESE else "gelu_tanh")
 
 
 @pytest.mark.parametrize("name", OFFICIAL)

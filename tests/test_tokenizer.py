@@ -11,8 +11,8 @@ import sentencepiece as spm
 from etils import epath
 
 from albert_jax.data import corpus
-from albert_jax.data.tokenizer import Tokenizer, is_start_piece, preprocess_text, train, \
-    train_from_config
+from albert_jax.data.tokenizer import SentencePieceTokenizer, Tokenizer, is_start_piece, \
+    preprocess_text, train, train_from_config
 
 WORDS = ("the cat sat on mat and dog ran to park with big red ball while bird sang in tree "
          "over house near river under bright sun every morning people walk slowly through "
@@ -82,7 +82,7 @@ def test_encode_known_sentence(tokenizer):
     assert pieces[-1] == "."  # A user-defined symbol is always its own piece (SPEC 2.1).
     assert tokenizer.decode(ids) == "the cat sat on cafe kabamp mat."
     assert tokenizer.encode("").shape == (0,)
-    cased = Tokenizer(tokenizer._model_proto, lower=False)
+    cased = SentencePieceTokenizer(tokenizer._model_proto, lower=False)
     assert cased.encode("The").tolist() == sp.encode("The")
 
 
@@ -92,7 +92,7 @@ def test_digit_comma_rule(tokenizer):
     text = "it cost 3,500, said (9,7, ok"
     raw = sp.encode(preprocess_text(text), out_type=str)
     assert any(piece[-1] == "," and piece[-2].isdigit() for piece in raw if len(piece) > 1), raw
-    hf_rule = Tokenizer(tokenizer._model_proto, comma_rule="hf")
+    hf_rule = SentencePieceTokenizer(tokenizer._model_proto, comma_rule="hf")
     for rule_tokenizer in (tokenizer, hf_rule):
         pieces = rule_tokenizer.pieces(text)
         # No character is lost or added ("▁" aside: the reference rule adds some, SPEC 2.3).
@@ -137,7 +137,7 @@ def test_word_start_table(tokenizer):
 def test_pickle_round_trip(tokenizer):
     text = "the cat, 1,000, (9,7"
     for comma_rule in ("reference", "hf"):
-        original = Tokenizer(tokenizer._model_proto, comma_rule=comma_rule)
+        original = SentencePieceTokenizer(tokenizer._model_proto, comma_rule=comma_rule)
         restored = pickle.loads(pickle.dumps(original))
         assert restored.comma_rule == comma_rule
         assert restored.encode(text).tolist() == original.encode(text).tolist()

@@ -17,16 +17,19 @@ from etils import epath
 
 from albert_jax.convert.huggingface import load_huggingface, save_huggingface
 from albert_jax.convert.tf_checkpoint import load_tf_checkpoint
+from albert_jax.model import ModelConfig
 from albert_jax.train import checkpoint
 
 SOURCES = ("tf", "huggingface", "orbax")
 TARGETS = ("orbax", "huggingface")
 
 
-def convert(source: str, target: str, path: str, output: str, config_path: str | None) -> None:
+def convert(source: str, target: str, path: str, output: str,
+            config_path: str | None) -> ModelConfig:
     """Reads the `source`-format weights at `path` and writes them in `target` format to the
-    new directory `output`. `config_path` (albert_config.json) is needed for, and only for,
-    `source="tf"`: a TF checkpoint does not record its model config."""
+    new directory `output`; returns their model config. `config_path` (albert_config.json) is
+    needed for, and only for, `source="tf"`: a TF checkpoint does not record its model config.
+    (The tokenizer that comes with the weights: finetune/run.py `carry_tokenizer`.)"""
     if source not in SOURCES:
         raise ValueError(f"unknown source format {source!r}; choose one of {SOURCES}")
     if target not in TARGETS:
@@ -52,3 +55,4 @@ def convert(source: str, target: str, path: str, output: str, config_path: str |
     leaves = jax.tree.leaves(params)
     print(f"converted {sum(np.size(leaf) for leaf in leaves):,} parameters in {len(leaves)} "
           f"arrays ({', '.join(sorted(params))}) from {source} {path} to {target} {output}")
+    return model_config

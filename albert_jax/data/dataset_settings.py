@@ -66,7 +66,8 @@ class DatasetSettings(tfds.core.BuilderConfig):
             raise FileNotFoundError(
                 f"config.data.tokenizer={data.tokenizer!r} does not exist; train one with "
                 f"`albert-jax tokenizer train --config=...` (same config) or point "
-                f"--config.data.tokenizer at a SentencePiece model such as 30k-clean.model")
+                f"--config.data.tokenizer at a SentencePiece model such as 30k-clean.model or a "
+                f"WordPiece vocab.txt")
         sources = _corpus_sources(data.corpus)
         settings = dict(
             corpus=data.corpus, corpus_signature=_corpus_signature(sources),

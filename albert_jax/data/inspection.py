@@ -20,7 +20,7 @@ import tensorflow_datasets as tfds
 from etils import epath
 
 from albert_jax.data import dataset_settings, pipeline, shard_copy
-from albert_jax.data.tokenizer import SPIECE_UNDERLINE, Tokenizer
+from albert_jax.data.tokenizer import Tokenizer
 
 STATISTICS_EXAMPLES = 20_000  # per split: enough for +-1% on every fraction below
 
@@ -120,10 +120,6 @@ _LABEL_MEANINGS = {
 }
 
 
-def _bare(piece: str) -> str:
-    return piece.lstrip(SPIECE_UNDERLINE) or piece  # (the lone "▁" piece stays visible)
-
-
 def format_example(features: dict[str, np.ndarray], tokenizer: Tokenizer, *,
                    sentence_objective: str, reference_compat: bool = False) -> str:
     """Segments A and B of one example, predictions as `[shown→original]`, the label in words."""
@@ -134,14 +130,17 @@ def format_example(features: dict[str, np.ndarray], tokenizer: Tokenizer, *,
     shown_pieces = tokenizer.id_to_piece(features["input_ids"][:length])
     segments: dict[int, str] = collections.defaultdict(str)
     for position, piece in enumerate(shown_pieces):
+        # A piece that starts a word ("▁" in front, or no "##") gets a space before it.
         if position in originals:
-            original = tokenizer.id_to_piece([originals[position]])[0]
-            space = " " if original.startswith(SPIECE_UNDERLINE) else ""
-            text = f"{space}[{_bare(piece)}→{_bare(original)}]"
+            starts_word, original = tokenizer.bare_piece(
+                tokenizer.id_to_piece([originals[position]])[0])
+            space = " " if starts_word else ""
+            text = f"{space}[{tokenizer.bare_piece(piece)[1]}→{original}]"
         elif piece in ("[CLS]", "[SEP]"):
             text = f" {piece} "
         else:
-            text = piece.replace(SPIECE_UNDERLINE, " ")
+            starts_word, bare = tokenizer.bare_piece(piece)
+            text = f" {bare}" if starts_word else bare
         segments[int(features["segment_ids"][position])] += text
     label = int(features["next_sentence_labels"][0])
     meaning = _LABEL_MEANINGS[sentence_objective][label]

@@ -1,16 +1,20 @@
-"""SentencePiece tokenizer with ALBERT's preprocessing (SPEC 2): train, load, encode.
+"""Tokenizers with ALBERT's preprocessing: SentencePiece (`.model`, SPEC 2.1-2.4) or WordPiece
+(`vocab.txt`, the Chinese models, SPEC 2.5), behind one interface: train, load, encode.
 
   tokenizer = Tokenizer.load("30k-clean.model")       # the released model works unchanged
+  tokenizer = Tokenizer.load("vocab_chinese.txt")     # a BERT vocabulary: WordPiece
   ids = tokenizer.encode("Hello World, 1,000,")         # int32 [num_pieces]
   tokenizer.word_start                                  # bool [vocab_size], for n-gram masking
   ids, char_starts, char_ends = tokenizer.encode_with_offsets(text)  # exact character spans
   Tokenizer.load(path, comma_rule="hf")               # HuggingFace's digit-comma rule (SPEC 2.3)
 
-A workdir keeps its tokenizer as the model file plus a settings file beside it
-(`Tokenizer.files`), so `Tokenizer.load` of a workdir's model gets the run's digit-comma rule back.
+The file decides the kind (`tokenizer_kind`): a name ending in `.model` is a SentencePiece model,
+any other a WordPiece vocabulary (UTF-8 text, one piece per line). A workdir keeps its tokenizer
+as the model file plus a settings file beside it (`Tokenizer.files`), so `Tokenizer.load` of a
+workdir's model gets the run's digit-comma rule back; a vocabulary is kept as it is.
 
 `albert-jax tokenizer train --config=configs/pretrain.py:runlocal` trains a model on the corpus of
-a config (`train_from_config`).
+a config (`train_from_config`); `--config.data.tokenizer_kind=wordpiece` a WordPiece vocabulary.
 """
 from __future__ import annotations
 
@@ -29,7 +33,7 @@ from etils import epath
 from sentencepiece import sentencepiece_pb2
 
 from albert_jax import files
-from albert_jax.data import corpus
+from albert_jax.data import corpus, wordpiece
 from albert_jax.errors import ConfigError
 
 SPIECE_UNDERLINE = "\u2581"  # "▁", SentencePiece's word-start marker.
@@ -148,16 +152,143 @@ def _preprocess_with_origins(text: str, lower: bool) -> tuple[str, np.ndarray]:
     return preprocessed, np.asarray(origins, dtype=np.int32)
 
 
+KINDS = ("sentencepiece", "wordpiece")
+HF_SPM_FILE = "spiece.model"  # the file transformers' AlbertTokenizer reads
+_MODEL_SUFFIX = ".model"
+
+
+def tokenizer_kind(path: str, content: bytes) -> str:
+    """"sentencepiece" for a `.model` file, "wordpiece" for a vocabulary (any other name).
+
+    Raises ValueError, one line naming `path`, when the name and the content disagree: a
+    `.model` that holds text (a vocabulary), or another name that holds a binary file (a
+    SentencePiece model, which always has NUL bytes in its scores).
+    """
+    is_text = b"\x00" not in content
+    if os.fspath(path).endswith(_MODEL_SUFFIX):
+        if is_text and content:
+            raise ValueError(
+                f"{path} is named as a SentencePiece model (.model) but holds text, like a "
+                "WordPiece vocabulary; rename it (e.g. vocab.txt) to use it as a vocabulary")
+        return "sentencepiece"
+    if not is_text:
+        raise ValueError(
+            f"{path} is a binary file (a SentencePiece model?), not a WordPiece vocabulary "
+            f"(UTF-8 text, one piece per line); a SentencePiece model must end in "
+            f"{_MODEL_SUFFIX}")
+    return "wordpiece"
+
+
+def check_kind(path: str, kind: str) -> None:
+    """Raises ConfigError when `path` is not named as a file of `kind` (`tokenizer_kind`)."""
+    if kind not in KINDS:
+        raise ConfigError(f"config data.tokenizer_kind={kind!r}; use one of {list(KINDS)}")
+    named = "sentencepiece" if os.fspath(path).endswith(_MODEL_SUFFIX) else "wordpiece"
+    if named != kind:
+        want = ("a name ending in .model" if kind == "sentencepiece"
+                else "another name, e.g. .../vocab.txt")
+        raise ConfigError(
+            f"config data.tokenizer={path!r} names a {named} file but data.tokenizer_kind="
+            f"{kind!r}; give data.tokenizer {want}")
+
+
 class Tokenizer:
-    """A loaded SentencePiece model plus the ALBERT conventions around it.
+    """What the data, the tasks and the workdir need of a tokenizer; `Tokenizer.load` gives a
+    `SentencePieceTokenizer` or a `WordPieceTokenizer` as the file is (`tokenizer_kind`).
 
     Attributes:
-      vocab_size: number of pieces (30000 for `30k-clean.model`).
-      pad_id, unk_id, cls_id, sep_id, mask_id: ids of `<pad>`, `<unk>`, `[CLS]`, `[SEP]`, `[MASK]`.
-      word_start: bool [vocab_size], SPEC 1.4.2 start-piece test of every piece.
-      lower: whether `encode` lower-cases (SPEC 2.4: the spm model itself does not).
-      comma_rule: "reference" or "hf", the SPEC 2.3 digit-comma rule (`COMMA_RULES`).
+      kind: "sentencepiece" or "wordpiece".
+      path: where it was read from.
+      vocab_size: number of pieces (30000 for `30k-clean.model`, 21128 for the Chinese models).
+      pad_id, unk_id, cls_id, sep_id, mask_id: the ids the data and the tasks write.
+      word_start: bool [vocab_size], does each piece start a word (SPEC 1.4.2 / 2.5), for
+        whole-word n-gram masking.
+      lower: whether `encode` lower-cases (`data.do_lower_case`).
+      comma_rule: "reference" or "hf", the SPEC 2.3 digit-comma rule (SentencePiece only).
     """
+    kind: str
+    path: str
+    vocab_size: int
+    pad_id: int
+    unk_id: int
+    cls_id: int
+    sep_id: int
+    mask_id: int
+    word_start: np.ndarray
+    lower: bool
+    comma_rule: str = DEFAULT_COMMA_RULE
+
+    @staticmethod
+    def load(path: str, *, lower: bool = True, comma_rule: str | None = None) -> "Tokenizer":
+        """Loads a `.model` file or a vocabulary (local or any path etils.epath reads, e.g.
+        gs://).
+
+        comma_rule None: the rule recorded beside the model (`recorded_comma_rule`), else the
+        default "reference".
+        """
+        file = epath.Path(path)
+        if not file.exists():
+            raise FileNotFoundError(
+                f"tokenizer {path} does not exist; create one with `{_TRAIN_COMMAND}` (it writes "
+                f"config.data.tokenizer) or point config.data.tokenizer at e.g. 30k-clean.model "
+                f"or a BERT vocab.txt")
+        if comma_rule is None:
+            comma_rule = recorded_comma_rule(os.fspath(path)) or DEFAULT_COMMA_RULE
+        return Tokenizer.from_bytes(file.read_bytes(), path=os.fspath(path), lower=lower,
+                                    comma_rule=comma_rule)
+
+    @staticmethod
+    def from_bytes(content: bytes, *, path: str, lower: bool = True,
+                   comma_rule: str = DEFAULT_COMMA_RULE) -> "Tokenizer":
+        """The tokenizer in `content`, of the kind `path` names (`tokenizer_kind`)."""
+        if tokenizer_kind(path, content) == "wordpiece":
+            return WordPieceTokenizer(content, lower=lower, path=path)
+        return SentencePieceTokenizer(content, lower=lower, comma_rule=comma_rule, path=path)
+
+    def files(self, name: str) -> dict[str, bytes]:
+        """{file name: content} that keep this tokenizer in a workdir as `name`, which
+        `Tokenizer.load(<workdir>/name)` reads back."""
+        raise NotImplementedError
+
+    def preprocess(self, text: str) -> str:
+        """What the reference's data processors do to a text before tokenizing it (RACE joins a
+        question and an option after it)."""
+        raise NotImplementedError
+
+    def pieces(self, text: str) -> list[str]:
+        """The pieces of `text`, as the reference's `FullTokenizer.tokenize`."""
+        raise NotImplementedError
+
+    def encode(self, text: str) -> np.ndarray:
+        """Token ids of one text, int32 [num_pieces] (no [CLS] or [SEP] added)."""
+        raise NotImplementedError
+
+    def encode_with_offsets(self, text: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(ids, char_starts, char_ends), int32 [num_pieces]: ids equal `encode(text)`; token t
+        covers text[char_starts[t]:char_ends[t]] of the ORIGINAL text."""
+        raise NotImplementedError
+
+    def id_to_piece(self, ids: Iterable[int]) -> list[str]:
+        raise NotImplementedError
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """Text of `ids`; the special pieces decode to nothing."""
+        raise NotImplementedError
+
+    def huggingface_files(self, model_max_length: int) -> dict[str, bytes]:
+        """{file name: content} of this tokenizer for a transformers model folder, so
+        `AutoTokenizer.from_pretrained(folder)` gives the ids of `encode`."""
+        raise NotImplementedError
+
+    def bare_piece(self, piece: str) -> tuple[bool, str]:
+        """Whether `piece` begins a new word in the text (a space before it) and its text
+        without the word marker, for showing pieces to a person (`albert-jax data inspect`)."""
+        raise NotImplementedError
+
+
+class SentencePieceTokenizer(Tokenizer):
+    """A loaded SentencePiece model plus the ALBERT conventions around it (SPEC 2.1-2.4)."""
+    kind = "sentencepiece"
 
     def __init__(self, model_proto: bytes, *, lower: bool = True,
                  comma_rule: str = DEFAULT_COMMA_RULE, path: str = "<bytes>"):
@@ -195,29 +326,15 @@ class Tokenizer:
         # Pieces the SPEC 2.3 digit-comma rule re-encodes; `encode` takes the slow path only then.
         self._comma_split = np.array([_needs_comma_split(piece) for piece in pieces], dtype=bool)
 
-    @classmethod
-    def load(cls, path: str, *, lower: bool = True, comma_rule: str | None = None) -> "Tokenizer":
-        """Loads a `.model` file (local or any path etils.epath reads, e.g. gs://).
-
-        comma_rule None: the rule recorded beside the model (`recorded_comma_rule`), else the
-        default "reference".
-        """
-        model_path = epath.Path(path)
-        if not model_path.exists():
-            raise FileNotFoundError(
-                f"SentencePiece model {path} does not exist; create one with `{_TRAIN_COMMAND}` "
-                f"(it writes config.data.tokenizer) or point config.data.tokenizer at e.g. "
-                f"30k-clean.model")
-        if comma_rule is None:
-            comma_rule = recorded_comma_rule(os.fspath(path)) or DEFAULT_COMMA_RULE
-        return cls(model_path.read_bytes(), lower=lower, comma_rule=comma_rule,
-                   path=os.fspath(path))
-
     def files(self, name: str) -> dict[str, bytes]:
-        """{file name: content} that keep this tokenizer in a workdir as `name`: the model and
-        its settings (the digit-comma rule), which `Tokenizer.load(<workdir>/name)` reads back."""
+        """The model and its settings (the digit-comma rule)."""
         settings = json.dumps({"comma_rule": self.comma_rule}, indent=2) + "\n"
         return {name: self._model_proto, settings_path(name): settings.encode("utf-8")}
+
+    def huggingface_files(self, model_max_length: int) -> dict[str, bytes]:
+        # The model_type "albert" opens it with AlbertTokenizer (SPEC 2.3: HuggingFace's comma
+        # rule, see data.comma_rule).
+        return {HF_SPM_FILE: self._model_proto}
 
     def __getstate__(self) -> dict:  # Picklable for worker processes: ship the model bytes.
         return {"model_proto": self._model_proto, "lower": self.lower,
@@ -226,6 +343,13 @@ class Tokenizer:
     def __setstate__(self, state: dict) -> None:
         self.__init__(state["model_proto"], lower=state["lower"], comma_rule=state["comma_rule"],
                       path=state["path"])
+
+    def preprocess(self, text: str) -> str:
+        return preprocess_text(text, self.lower)  # SPEC 2.2
+
+    def bare_piece(self, piece: str) -> tuple[bool, str]:
+        # (the lone "▁" piece stays visible)
+        return piece.startswith(SPIECE_UNDERLINE), piece.lstrip(SPIECE_UNDERLINE) or piece
 
     def pieces(self, text: str) -> list[str]:
         """The pieces of `text` after preprocessing and the SPEC 2.3 digit-comma rule.
@@ -351,6 +475,84 @@ class Tokenizer:
         return self._sp.decode([int(i) for i in ids])
 
 
+class WordPieceTokenizer(Tokenizer):
+    """A BERT WordPiece vocabulary (`vocab.txt`) tokenized as the reference's
+    `FullTokenizer(vocab_file=..., do_lower_case=lower)` (SPEC 2.5; data/wordpiece.py).
+
+    pad_id is 0, what the reference pads `input_ids` with whatever the vocabulary (BERT's
+    vocabularies have [PAD] there); the other special ids are those of [UNK], [CLS], [SEP],
+    [MASK] in the file. A word starts at every piece but a "##" continuation.
+    """
+    kind = "wordpiece"
+
+    def __init__(self, vocab: bytes, *, lower: bool = True, path: str = "<bytes>"):
+        self._vocab_bytes = vocab
+        self.path = path
+        self.lower = lower
+        self._pieces = wordpiece.read_vocab(path, vocab)
+        self._splitter = wordpiece.WordPieceSplitter(self._pieces, lower=lower)
+        ids = self._splitter.vocab
+        self.vocab_size = len(self._pieces)
+        self.pad_id, self.unk_id = 0, ids[wordpiece.UNK]
+        self.cls_id, self.sep_id = ids[wordpiece.CLS], ids[wordpiece.SEP]
+        self.mask_id = ids[wordpiece.MASK]
+        self.word_start = np.array([wordpiece.is_start_piece(piece) for piece in self._pieces],
+                                   dtype=bool)
+        self._special = {self.pad_id, self.cls_id, self.sep_id, self.mask_id}
+
+    def files(self, name: str) -> dict[str, bytes]:
+        """The vocabulary file as read (do_lower_case is the run config's)."""
+        return {name: self._vocab_bytes}
+
+    def huggingface_files(self, model_max_length: int) -> dict[str, bytes]:
+        """A BertTokenizerFast (as the Chinese ALBERT models on the hub), exact to `encode` on
+        [MASK]-like text too (`wordpiece.huggingface_files`)."""
+        return wordpiece.huggingface_files(self._pieces, lower=self.lower,
+                                           model_max_length=model_max_length)
+
+    def __getstate__(self) -> dict:  # Picklable for worker processes: ship the vocabulary.
+        return {"vocab": self._vocab_bytes, "lower": self.lower, "path": self.path}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["vocab"], lower=state["lower"], path=state["path"])
+
+    def preprocess(self, text: str) -> str:
+        return text  # the reference's processors only convert a vocab_file model's text to str
+
+    def pieces(self, text: str) -> list[str]:
+        return self.id_to_piece(self.encode(text))
+
+    def encode(self, text: str) -> np.ndarray:
+        return self._splitter.encode(text)[0]
+
+    def encode_with_offsets(self, text: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """As `Tokenizer.encode_with_offsets`: each piece covers the original characters of its
+        first to its last character (after the reference's cleaning, lower-casing and accent
+        stripping, every character still knows where it came from); an [UNK] covers its word."""
+        return self._splitter.encode(text)
+
+    def id_to_piece(self, ids: Iterable[int]) -> list[str]:
+        return [self._pieces[int(i)] for i in ids]
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """The pieces joined, "##" continuations glued to the piece before; [PAD] (id 0), [CLS],
+        [SEP], [MASK] decode to nothing."""
+        words: list[str] = []
+        for piece_id in ids:
+            if int(piece_id) in self._special:
+                continue
+            is_start, text = self.bare_piece(self._pieces[int(piece_id)])
+            if is_start or not words:
+                words.append(text)
+            else:
+                words[-1] += text
+        return " ".join(words)
+
+    def bare_piece(self, piece: str) -> tuple[bool, str]:
+        is_start = wordpiece.is_start_piece(piece)
+        return is_start, piece if is_start else piece[len(wordpiece.CONTINUATION):]
+
+
 def train(sentences: Iterable[str], model_path: str, vocab_size: int, *,
           input_sentence_size: int = 10_000_000, seed: int = 0, lower: bool = True) -> str:
     """Trains a unigram SentencePiece model with the ALBERT settings (SPEC 2.1); returns model_path.
@@ -388,7 +590,8 @@ def train(sentences: Iterable[str], model_path: str, vocab_size: int, *,
                 f"text") from None
         raise ValueError(f"SentencePiece training for {model_path} failed: {error}") from None
     model_proto = model_file.getvalue()
-    tokenizer = Tokenizer(model_proto, path=model_path)  # Validates the special ids (SPEC 2.1).
+    # Validates the special ids (SPEC 2.1).
+    tokenizer = SentencePieceTokenizer(model_proto, path=model_path)
     vocab_lines = "".join(f"{tokenizer.id_to_piece([i])[0]}\t{tokenizer._sp.get_score(i):g}\n"
                           for i in range(tokenizer.vocab_size))
     # Local or in a bucket (gs://): each file through a temporary one and a rename (on a
@@ -400,11 +603,14 @@ def train(sentences: Iterable[str], model_path: str, vocab_size: int, *,
 
 
 def train_from_config(config: ml_collections.ConfigDict) -> None:
-    """`albert-jax tokenizer train`: trains config.data.tokenizer on config.data.corpus.
+    """`albert-jax tokenizer train`: trains config.data.tokenizer on config.data.corpus, a
+    SentencePiece model or, with config.data.tokenizer_kind="wordpiece", a WordPiece vocabulary.
 
-    Skips (and says so) when the model file already exists, so the demo can be rerun.
+    Skips (and says so) when the file already exists, so the demo can be rerun.
     """
     model_path = config.data.tokenizer
+    kind = config.data.get("tokenizer_kind", "sentencepiece")
+    check_kind(model_path, kind)
     if epath.Path(model_path).exists():
         print(f"tokenizer {model_path} exists; skipping training (delete it to retrain)")
         return
@@ -419,9 +625,27 @@ def train_from_config(config: ml_collections.ConfigDict) -> None:
                 yield sentence
 
     start = time.time()
-    train(sentences(), model_path, config.data.vocab_size, seed=config.seed,
-          lower=config.data.do_lower_case)
-    print(f"trained SentencePiece unigram tokenizer: {num_sentences} sentences from "
-          f"{config.data.corpus!r} (SentencePiece samples at most 10,000,000), vocab_size "
+    if kind == "wordpiece":
+        train_wordpiece(sentences(), model_path, config.data.vocab_size,
+                        lower=config.data.do_lower_case)
+        what = "WordPiece vocabulary (HuggingFace tokenizers' trainer on BasicTokenizer words)"
+    else:
+        train(sentences(), model_path, config.data.vocab_size, seed=config.seed,
+              lower=config.data.do_lower_case)
+        what = ("SentencePiece unigram tokenizer (SentencePiece samples at most 10,000,000 "
+                "sentences)")
+    print(f"trained {what}: {num_sentences} sentences from {config.data.corpus!r}, vocab_size "
           f"{config.data.vocab_size}, wrote {model_path} in {time.time() - start:.1f}s\n"
           f"{stats.report()}")
+
+
+def train_wordpiece(sentences: Iterable[str], vocab_path: str, vocab_size: int, *,
+                    lower: bool = True) -> str:
+    """Trains a WordPiece vocabulary of `vocab_size` pieces (`wordpiece.train_vocab`: [PAD]
+    [UNK] [CLS] [SEP] [MASK] first) and writes it to `vocab_path` (local or gs://) atomically,
+    one piece per line; returns vocab_path."""
+    pieces = wordpiece.train_vocab(sentences, vocab_size, lower=lower)
+    content = "".join(f"{piece}\n" for piece in pieces).encode("utf-8")
+    WordPieceTokenizer(content, lower=lower, path=vocab_path)  # Validates the special pieces.
+    files.write_atomically(os.fspath(vocab_path), content)
+    return os.fspath(vocab_path)

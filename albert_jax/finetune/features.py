@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from albert_jax.data.tokenizer import Tokenizer, preprocess_text
+from albert_jax.data.tokenizer import Tokenizer
 
 _ROWS_PER_CHUNK = 4096  # Rows gathered at once: bounds the [rows, seq_len] int64 temporaries.
 _RACE_NUM_CHOICES = 4  # SPEC 8.4
@@ -172,11 +172,12 @@ def classification_features(examples: Sequence[Any], tokenizer: Tokenizer, seq_l
 def _question_with_option(tokenizer: Tokenizer, question: str, option: str) -> str:
     """SPEC 8.4: the option fills the question's blank "_", or follows the question.
 
-    As the reference (race_utils.py), both are preprocessed (SPEC 2.2) before they are joined,
-    so "_" is looked for in the lower-cased, whitespace-folded question.
+    As the reference (race_utils.py), both are preprocessed before they are joined: with a
+    SentencePiece model (SPEC 2.2) "_" is looked for in the lower-cased, whitespace-folded
+    question; a WordPiece vocabulary's texts are joined as they are (SPEC 2.5).
     """
-    question = preprocess_text(question, tokenizer.lower)
-    option = preprocess_text(option, tokenizer.lower)
+    question = tokenizer.preprocess(question)
+    option = tokenizer.preprocess(option)
     return question.replace("_", option) if "_" in question else f"{question} {option}"
 
 

@@ -66,12 +66,15 @@ class FillMaskTask(PretrainingTask):
     @classmethod
     def from_run(cls, config: ml_collections.ConfigDict, run_dir: epath.Path,
                  model_config: ModelConfig, *, top_k: int | None = None) -> "FillMaskTask":
-        tokenizer_path = run_dir / workdir_names.TOKENIZER_FILE
-        if not tokenizer_path.exists():
-            raise FileNotFoundError(f"{tokenizer_path} does not exist: a pretraining run keeps "
-                                    "its tokenizer there")
-        return cls(config, model_config, Tokenizer.load(os.fspath(tokenizer_path)),
-                   DEFAULT_TOP_K if top_k is None else top_k)
+        tokenizer_path = workdir_names.tokenizer_path(run_dir)
+        if tokenizer_path is None:
+            raise FileNotFoundError(
+                f"run {run_dir} has no tokenizer copy "
+                f"({' or '.join(workdir_names.TOKENIZER_FILES.values())}): a pretraining run "
+                "keeps its tokenizer there")
+        tokenizer = Tokenizer.load(os.fspath(tokenizer_path),
+                                   lower=bool(config.data.get("do_lower_case", True)))
+        return cls(config, model_config, tokenizer, DEFAULT_TOP_K if top_k is None else top_k)
 
     def prediction_splits(self, kind: str) -> tuple[str, ...]:
         raise ConfigError("albert-jax evaluate reads a fine-tuning workdir; a pretraining run's "

@@ -7,9 +7,10 @@
   - an Orbax checkpoint: a `checkpoints/` directory, one `<step>/` folder, or what
     `checkpoint.save_weights` / `albert-jax convert --to=orbax` wrote;
   - a HuggingFace directory (`config.json` of model_type albert + `model.safetensors` or
-    `pytorch_model.bin`, with its `spiece.model`);
+    `pytorch_model.bin`, with its `spiece.model` or `vocab.txt`);
   - an official TF checkpoint directory (`albert_config.json`, `model.ckpt-*.index` or a TF-Hub
-    `variables/`, and `30k-clean.model`), or the checkpoint prefix itself.
+    `variables/`, and `30k-clean.model`, or the Chinese models' `vocab_chinese.txt` (SPEC 2.5)),
+    or the checkpoint prefix itself.
 Each may be local or in a bucket (gs://, read through etils.epath). The architecture always comes
 from it (the user never retypes it); only the backbone (`albert`) is taken, the task head starts
 fresh (big_vision's `dont_load`, T5X's initial checkpoint).
@@ -32,12 +33,14 @@ from albert_jax.train import checkpoint
 from albert_jax.train import workdir as workdir_names
 
 _TF_TOKENIZER_FILE = "30k-clean.model"  # the official TF releases (SPEC 2.1)
+_TF_VOCAB_FILE = "vocab_chinese.txt"  # the Chinese TF releases (SPEC 2.5)
 
 
 @dataclasses.dataclass(frozen=True)
 class Pretrained:
     """model_config: the checkpoint's architecture; backbone: the `albert` params (numpy or
-    jax arrays); tokenizer: a SentencePiece model path that came with it, or None; comma_rule:
+    jax arrays); tokenizer: the SentencePiece model or WordPiece vocabulary that came with it,
+    or None; comma_rule:
     the SPEC 2.3 digit-comma rule its tokenizer was used with, where known ("hf" for a
     HuggingFace checkpoint, the recorded rule for one of our workdirs), else None."""
 
@@ -65,8 +68,9 @@ def _first_existing(*paths: epath.Path) -> str | None:
 def _workdir_tokenizer(path: epath.Path) -> str | None:
     """The tokenizer of one of our workdirs: its copy, else the file its config names."""
     for directory in (path, path.parent, path.parent.parent):  # workdir, checkpoints/, <step>/
-        if (directory / workdir_names.TOKENIZER_FILE).exists():
-            return os.fspath(directory / workdir_names.TOKENIZER_FILE)
+        copy = workdir_names.tokenizer_path(directory)
+        if copy is not None:
+            return os.fspath(copy)
         if (directory / workdir_names.CONFIG_FILE).exists():
             saved = json.loads((directory / workdir_names.CONFIG_FILE).read_bytes())
             named = saved.get("tokenizer") or saved.get("data", {}).get("tokenizer")
@@ -92,6 +96,33 @@ def _tf_prefix(path: epath.Path) -> str | None:
     return None
 
 
+def tf_tokenizer(directory: epath.Path) -> str | None:
+    """The tokenizer beside a TF checkpoint: 30k-clean.model (the English releases), spiece.model,
+    another .model, else a vocabulary: vocab.txt or the Chinese releases' vocab_chinese.txt
+    (another vocab*.txt last)."""
+    found = _first_existing(directory / _TF_TOKENIZER_FILE,
+                            directory / workdir_names.TOKENIZER_FILE)
+    found = found or next(iter(_glob(directory, "*.model")), None)
+    found = found or _first_existing(directory / workdir_names.VOCAB_FILE,
+                                     directory / _TF_VOCAB_FILE)
+    return found or next(iter(_glob(directory, "vocab*.txt")), None)
+
+
+def source_tokenizer(source: str, path: str, config_path: str | None) -> str | None:
+    """The tokenizer that comes with the checkpoint `albert-jax convert --from=<source>` reads:
+    beside a TF checkpoint (or its albert_config.json), in a HuggingFace folder, or one of our
+    workdirs' (`load` finds the same ones); None when there is none."""
+    root = epath.Path(path)
+    directory = root if root.is_dir() else root.parent
+    if source == "tf":
+        found = tf_tokenizer(directory)
+        return found or (tf_tokenizer(epath.Path(config_path).parent) if config_path else None)
+    if source == "huggingface":
+        found = workdir_names.tokenizer_path(directory)
+        return found and os.fspath(found)
+    return _workdir_tokenizer(root)
+
+
 def load(path: str) -> Pretrained:
     """The model config, backbone params and tokenizer of `init_from=path` (module docstring)."""
     root = epath.Path(path)
@@ -105,19 +136,15 @@ def load(path: str) -> Pretrained:
             raise FileNotFoundError(f"init_from={path} has albert_config.json but no TF checkpoint "
                                     "(model.ckpt-*.index or variables/variables.index)")
         model_config, params = load_tf_checkpoint(prefix, os.fspath(directory / "albert_config.json"))
-        tokenizer = _first_existing(directory / _TF_TOKENIZER_FILE,
-                                    directory / workdir_names.TOKENIZER_FILE)
-        if tokenizer is None:
-            tokenizer = next(iter(_glob(directory, "*.model")), None)
-        return Pretrained(model_config, params["albert"], tokenizer, "tf")
+        return Pretrained(model_config, params["albert"], tf_tokenizer(directory), "tf")
 
     hf_config = directory / workdir_names.CONFIG_FILE
     if hf_config.exists() and json.loads(hf_config.read_bytes()).get("model_type") == "albert":
         model_config, params = load_huggingface(os.fspath(directory))
         # HuggingFace's AlbertTokenizer applies the Python 2 digit-comma rule (SPEC 2.3).
-        return Pretrained(model_config, params["albert"],
-                          _first_existing(directory / workdir_names.TOKENIZER_FILE), "huggingface",
-                          "hf")
+        tokenizer = workdir_names.tokenizer_path(directory)
+        return Pretrained(model_config, params["albert"], tokenizer and os.fspath(tokenizer),
+                          "huggingface", "hf")
 
     kind = "workdir" if (root / workdir_names.CONFIG_FILE).exists() else "orbax"
     source = root

@@ -76,6 +76,11 @@ def real_rows(predictions: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {key: value[keep] for key, value in predictions.items()}
 
 
+def _do_lower_case(config: ml_collections.ConfigDict) -> bool:
+    """config.data.do_lower_case; True for a run saved before the key existed."""
+    return bool(config.data.get("do_lower_case", True))
+
+
 class FinetuneTask(Task):
     """The setup, data and files every fine-tuning task shares (module docstring).
 
@@ -120,10 +125,12 @@ class FinetuneTask(Task):
         tokenizer_path = config.tokenizer or (pretrained.tokenizer if pretrained else None)
         if not tokenizer_path:
             where = (f"init_from={config.init_from} carries no tokenizer (no spiece.model, "
-                     "30k-clean.model or config naming one)" if pretrained
+                     "30k-clean.model, vocab.txt or config naming one)" if pretrained
                      else "a from-scratch run (empty init_from) has no tokenizer")
-            raise ConfigError(f"config {where}; give one with --config.tokenizer=PATH/TO/spiece.model")
-        tokenizer = Tokenizer.load(tokenizer_path, comma_rule=config.data.comma_rule)  # SPEC 2.3
+            raise ConfigError(f"config {where}; give one with --config.tokenizer=PATH/TO/"
+                              "spiece.model (or a WordPiece vocab.txt)")
+        tokenizer = Tokenizer.load(tokenizer_path, lower=_do_lower_case(config),
+                                   comma_rule=config.data.comma_rule)  # SPEC 2.3
         if pretrained:
             pretrained_lib.warn_if_comma_rule_differs(pretrained, config.data.comma_rule)
         base = (pretrained.model_config if pretrained
@@ -163,7 +170,11 @@ class FinetuneTask(Task):
         if options:
             raise ConfigError(f"--{', --'.join(options)}: not an option of a fine-tuning run's "
                               "predict (--top_k is fill-mask's, on a pretraining workdir)")
-        tokenizer = Tokenizer.load(os.fspath(run_dir / workdir_names.TOKENIZER_FILE))
+        path = workdir_names.tokenizer_path(run_dir)
+        if path is None:
+            raise FileNotFoundError(f"run {run_dir} has no tokenizer copy ("
+                                    f"{' or '.join(workdir_names.TOKENIZER_FILES.values())})")
+        tokenizer = Tokenizer.load(os.fspath(path), lower=_do_lower_case(config))
         return cls(config, model_config, tokenizer, None, run_dir=run_dir)
 
     # --- What each family supplies ---------------------------------------------------------------
@@ -229,8 +240,8 @@ class FinetuneTask(Task):
 
     def workdir_files(self) -> dict[str, bytes]:
         # The tokenizer travels with the weights: evaluate, export and init_from find it there
-        # (with its SPEC 2.3 digit-comma rule).
-        return self.tokenizer.files(workdir_names.TOKENIZER_FILE)
+        # (with its SPEC 2.3 digit-comma rule), as spiece.model or vocab.txt.
+        return self.tokenizer.files(workdir_names.TOKENIZER_FILES[self.tokenizer.kind])
 
     # --- Data ------------------------------------------------------------------------------------
     def _dataset(self, source: ArraySource, batch_size: int, *, train: bool) -> Any:

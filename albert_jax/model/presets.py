@@ -113,6 +113,15 @@ PRESETS: dict[str, dict[str, Any]] = {
            ("xxlarge", 4096, 12, 64),
        )
        for version in (1, 2)},
+    # SPEC 7.1d: the Chinese models (albert_*_zh, a WordPiece vocab_chinese.txt, SPEC 2.5).
+    **{f"albert-{size}-zh": dict(_albert(hidden, layers, heads, version=2), vocab_size=21128,
+                                 hidden_act="relu", initializer_range=initializer_range)
+       for size, hidden, layers, heads, initializer_range in (
+           ("base", 768, 12, 12, 0.02),
+           ("large", 1024, 24, 16, 0.02),
+           ("xlarge", 2048, 24, 16, 0.014),
+           ("xxlarge", 4096, 12, 16, 0.01),  # 16 heads of 256, unlike the English 64
+       )},
     "bert-base": _bert(768, 12, 12),
     "bert-large": _bert(1024, 24, 16),
     # Tests: every code path (projection E != H, several heads) at toy size.

@@ -3,6 +3,7 @@
   <workdir>/config.json          the run config (+ nothing else; checkpoints carry the model config)
   <workdir>/spiece.model         the run's tokenizer (HuggingFace's name), so the workdir alone is
                                  enough to fine-tune from, evaluate, predict or export
+  <workdir>/vocab.txt            ... instead, when it is a WordPiece vocabulary (SPEC 2.5)
   <workdir>/labels.json          a classification task's label list, in class-index order
   <workdir>/data_summary.json    GLUE: examples and skipped lines of each split read
   <workdir>/checkpoints/<step>/  the train checkpoints (Orbax: state, data iterator, config)
@@ -23,6 +24,8 @@ from etils import epath
 
 CONFIG_FILE = "config.json"
 TOKENIZER_FILE = "spiece.model"
+VOCAB_FILE = "vocab.txt"
+TOKENIZER_FILES = {"sentencepiece": TOKENIZER_FILE, "wordpiece": VOCAB_FILE}  # by Tokenizer.kind
 LABELS_FILE = "labels.json"
 DATA_SUMMARY_FILE = "data_summary.json"
 CHECKPOINTS_SUBDIR = "checkpoints"
@@ -44,3 +47,11 @@ def seed_dir(workdir: str | epath.Path, seed: int) -> epath.Path:
 def predictions_dir(workdir: str | epath.Path, split: str) -> epath.Path:
     """Where `albert-jax evaluate --split=<split>` writes."""
     return epath.Path(workdir) / PREDICTIONS_SUBDIR / split
+
+
+def tokenizer_path(run_dir: str | epath.Path) -> epath.Path | None:
+    """The run's copy of its tokenizer (spiece.model or vocab.txt), None when it has neither."""
+    for name in TOKENIZER_FILES.values():
+        if (epath.Path(run_dir) / name).exists():
+            return epath.Path(run_dir) / name
+    return None
