@@ -33,7 +33,6 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-import tensorflow_datasets as tfds
 from etils import epath
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # configs/
@@ -128,8 +127,8 @@ def _bucket_copy_rates(args: argparse.Namespace, directory: str, bucket: str
     config = _pretraining_config(directory, args.batch, args.vocab_size)
     tokenizer.train(itertools.chain.from_iterable(corpus.demo_documents()),
                     config.data.tokenizer, args.vocab_size)
-    builder.make_builder(config).download_and_prepare(
-        download_config=tfds.download.DownloadConfig(num_shards=4, try_download_gcs=False))
+    config.data.shard_bytes = args.shard_bytes  # several train shards: hosts read their own
+    builder.build_from_config(config)
     local_dir = epath.Path(dataset_settings.dataset_dir(config))
     bucket_config = config.copy_and_resolve_references()
     bucket_config.data.dir = f"gs://{bucket}/data"
@@ -169,6 +168,8 @@ def main() -> None:
                         help="time reading a host's copy of shards in a bucket against the "
                              "same shards built locally (module docstring)")
     parser.add_argument("--rounds", type=int, default=7, help="--bucket_copy: timed rounds")
+    parser.add_argument("--shard_bytes", type=int, default=8 << 20,
+                        help="--bucket_copy: shard size of the build (several train shards)")
     args = parser.parse_args()
     if args.bucket_copy:
         _bucket_copy_table(args)

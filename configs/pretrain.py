@@ -57,6 +57,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # the eval split; albert_jax/data/shard_copy.py). Or mount the bucket (gcsfuse) as data.dir.
     config.data.local_dir = "~/.cache/albert_jax/data"
     config.data.format = "array_record"  # or "tfrecord"
+    # Serialized examples per shard. With data.dir in a bucket read by per-host copies
+    # (data.local_dir), every host reads shards of its own: a pod needs at least one train shard
+    # per host.
+    config.data.shard_bytes = 256 << 20
     config.data.max_predictions = 20  # SPEC 1.1
     config.data.masked_lm_prob = 0.15
     config.data.max_ngram = 3

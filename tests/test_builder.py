@@ -344,7 +344,8 @@ def _split_records(dataset_dir: str, split: str) -> list[bytes]:
 def test_shards_are_cut_by_size_in_order(built, tmp_path):
     _, config = built
     again = small_config(tmp_path, config.data.corpus, config.data.tokenizer)
-    builder.build_from_config(again, num_processes=1, shard_bytes=100_000)
+    again.data.shard_bytes = 100_000
+    builder.build_from_config(again, num_processes=1)
     folder = dataset_settings.dataset_dir(again)
     split = tfds.builder_from_directory(folder).info.splits["train"]
     records = _split_records(folder, "train")

@@ -17,21 +17,20 @@ from albert_jax.errors import ConfigError
 from test_builder import REPO, small_config, write_corpus  # (tests/ is on sys.path under pytest)
 from test_pipeline import _assert_same_batches, _row_key, _take
 
-NUM_SHARDS = 4  # of each split
+SHARD_BYTES = 60_000  # the train split in several shards (host 0 of 2 reads >= 3), eval in 1+
 
 
 @pytest.fixture(scope="module")
 def local_config(tmp_path_factory):
-    """A dataset built on local disk with NUM_SHARDS shards a split."""
+    """A dataset built on local disk with SHARD_BYTES shards."""
     tmp = tmp_path_factory.mktemp("bucket_pipeline")
     corpus_glob = write_corpus(tmp / "corpus", 300)
     tokenizer_lib.train((line for path in sorted((tmp / "corpus").glob("*.txt"))
                          for line in path.read_text().splitlines() if line),
                         str(tmp / "spm.model"), vocab_size=200)
     config = small_config(tmp, corpus_glob, str(tmp / "spm.model"))
-    builder.make_builder(config, num_processes=1).download_and_prepare(
-        download_config=tfds.download.DownloadConfig(num_shards=NUM_SHARDS,
-                                                     try_download_gcs=False))
+    config.data.shard_bytes = SHARD_BYTES
+    builder.build_from_config(config, num_processes=1)
     return config
 
 
@@ -69,7 +68,7 @@ def test_each_host_copies_its_train_shards_and_the_eval_split(local_config, buck
                                                                tmp_path):
     data_dir, contents = bucket_data
     train, evaluation = _shard_names(contents, "train"), _shard_names(contents, "eval")
-    assert len(train) == len(evaluation) == NUM_SHARDS
+    assert len(train) >= 4 and evaluation
     metadata = sorted(name for name in contents if name.endswith(".json"))
     for host in range(2):
         config = _bucket_config(local_config, data_dir, tmp_path / f"host{host}")
@@ -171,23 +170,22 @@ def test_an_interrupted_or_damaged_copy_is_completed_on_the_next_start(local_con
     config = _bucket_config(local_config, data_dir, tmp_path)
     expected = _take(pipeline.make_iterator(config, process_index=0, process_count=2), 3)
     copied = tmp_path / _copied_dataset(config)
-    train = _shard_names(contents, "train")
-    # Shard 0: a copy cut off half way, under its temporary name; shard 2: a truncated file;
-    # eval shard 1: a byte changed (right size, wrong checksum); eval shard 3: one byte more.
-    interrupted = copied / train[0]
-    interrupted.rename(copied / f"{train[0]}.partial0")
-    os.truncate(copied / f"{train[0]}.partial0", len(contents[train[0]]) // 2)
-    os.truncate(copied / train[2], len(contents[train[2]]) // 3)
-    evaluation = _shard_names(contents, "eval")
-    flipped = bytearray(contents[evaluation[1]])
-    flipped[len(flipped) // 2] ^= 0xFF
-    (copied / evaluation[1]).write_bytes(bytes(flipped))
-    (copied / evaluation[3]).write_bytes(contents[evaluation[3]] + b"\0")
+    host_files = _shard_names(contents, "train")[::2] + _shard_names(contents, "eval")
+    partial, truncated, flipped, longer = host_files[:4]
+    # A copy cut off half way under its temporary name; a truncated file; a byte changed (right
+    # size, wrong checksum); one byte more.
+    (copied / partial).rename(copied / f"{partial}.partial0")
+    os.truncate(copied / f"{partial}.partial0", len(contents[partial]) // 2)
+    os.truncate(copied / truncated, len(contents[truncated]) // 3)
+    changed = bytearray(contents[flipped])
+    changed[len(changed) // 2] ^= 0xFF
+    (copied / flipped).write_bytes(bytes(changed))
+    (copied / longer).write_bytes(contents[longer] + b"\0")
 
     restarted = _take(pipeline.make_iterator(config, process_index=0, process_count=2), 3)
     _assert_same_batches(restarted, expected)
     assert not [name for name in os.listdir(copied) if ".partial" in name]
-    for name in (train[0], train[2], evaluation[1], evaluation[3]):
+    for name in (partial, truncated, flipped, longer):
         assert (copied / name).read_bytes() == contents[name], name
 
 
@@ -207,9 +205,10 @@ def test_a_resumed_copy_of_wrong_bytes_is_redone_from_the_start(local_config, bu
 def test_fewer_train_shards_than_hosts_says_what_to_do(local_config, bucket_data, tmp_path):
     data_dir, _ = bucket_data
     config = _bucket_config(local_config, data_dir, tmp_path)
-    with pytest.raises(ConfigError, match=r"has 4 train shards for 8 hosts.*smaller "
-                                          r"data.shard_examples.*gcsfuse"):
-        pipeline.make_iterator(config, process_index=0, process_count=8)
+    config.batch_size = 64
+    with pytest.raises(ConfigError, match=r"has \d+ train shards for 64 hosts.*smaller "
+                                          r"data.shard_bytes.*gcsfuse"):
+        pipeline.make_iterator(config, process_index=0, process_count=64)
 
 
 def test_no_dataset_in_the_bucket(local_config, bucket, tmp_path):

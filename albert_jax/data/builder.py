@@ -187,12 +187,12 @@ def make_builder(config: ml_collections.ConfigDict, *,
                              tokenizer=tokenizer)
 
 
-def build_from_config(config: ml_collections.ConfigDict, *, num_processes: int | None = None,
-                      shard_bytes: int = shard_writer.SHARD_BYTES) -> str:
+def build_from_config(config: ml_collections.ConfigDict, *, num_processes: int | None = None) -> str:
     """`albert-jax data build`: builds the dataset of `config` unless it exists; returns its folder.
 
     Prints what it did: documents, sentences and instances per split, skipped input and why,
-    shards, seconds and examples per second. `shard_bytes`: serialized examples per shard.
+    shards, seconds and examples per second. Shards hold about `config.data.shard_bytes` of
+    serialized examples.
     """
     builder = make_builder(config, num_processes=num_processes)
     if builder.is_prepared():
@@ -206,7 +206,9 @@ def build_from_config(config: ml_collections.ConfigDict, *, num_processes: int |
     with shard_writer.ShardWriter(builder.data_dir, dataset_name=builder.name,
                                   file_format=builder.builder_config.file_format,
                                   staging_dir=config.data.get("staging_dir"),
-                                  shard_bytes=shard_bytes) as writer:
+                                  shard_bytes=int(config.data.get("shard_bytes",
+                                                                  shard_writer.SHARD_BYTES))
+                                  ) as writer:
         builder.write(writer)
     seconds = time.time() - start
     total = 0

@@ -68,9 +68,8 @@ class DatasetSettings(tfds.core.BuilderConfig):
                 f"`albert-jax tokenizer train --config=...` (same config) or point "
                 f"--config.data.tokenizer at a SentencePiece model such as 30k-clean.model or a "
                 f"WordPiece vocab.txt")
-        sources = _corpus_sources(data.corpus)
         settings = dict(
-            corpus=data.corpus, corpus_signature=_corpus_signature(sources),
+            corpus=data.corpus, corpus_signature=_corpus_signature(data.corpus),
             tokenizer=os.fspath(data.tokenizer),
             tokenizer_sha256=hashlib.sha256(tokenizer_path.read_bytes()).hexdigest(),
             do_lower_case=bool(data.do_lower_case), comma_rule=str(data.comma_rule),
@@ -149,22 +148,16 @@ def _check_settings(config: ml_collections.ConfigDict) -> None:
                 "keep the default 'array_record' (what the grain pipeline reads)") from None
 
 
-def _corpus_sources(corpus_spec: str) -> list[tuple[str, int | None]]:
-    """The corpus sources in order, with their sizes in bytes (None: the demo or a TFDS corpus)."""
-    return [(source, None if source == corpus.DEMO or source.startswith(corpus.TFDS_PREFIX)
-             else corpus.source_size(source))
-            for source in corpus.list_sources(corpus_spec)]
-
-
-def _corpus_signature(sources: list[tuple[str, int | None]]) -> str:
-    """File names with sizes, TFDS names, or the demo corpus with the Python version it comes from."""
+def _corpus_signature(corpus_spec: str) -> str:
+    """The corpus sources in order: file names with sizes (local or in a bucket: the same files
+    give the same signature), TFDS names, or the demo corpus with the Python version it comes
+    from."""
     parts = []
-    for source, size in sources:
+    for source in corpus.list_sources(corpus_spec):
         if source == corpus.DEMO:
             parts.append(f"{source}@python{platform.python_version()}")
-        elif size is None:
+        elif source.startswith(corpus.TFDS_PREFIX):
             parts.append(source)
         else:
-            parts.append(f"{os.path.basename(source)}:{size}")
+            parts.append(f"{os.path.basename(source)}:{corpus.source_size(source)}")
     return ";".join(parts)
-

@@ -70,7 +70,7 @@ def host_shards(num_shards: int, process_index: int, process_count: int,
         raise ConfigError(
             f"dataset {dataset_dir} has {num_shards} train shards for {process_count} hosts, and "
             f"with data.dir in a bucket each host reads shards of its own: rebuild it with a "
-            f"smaller data.shard_examples (more shards), {_GCSFUSE_HINT}")
+            f"smaller data.shard_bytes (more shards), {_GCSFUSE_HINT}")
     return list(range(process_index, num_shards, process_count))
 
 
