@@ -8,7 +8,7 @@ import pytest
 import scipy.stats
 from sklearn import metrics as sklearn_metrics
 
-from albert_jax.finetune.metrics import (BEST_METRIC, CUSTOM_METRICS, CUSTOM_SELECTABLE_METRICS,
+from albert_jax.finetune.scores import (BEST_METRIC, CUSTOM_METRICS, CUSTOM_SELECTABLE_METRICS,
                                         GLUE_TASKS, classification_metrics, glue_metrics,
                                         multiple_choice_metrics, race_metrics,
                                         regression_metrics)

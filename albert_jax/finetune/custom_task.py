@@ -21,7 +21,7 @@ from etils import epath
 
 from albert_jax.data.tokenizer import Tokenizer
 from albert_jax.errors import ConfigError
-from albert_jax.finetune import custom_data, metrics, registry
+from albert_jax.finetune import custom_data, registry, scores
 from albert_jax.finetune.classification import ClassificationTask, RegressionTask
 from albert_jax.finetune.multiple_choice import MultipleChoiceTask
 from albert_jax.finetune.pretrained import Pretrained
@@ -144,7 +144,7 @@ class CustomClassificationTask(_OwnData, ClassificationTask):
     def eval_metrics(self, split: str, sums: dict[str, np.ndarray],
                      predictions: dict[str, np.ndarray]) -> dict[str, float]:
         real = real_rows(predictions)
-        return metrics.classification_metrics(real["prediction"], real["labels"], len(self.labels))
+        return scores.classification_metrics(real["prediction"], real["labels"], len(self.labels))
 
 
 @registry.register("regression")
@@ -156,7 +156,7 @@ class CustomRegressionTask(_OwnData, RegressionTask):
     def eval_metrics(self, split: str, sums: dict[str, np.ndarray],
                      predictions: dict[str, np.ndarray]) -> dict[str, float]:
         real = real_rows(predictions)
-        return metrics.regression_metrics(real["prediction"], real["labels"])
+        return scores.regression_metrics(real["prediction"], real["labels"])
 
 
 @registry.register("multiple_choice")
@@ -187,5 +187,5 @@ class CustomMultipleChoiceTask(_OwnData, MultipleChoiceTask):
     def eval_metrics(self, split: str, sums: dict[str, np.ndarray],
                      predictions: dict[str, np.ndarray]) -> dict[str, float]:
         real = real_rows(predictions)
-        return metrics.multiple_choice_metrics(real["prediction"], real["labels"],
+        return scores.multiple_choice_metrics(real["prediction"], real["labels"],
                                                self.num_choices)

@@ -15,7 +15,7 @@ from etils import epath
 
 from albert_jax.data.tokenizer import Tokenizer
 from albert_jax.errors import ConfigError
-from albert_jax.finetune import custom_data, glue, metrics, registry
+from albert_jax.finetune import custom_data, glue, registry, scores
 from albert_jax.finetune.classification import ClassificationTask, RegressionTask
 from albert_jax.finetune.pretrained import Pretrained
 from albert_jax.finetune.task import real_rows
@@ -59,7 +59,7 @@ class _GlueData:
         super().__init__(config, model_config, tokenizer, pretrained, run_dir)
         self.name = self.task
         self.eval_splits = ("dev", "dev_mismatched") if self.task == "mnli" else ("dev",)
-        self.selection = Selection("dev", metrics.BEST_METRIC[self.task])
+        self.selection = Selection("dev", scores.BEST_METRIC[self.task])
         self._eval_sets: dict[str, glue.EvalSet] = {}
         self._data_summary: dict[str, dict[str, Any]] = {}  # split -> _data_record
 
@@ -128,7 +128,7 @@ class _GlueData:
     def eval_metrics(self, split: str, sums: dict[str, np.ndarray],
                      predictions: dict[str, np.ndarray]) -> dict[str, float]:
         real = real_rows(predictions)
-        return metrics.glue_metrics("ax" if split == "ax" else self.task, real["prediction"],
+        return scores.glue_metrics("ax" if split == "ax" else self.task, real["prediction"],
                                     real["labels"])
 
     def write_predictions(self, split: str, predictions: dict[str, np.ndarray],

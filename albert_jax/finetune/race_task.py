@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from albert_jax.finetune import custom_data, metrics, race, registry
+from albert_jax.finetune import custom_data, race, registry, scores
 from albert_jax.finetune.glue_task import check_data_source
 from albert_jax.finetune.multiple_choice import MultipleChoiceTask
 from albert_jax.finetune.task import real_rows
@@ -28,7 +28,7 @@ class RaceTask(MultipleChoiceTask):
     num_choices = len(race.ANSWER_LETTERS)
     eval_splits = ("dev",)
     test_splits = ("test",)
-    selection = Selection("dev", metrics.BEST_METRIC["race"])
+    selection = Selection("dev", scores.BEST_METRIC["race"])
 
     @classmethod
     def validate_config(cls, config: ml_collections.ConfigDict) -> None:
@@ -51,8 +51,8 @@ class RaceTask(MultipleChoiceTask):
         arrays = super().features(questions)
         # -1: a question of a user's table (`albert-jax predict`), which has no RACE level.
         levels = [getattr(question, "level", None) for question in questions]
-        arrays["level"] = np.asarray([metrics.RACE_LEVELS.index(level)
-                                      if level in metrics.RACE_LEVELS else -1
+        arrays["level"] = np.asarray([scores.RACE_LEVELS.index(level)
+                                      if level in scores.RACE_LEVELS else -1
                                       for level in levels], np.int32)
         return arrays
 
@@ -88,8 +88,8 @@ class RaceTask(MultipleChoiceTask):
     def eval_metrics(self, split: str, sums: dict[str, np.ndarray],
                      predictions: dict[str, np.ndarray]) -> dict[str, float]:
         real = real_rows(predictions)
-        levels = [metrics.RACE_LEVELS[level] for level in real["level"]]
-        return metrics.race_metrics(real["prediction"], real["labels"], levels)
+        levels = [scores.RACE_LEVELS[level] for level in real["level"]]
+        return scores.race_metrics(real["prediction"], real["labels"], levels)
 
     def write_predictions(self, split: str, predictions: dict[str, np.ndarray],
                           directory: str) -> list[str]:
