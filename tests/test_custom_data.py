@@ -10,8 +10,8 @@ import pytest
 
 from albert_jax.errors import ConfigError
 from albert_jax.finetune import custom_data, features
-from albert_jax.finetune.custom_data import Columns, Question
-from albert_jax.finetune.glue import Example
+from albert_jax.finetune.custom_data import Columns
+from albert_jax.finetune.examples import ChoiceQuestion as Question, TextExample as Example
 from albert_jax.model import AlbertForMultipleChoice, get_config
 from configs import custom as custom_config
 from finetune_fixtures import sentence
@@ -104,7 +104,7 @@ def test_json_and_parquet_values_become_label_strings(tmp_path):
     path = _write(tmp_path, "train.jsonl", _jsonl(rows))
     examples = custom_data.read_file(path, "classification", _columns("classification"))
     assert [example.label for example in examples] == ["1", "true", "1", "0.5"]
-    assert [example.index for example in examples] == ["0", "1", "2", "3"]  # row numbers
+    assert [example.id for example in examples] == ["0", "1", "2", "3"]  # row numbers
 
 
 def test_tsv_has_no_quoting(tmp_path):
@@ -205,7 +205,7 @@ def test_chunks_are_streamed_with_row_numbers_across_chunks(tmp_path):
                                              chunk_rows=3)
     first, second = next(chunks), next(chunks)
     assert [len(first), len(second)] == [3, 3]
-    assert [example.index for example in first + second] == [str(n) for n in range(6)]
+    assert [example.id for example in first + second] == [str(n) for n in range(6)]
     assert second[2].source == f"{path}:6"
     with pytest.raises(ValueError, match=r"big\.jsonl:8: not valid JSON"):
         next(chunks)
@@ -226,7 +226,7 @@ def test_parquet_reads_as_jsonl_does(tmp_path):
     from_jsonl = custom_data.read_file(_write(tmp_path, "train.jsonl", _jsonl(rows)),
                                        "classification", columns)
     assert [example.source for example in from_parquet] == [f"{path}:{n}" for n in (1, 2, 3)]
-    strip = lambda examples: [(e.index, e.text_a, e.text_b, e.label) for e in examples]
+    strip = lambda examples: [(e.id, e.text_a, e.text_b, e.label) for e in examples]
     assert strip(from_parquet) == strip(from_jsonl)
     with pytest.raises(ValueError, match=r"not_parquet\.parquet: not a Parquet file"):
         custom_data.read_file(_write(tmp_path, "not_parquet.parquet", "text\nx\n"),

@@ -114,7 +114,7 @@ def test_glue_task_from_a_pretraining_workdir(task, pretrained, tmp_path, capsys
     for eval_set in sets:
         rows = read_tsv(workdir / "predictions" / "test" / eval_set.submission_file)
         assert rows[0] == ["index", "prediction"]
-        assert [row[0] for row in rows[1:]] == [example.index for example in eval_set.examples]
+        assert [row[0] for row in rows[1:]] == [example.id for example in eval_set.examples]
         labels = glue.labels("mnli" if eval_set.name == "ax" else task)
         for _, prediction in rows[1:]:
             if labels is None:

@@ -6,8 +6,8 @@ prediction records shared by GLUE (glue_task.py) and a user's own data (custom_t
   RegressionTask:     the same model with one output; mean squared error (STS-B, SPEC 8.2).
 
 A family subclass supplies the data (`train_features`, `eval_features`, `split_examples`,
-`read_inputs`), `eval_metrics` and `write_predictions`; examples are objects with `index`,
-`text_a`, `text_b`, `label` and `source` (glue.Example).
+`read_inputs`), `eval_metrics` and `write_predictions`; examples are objects with `id`,
+`text_a`, `text_b`, `label` and `source` (examples.TextExample).
 """
 from __future__ import annotations
 
@@ -83,7 +83,7 @@ class ClassificationTask(FinetuneTask):
     def prediction_records(self, examples: Sequence[Any],
                            predictions: dict[str, np.ndarray]) -> list[dict[str, Any]]:
         """One JSON object per example: id, prediction (label), probabilities (label -> p)."""
-        return [{"id": example.index, "prediction": self.labels[int(prediction)],
+        return [{"id": example.id, "prediction": self.labels[int(prediction)],
                  "probabilities": {label: float(p) for label, p in zip(self.labels, probabilities)}}
                 for example, prediction, probabilities in zip(
                     examples, predictions["prediction"], predictions["probabilities"])]
@@ -126,7 +126,7 @@ class RegressionTask(ClassificationTask):
     def prediction_records(self, examples: Sequence[Any],
                            predictions: dict[str, np.ndarray]) -> list[dict[str, Any]]:
         """One JSON object per example: id, prediction and score (the same number)."""
-        return [{"id": example.index, "prediction": float(value), "score": float(value)}
+        return [{"id": example.id, "prediction": float(value), "score": float(value)}
                 for example, value in zip(examples, predictions["prediction"])]
 
     def label_strings(self, values: Iterable[Any]) -> list[str]:

@@ -15,7 +15,7 @@ Formats, by the file's extension:
   .jsonl    one JSON object per line; blank lines are skipped.
   .parquet  read with pyarrow (a dependency of tensorflow-datasets), in row batches.
 Files are UTF-8 (a byte-order mark is ignored), local or in a bucket (gs://, read through
-etils.epath). "Line" in messages and in `Example.source` is the file's physical line where the
+etils.epath). "Line" in messages and in `TextExample.source` is the file's physical line where the
 row starts (a CSV row with a newline in a quoted field spans several); for Parquet it is the row
 number from 1.
 
@@ -42,7 +42,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 from etils import epath
 
 from albert_jax.errors import ConfigError
-from albert_jax.finetune.glue import Example
+from albert_jax.finetune.examples import ChoiceQuestion, TextExample
 from albert_jax.finetune.text_files import open_text
 
 KINDS: tuple[str, ...] = ("classification", "regression", "multiple_choice")
@@ -52,29 +52,6 @@ DEFAULT_CHUNK_ROWS = 8192  # Rows per chunk of `iter_example_chunks`: a few MB o
 Row = Mapping[str, Any]
 _SHOWN_CHARS = 60  # A value quoted in an error message is cut to this many characters.
 _SHOWN_LABELS = 20  # An error lists at most this many labels of the label list.
-
-
-@dataclasses.dataclass(frozen=True)
-class Question:
-    """One multiple-choice question of a user's file (the shape `features.multiple_choice_features`
-    takes, like `race.Question` but with any number of options).
-
-    Attributes:
-      id: the `data.id` column, else the 0-based row number among the file's rows.
-      article: the context (the `data.context` column; "" when there is none). RACE's name.
-      question: the question (the `data.question` column; "" when there is none); a "_" is a
-        blank the option fills (SPEC 8.4).
-      options: the options, in file order; every question of a file has the same number.
-      answer: the index of the right option; None when the file has no label.
-      source: "<file path>:<line>" for error messages.
-    """
-
-    id: str
-    article: str
-    question: str
-    options: tuple[str, ...]
-    answer: int | None
-    source: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -441,26 +418,26 @@ class _RowReader:
                              f"index of the right option or its exact text")
         return matches[0]
 
-    def __call__(self, line: int, row: Row) -> Example | Question:
+    def __call__(self, line: int, row: Row) -> TextExample | ChoiceQuestion:
         where = f"{self.path}:{line}"
         columns = self.columns
         if columns.id:
-            index = self._text(row, where, columns.id, "id")
+            example_id = self._text(row, where, columns.id, "id")
         else:
-            index = str(self.rows_read)
+            example_id = str(self.rows_read)
         self.rows_read += 1
         label = self._label(row, where)
         if self.kind == "multiple_choice":
             options = self._options(row, where)
-            return Question(
-                id=index,
+            return ChoiceQuestion(
+                id=example_id,
                 article=(self._text(row, where, columns.context, "context")
                          if columns.context else ""),
                 question=(self._text(row, where, columns.question, "question")
                           if columns.question else ""),
                 options=options, answer=self._answer(label, options, where), source=where)
-        return Example(
-            index=index, text_a=self._text(row, where, columns.text_a, "text_a"),
+        return TextExample(
+            id=example_id, text_a=self._text(row, where, columns.text_a, "text_a"),
             text_b=self._text(row, where, columns.text_b, "text_b") if columns.text_b else None,
             label=(self._class_label(label, where) if self.kind == "classification"
                    else self._regression_label(label, where)),
@@ -471,13 +448,13 @@ def iter_example_chunks(path: str, kind: str, columns: Columns, *,
                         label_list: Sequence[str] | None = None, labelled: bool = True,
                         num_choices: int | None = None,
                         chunk_rows: int = DEFAULT_CHUNK_ROWS
-                        ) -> Iterator[list[Example] | list[Question]]:
+                        ) -> Iterator[list[TextExample] | list[ChoiceQuestion]]:
     """The examples of `path` in file order, in chunks of at most `chunk_rows` (bounded memory).
 
     Args:
       path: a .csv, .tsv, .jsonl or .parquet file.
-      kind: "classification" and "regression" give `glue.Example`s (label: the label string, or
-        the number's text for regression; None when unlabelled), "multiple_choice" `Question`s.
+      kind: "classification" and "regression" give `glue.TextExample`s (label: the label string, or
+        the number's text for regression; None when unlabelled), "multiple_choice" `ChoiceQuestion`s.
       columns: where the fields are (`Columns.from_config`).
       label_list: classification: the labels a label must be one of (None: any, for the
         training file before its label list is known).
@@ -493,7 +470,7 @@ def iter_example_chunks(path: str, kind: str, columns: Columns, *,
 
 def read_file(path: str, kind: str, columns: Columns, *,
               label_list: Sequence[str] | None = None, labelled: bool = True,
-              num_choices: int | None = None) -> list[Example] | list[Question]:
+              num_choices: int | None = None) -> list[TextExample] | list[ChoiceQuestion]:
     """All examples of `path` (see `iter_example_chunks`); an empty file is an error."""
     examples = [example for chunk in iter_example_chunks(
         path, kind, columns, label_list=label_list, labelled=labelled, num_choices=num_choices)
@@ -509,7 +486,7 @@ _SPLIT_FILE_KEYS = {"train": "train_file", "dev": "dev_file", "test": "test_file
 
 def read_split(data: Mapping[str, Any], kind: str, split: str, *,
                label_list: Sequence[str] | None = None,
-               num_choices: int | None = None) -> list[Example] | list[Question]:
+               num_choices: int | None = None) -> list[TextExample] | list[ChoiceQuestion]:
     """The examples of `data.<split>_file` (split: train, dev or test) with the config's columns.
 
     Train and dev need labels; test labels are optional. Give dev and test the training data's
@@ -531,7 +508,7 @@ def read_split(data: Mapping[str, Any], kind: str, split: str, *,
 
 # --- The label list -------------------------------------------------------------------------
 
-def label_list(train_examples: Iterable[Example],
+def label_list(train_examples: Iterable[TextExample],
                labels: str | Sequence[str] = "") -> tuple[str, ...]:
     """The classification label list (class i is labels[i]).
 

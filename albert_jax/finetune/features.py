@@ -233,7 +233,7 @@ def multiple_choice_features(questions: Sequence[Any], tokenizer: Tokenizer, seq
                              max_qa_length: int = 128,
                              num_choices: int = _RACE_NUM_CHOICES) -> dict[str, np.ndarray]:
     """The model inputs and labels of multiple-choice questions (objects with article, question,
-    options, answer: `race.Question`, `custom_data.Question`), each with `num_choices` options.
+    options, answer: `examples.ChoiceQuestion`), each with `num_choices` options.
 
     Returns:
       input_ids, segment_ids, input_mask: int32 [num_questions, num_choices, seq_len] (see

@@ -28,6 +28,7 @@ import numpy as np
 from etils import epath
 
 from albert_jax import files
+from albert_jax.finetune.examples import TextExample
 from albert_jax.finetune.text_files import open_text
 
 TASKS: tuple[str, ...] = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli")
@@ -43,27 +44,6 @@ _LABELS: dict[str, tuple[str, ...] | None] = {
 # The folder of each task in the official download (glue_data/<folder>), for error messages.
 _FOLDERS = {"cola": "CoLA", "sst2": "SST-2", "mrpc": "MRPC", "stsb": "STS-B", "qqp": "QQP",
             "mnli": "MNLI", "qnli": "QNLI", "rte": "RTE", "wnli": "WNLI"}
-
-
-@dataclasses.dataclass(frozen=True)
-class Example:
-    """One sentence (pair) of a GLUE file.
-
-    Attributes:
-      index: the id written in prediction files: the file's own index/id column, else the 0-based
-        row number among its data lines.
-      text_a: the first (or only) sentence, as in the file.
-      text_b: the second sentence; None for the single-sentence tasks (CoLA, SST-2).
-      label: the label string as in the file ("entailment", "0", "3.800" for STS-B); None for test
-        files.
-      source: "<file path>:<line number>" (or the TFDS split and record) for error messages.
-    """
-
-    index: str
-    text_a: str
-    text_b: str | None
-    label: str | None
-    source: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,7 +95,7 @@ class EvalSet:
 
     name: str
     submission_file: str
-    examples: list[Example]
+    examples: list[TextExample]
     skipped: SkipReport
 
 
@@ -222,7 +202,7 @@ def _label_error(label: str, task: str) -> str:
 
 
 def _read_tsv(task: str, data_path: str, file_name: str,
-              layout: _Layout) -> tuple[list[Example], SkipReport]:
+              layout: _Layout) -> tuple[list[TextExample], SkipReport]:
     """The examples of one file, and the lines it skipped; `task` picks the labels it checks."""
     path = os.path.join(data_path, file_name)
     if not epath.Path(path).is_file():
@@ -261,8 +241,8 @@ def _read_tsv(task: str, data_path: str, file_name: str,
                                          f"(expected {expected})") from None
                 elif label not in _LABELS[task]:
                     raise ValueError(f"{where}: {_label_error(label, task)}")
-            examples.append(Example(
-                index=(str(len(examples)) if layout.index_column is None
+            examples.append(TextExample(
+                id=(str(len(examples)) if layout.index_column is None
                        else row[layout.index_column]),
                 text_a=row[layout.text_a_column],
                 text_b=None if layout.text_b_column is None else row[layout.text_b_column],
@@ -276,7 +256,7 @@ def _read_tsv(task: str, data_path: str, file_name: str,
     return examples, SkipReport(path, tuple(skipped_lines))
 
 
-def read_train(task: str, data_path: str) -> tuple[list[Example], SkipReport]:
+def read_train(task: str, data_path: str) -> tuple[list[TextExample], SkipReport]:
     """The labelled examples of `<data_path>/train.tsv` in file order, and the lines skipped
     (QQP only, see SkipReport)."""
     _check_folder(task, data_path)
@@ -327,7 +307,7 @@ def read_eval_sets(task: str, data_path: str, split: str) -> list[EvalSet]:
     return eval_sets
 
 
-def read_official_file(task: str, path: str) -> list[Example] | None:
+def read_official_file(task: str, path: str) -> list[TextExample] | None:
     """The examples of one file of the task's official folder, picked by its name (train.tsv,
     dev.tsv, test.tsv; MNLI's dev/test_matched/mismatched.tsv, diagnostic.tsv), in file order;
     None for any other file name (`albert-jax predict` then reads it as a table of its own)."""
@@ -396,7 +376,7 @@ def _tfds_reference_labels(task: str, tfds_name: str, info: Any) -> tuple[str, .
 
 
 def _read_tfds(task: str, tfds_name: str, tfds_split: str,
-               data_dir: str | None) -> tuple[list[Example], SkipReport]:
+               data_dir: str | None) -> tuple[list[TextExample], SkipReport]:
     """The examples of one TFDS split, sorted by `idx` (the row number in the GLUE file), and
     for QQP the rows TFDS dropped.
 
@@ -430,18 +410,18 @@ def _read_tfds(task: str, tfds_name: str, tfds_split: str,
             label = str(np.float32(label_value))  # Shortest text that reads back exactly.
         else:
             label = reference_labels[int(label_value)]
-        examples.append(Example(
-            index=str(int(record["idx"])), text_a=_tfds_text(record[text_a_feature]),
+        examples.append(TextExample(
+            id=str(int(record["idx"])), text_a=_tfds_text(record[text_a_feature]),
             text_b=None if text_b_feature is None else _tfds_text(record[text_b_feature]),
             label=label, source=f"TFDS {tfds_name} split {tfds_split} record {number}"))
     if not examples:
         raise ValueError(f"TFDS dataset {tfds_name} split {tfds_split} is empty")
-    examples.sort(key=lambda example: int(example.index))
+    examples.sort(key=lambda example: int(example.id))
     where = f"TFDS {tfds_name} split {tfds_split}"
     if task != "qqp":
         return examples, SkipReport(where, unit="idx")
-    present = {int(example.index) for example in examples}
-    dropped = tuple(idx for idx in range(int(examples[-1].index)) if idx not in present)
+    present = {int(example.id) for example in examples}
+    dropped = tuple(idx for idx in range(int(examples[-1].id)) if idx not in present)
     if dropped and tfds_split == "test":
         raise ValueError(
             f"{where} has no rows idx {', '.join(map(str, dropped[:5]))}"
@@ -452,7 +432,7 @@ def _read_tfds(task: str, tfds_name: str, tfds_split: str,
 
 
 def read_tfds_train(task: str, tfds_name: str,
-                    data_dir: str | None = None) -> tuple[list[Example], SkipReport]:
+                    data_dir: str | None = None) -> tuple[list[TextExample], SkipReport]:
     """The train split of TFDS `tfds_name` (e.g. "glue/mnli") as reference Examples, and the
     rows TFDS dropped (QQP only, see `_read_tfds`).
 
@@ -515,15 +495,15 @@ def write_predictions(directory: str, eval_set: EvalSet,
             except (TypeError, ValueError):
                 score = float("nan")
             if not np.isfinite(score):
-                raise ValueError(f"STS-B prediction {prediction!r} for example {example.index} "
+                raise ValueError(f"STS-B prediction {prediction!r} for example {example.id} "
                                  f"({example.source}) is not a finite number")
             text = f"{score:.6g}"
         elif prediction in _LABELS[task]:
             text = prediction
         else:
-            raise ValueError(f"prediction {prediction!r} for example {example.index} "
+            raise ValueError(f"prediction {prediction!r} for example {example.id} "
                              f"({example.source}): {_label_error(str(prediction), task)}")
-        lines.append(f"{example.index}\t{text}\n")
+        lines.append(f"{example.id}\t{text}\n")
     path = epath.Path(directory) / eval_set.submission_file
     files.write_atomically(path, "".join(lines))
     return os.fspath(path)

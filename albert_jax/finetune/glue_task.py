@@ -17,6 +17,7 @@ from albert_jax.data.tokenizer import Tokenizer
 from albert_jax.errors import ConfigError
 from albert_jax.finetune import custom_data, glue, registry, scores
 from albert_jax.finetune.classification import ClassificationTask, RegressionTask
+from albert_jax.finetune.examples import TextExample
 from albert_jax.finetune.pretrained import Pretrained
 from albert_jax.finetune.task import real_rows
 from albert_jax.model import ModelConfig
@@ -33,7 +34,7 @@ def check_data_source(config: ml_collections.ConfigDict, task: str) -> None:
         raise FileNotFoundError(f"config data.path={config.data.path} is not a directory")
 
 
-def _data_record(examples: Sequence[glue.Example], skipped: glue.SkipReport) -> dict[str, Any]:
+def _data_record(examples: Sequence[TextExample], skipped: glue.SkipReport) -> dict[str, Any]:
     """{"examples", "source", "skipped", "first_skipped_lines"} of one GLUE split; prints the
     skipped lines' one-line report (QQP train/dev) when there are any."""
     if skipped.lines:
@@ -87,7 +88,7 @@ class _GlueData:
             raise FileNotFoundError(f"{self.name}: no {split} set in {self.config.data.path}")
         return self._eval_sets[split]
 
-    def split_examples(self, split: str) -> list[glue.Example]:
+    def split_examples(self, split: str) -> list[TextExample]:
         return self.eval_set(split).examples
 
     def train_features(self) -> dict[str, np.ndarray]:
@@ -109,7 +110,7 @@ class _GlueData:
     def eval_features(self, split: str) -> dict[str, np.ndarray]:
         return self.features(self.eval_set(split).examples)
 
-    def read_inputs(self, path: str, chunk_rows: int) -> Iterator[list[glue.Example]]:
+    def read_inputs(self, path: str, chunk_rows: int) -> Iterator[list[TextExample]]:
         """`albert-jax predict` input: a file of the task's official folder (dev.tsv, test.tsv,
         ...), else a CSV/TSV/JSONL/Parquet table with the columns `text` (and `text_b` for the
         pair tasks) and, if it has one, `id` (else the row number)."""

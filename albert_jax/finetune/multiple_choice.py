@@ -4,7 +4,7 @@ and a user's own multiple-choice data (custom_task.py).
 Each example is `num_choices` rows `[CLS] context [SEP] question+option [SEP]`; the model scores
 each row (AlbertForMultipleChoice) and the softmax over the options is trained with the
 cross-entropy of ClassificationTask, whose `labels` are the option positions. Examples are
-objects with `id`, `article`, `question`, `options` and `answer` (race.Question).
+objects with `id`, `article`, `question`, `options` and `answer` (examples.ChoiceQuestion).
 """
 from __future__ import annotations
 

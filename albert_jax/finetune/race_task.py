@@ -13,6 +13,7 @@ import ml_collections
 import numpy as np
 
 from albert_jax.finetune import custom_data, race, registry, scores
+from albert_jax.finetune.examples import ChoiceQuestion
 from albert_jax.finetune.glue_task import check_data_source
 from albert_jax.finetune.multiple_choice import MultipleChoiceTask
 from albert_jax.finetune.task import real_rows
@@ -37,9 +38,9 @@ class RaceTask(MultipleChoiceTask):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._questions: dict[str, list[race.Question]] = {}
+        self._questions: dict[str, list[ChoiceQuestion]] = {}
 
-    def split_examples(self, split: str) -> list[race.Question]:
+    def split_examples(self, split: str) -> list[ChoiceQuestion]:
         if split not in self._questions:
             data = self.config.data
             self._questions[split] = (
@@ -47,7 +48,7 @@ class RaceTask(MultipleChoiceTask):
                 if data.tfds_name else race.read_split(data.path, split))
         return self._questions[split]
 
-    def features(self, questions: list[race.Question]) -> dict[str, np.ndarray]:
+    def features(self, questions: list[ChoiceQuestion]) -> dict[str, np.ndarray]:
         arrays = super().features(questions)
         # -1: a question of a user's table (`albert-jax predict`), which has no RACE level.
         levels = [getattr(question, "level", None) for question in questions]
@@ -62,7 +63,7 @@ class RaceTask(MultipleChoiceTask):
     def eval_features(self, split: str) -> dict[str, np.ndarray]:
         return self.features(self.split_examples(split))
 
-    def read_inputs(self, path: str, chunk_rows: int) -> Iterator[list[race.Question]]:
+    def read_inputs(self, path: str, chunk_rows: int) -> Iterator[list[ChoiceQuestion]]:
         """`albert-jax predict` input: a RACE .txt file or a folder of them, else a
         CSV/TSV/JSONL/Parquet table with the columns `context`, `question`, `options` (a list
         of 4) and, if it has one, `id`."""
