@@ -8,7 +8,7 @@
 
 Public API:
   VERSIONS, MAX_SEQ_LENGTH, DOC_STRIDE, MAX_QUERY_LENGTH
-  Answer(text, char_start); SquadExample(qid, question, context, answers, is_impossible)
+  Answer(text, char_start); SquadExample(id, question, context, answers, is_impossible)
   read_squad(path, version) -> list[SquadExample]
   read_tfds(tfds_name, split, version, data_dir=None, download=True) -> list[SquadExample]
   WINDOWS_WITHOUT_ANSWER; check_windows_without_answer(value, version, name)
@@ -76,7 +76,7 @@ class Answer:
 @dataclasses.dataclass(frozen=True)
 class SquadExample:
     """One question. Training uses answers[0]; dev files have several answers per question."""
-    qid: str
+    id: str  # the question id of the file; predictions are keyed by it
     question: str
     context: str
     answers: tuple[Answer, ...]
@@ -194,7 +194,7 @@ def _make_example(qa: Mapping[str, Any], context: str, version: str, where: str)
 
 
 def _check_unique_ids(examples: Sequence[SquadExample], source: str) -> None:
-    counts = collections.Counter(example.qid for example in examples)
+    counts = collections.Counter(example.id for example in examples)
     duplicates = [qid for qid, count in counts.items() if count > 1]
     if duplicates:
         raise ValueError(f"{source}: question ids must be unique (predictions are keyed by id); "
@@ -359,7 +359,7 @@ def build_features(examples: Sequence[SquadExample], tokenizer: tokenizer_lib.To
     if doc_stride < 1:
         raise ConfigError(f"doc_stride={doc_stride} must be at least 1 (SPEC 8.3: 128)")
     if version == "v1.1":
-        impossible = [example.qid for example in examples if example.is_impossible]
+        impossible = [example.id for example in examples if example.is_impossible]
         if impossible:
             raise ConfigError(f"version v1.1 was asked for but questions {impossible[:5]} are "
                               "unanswerable (SQuAD v2.0 data); set the SQuAD version to v2.0")
@@ -372,7 +372,7 @@ def build_features(examples: Sequence[SquadExample], tokenizer: tokenizer_lib.To
             context_cache[example.context] = tokenizer.encode_with_offsets(example.context)
         context_ids, char_starts, char_ends = context_cache[example.context]
         if not context_ids.size:
-            raise ValueError(f"question {example.qid!r}: its context has no tokens "
+            raise ValueError(f"question {example.id!r}: its context has no tokens "
                              f"({example.context[:50]!r}); SQuAD contexts cannot be empty")
         query_ids = tokenizer.encode(example.question)
         if len(query_ids) > max_query_length:
@@ -385,7 +385,7 @@ def build_features(examples: Sequence[SquadExample], tokenizer: tokenizer_lib.To
             answer_span = answer_token_span(char_starts, char_ends, answer)
             if answer_span is None:
                 stats.answers_not_found += 1
-                stats.dropped_qids.append(example.qid)
+                stats.dropped_qids.append(example.id)
                 continue
             covered = example.context[char_starts[answer_span[0]]:char_ends[answer_span[1]]]
             stats.answers_inside_pieces += covered != answer.text.strip()
@@ -439,7 +439,7 @@ def build_features(examples: Sequence[SquadExample], tokenizer: tokenizer_lib.To
         if answer_span is not None and not answer_in_some_window:
             stats.answers_in_no_window += 1
             if windows_without_answer == "drop":  # no window left for this question
-                stats.dropped_qids.append(example.qid)
+                stats.dropped_qids.append(example.id)
     stats.features = len(infos)
     keys = ["input_ids", "segment_ids", "input_mask", "p_mask", "example_index"]
     if training:

@@ -61,7 +61,7 @@ def evaluator_dataset(examples: list[SquadExample]) -> dict[str, Any]:
     """The official JSON structure the evaluator reads, rebuilt from `examples` (so a TFDS split
     is scored like its JSON file): one paragraph per question, only ids and answer texts."""
     return {"data": [{"paragraphs": [
-        {"qas": [{"id": example.qid, "answers": [{"text": answer.text}
+        {"qas": [{"id": example.id, "answers": [{"text": answer.text}
                                                  for answer in example.answers]}]}
         for example in examples]}]}
 
@@ -76,7 +76,7 @@ def _table_question(path: str, line: int, row: dict[str, Any], number: int) -> S
                              f"({value!r}); a SQuAD question needs a context and a question "
                              f"(the file's columns: {', '.join(map(repr, row))})")
         texts[column] = value
-    return SquadExample(qid=str(row.get("id", number)), question=texts["question"],
+    return SquadExample(id=str(row.get("id", number)), question=texts["question"],
                         context=texts["context"], answers=(), is_impossible=False)
 
 
@@ -358,11 +358,11 @@ class SquadTask(FinetuneTask):
         sigmoid loss (SPEC 8.3)."""
         records = []
         for example in examples:
-            best = result.nbest[example.qid][0]
-            record = {"id": example.qid, "prediction": result.predictions[example.qid],
+            best = result.nbest[example.id][0]
+            record = {"id": example.id, "prediction": result.predictions[example.id],
                       "answer_score": best["probability"]}
             if result.null_odds is not None:
-                null_score = (result.null_odds[example.qid] + best["start_log_prob"]
+                null_score = (result.null_odds[example.id] + best["start_log_prob"]
                               + best["end_log_prob"])
                 record["no_answer_probability"] = float(1 / (1 + np.exp(-null_score)))
             records.append(record)
