@@ -21,7 +21,7 @@ from etils import epath
 
 from albert_jax.data.tokenizer import Tokenizer
 from albert_jax.errors import ConfigError
-from albert_jax.finetune import custom_data, registry, scores
+from albert_jax.finetune import custom_data, registry, scores, tables
 from albert_jax.finetune.classification import ClassificationTask, RegressionTask
 from albert_jax.finetune.multiple_choice import MultipleChoiceTask
 from albert_jax.finetune.pretrained import Pretrained
@@ -43,12 +43,12 @@ class _OwnData:
 
     @classmethod
     def validate_config(cls, config: ml_collections.ConfigDict) -> None:
-        custom_data.Columns.from_config(config.data, cls.kind)  # every column key
+        custom_data.columns(config.data, cls.kind)  # every column key
         for key in ("train_file", "dev_file"):
             if not config.data[key]:
                 raise ConfigError(f"config data.{key} is empty: give your {key.split('_')[0]} "
                                   f"file (--config.data.{key}=FILE, one of "
-                                  f"{', '.join(custom_data.EXTENSIONS)})")
+                                  f"{', '.join(tables.EXTENSIONS)})")
         for key in ("train_file", "dev_file", "test_file"):
             if config.data[key] and not epath.Path(config.data[key]).is_file():
                 raise FileNotFoundError(f"config data.{key}={config.data[key]}: no such file")
@@ -100,8 +100,8 @@ class _OwnData:
 
     def read_inputs(self, path: str, chunk_rows: int) -> Iterator[list[Any]]:
         """`albert-jax predict` input: a table with the run's columns; labels optional."""
-        return custom_data.iter_example_chunks(
-            path, self.kind, custom_data.Columns.from_config(self.config.data, self.kind),
+        return tables.iter_example_chunks(
+            path, self.kind, custom_data.columns(self.config.data, self.kind),
             labelled=False, chunk_rows=chunk_rows, **self._reading())
 
     def write_predictions(self, split: str, predictions: dict[str, np.ndarray],
@@ -172,9 +172,9 @@ class CustomMultipleChoiceTask(_OwnData, MultipleChoiceTask):
         if run_dir is not None:
             self.num_choices = len(_labels_in_workdir(run_dir))
         else:
-            first = next(custom_data.iter_example_chunks(
+            first = next(tables.iter_example_chunks(
                 self.config.data.train_file, self.kind,
-                custom_data.Columns.from_config(self.config.data, self.kind), chunk_rows=1))[0]
+                custom_data.columns(self.config.data, self.kind), chunk_rows=1))[0]
             self.num_choices = len(first.options)
 
     def workdir_files(self) -> dict[str, bytes]:

@@ -15,7 +15,7 @@ from etils import epath
 
 from albert_jax.data.tokenizer import Tokenizer
 from albert_jax.errors import ConfigError
-from albert_jax.finetune import custom_data, glue, registry, scores
+from albert_jax.finetune import glue, registry, scores, tables
 from albert_jax.finetune.classification import ClassificationTask, RegressionTask
 from albert_jax.finetune.examples import TextExample
 from albert_jax.finetune.pretrained import Pretrained
@@ -116,13 +116,12 @@ class _GlueData:
         pair tasks) and, if it has one, `id` (else the row number)."""
         examples = glue.read_official_file(self.task, path)
         if examples is not None:
-            for start in range(0, len(examples), chunk_rows):
-                yield examples[start:start + chunk_rows]
+            yield from tables.in_chunks(examples, chunk_rows)
             return
-        columns = custom_data.Columns(
+        columns = tables.Columns(
             text_a="text", text_b="text_b" if glue.is_pair(self.task) else "",
-            id="id" if "id" in custom_data.column_names(path) else "")
-        yield from custom_data.iter_example_chunks(
+            id="id" if "id" in tables.column_names(path) else "")
+        yield from tables.iter_example_chunks(
             path, "regression" if self.labels is None else "classification", columns,
             labelled=False, chunk_rows=chunk_rows)
 

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from albert_jax.finetune import custom_data, race, registry, scores
+from albert_jax.finetune import race, registry, scores, tables
 from albert_jax.finetune.examples import ChoiceQuestion
 from albert_jax.finetune.glue_task import check_data_source
 from albert_jax.finetune.multiple_choice import MultipleChoiceTask
@@ -68,16 +68,14 @@ class RaceTask(MultipleChoiceTask):
         CSV/TSV/JSONL/Parquet table with the columns `context`, `question`, `options` (a list
         of 4) and, if it has one, `id`."""
         questions = race.read_path(path)
-        if questions is None:
-            columns = custom_data.Columns(
-                context="context", question="question", options=("options",),
-                id="id" if "id" in custom_data.column_names(path) else "")
-            yield from custom_data.iter_example_chunks(
-                path, "multiple_choice", columns, labelled=False, num_choices=self.num_choices,
-                chunk_rows=chunk_rows)
+        if questions is not None:
+            yield from tables.in_chunks(questions, chunk_rows)
             return
-        for start in range(0, len(questions), chunk_rows):
-            yield questions[start:start + chunk_rows]
+        columns = tables.Columns(context="context", question="question", options=("options",),
+                                 id="id" if "id" in tables.column_names(path) else "")
+        yield from tables.iter_example_chunks(
+            path, "multiple_choice", columns, labelled=False, num_choices=self.num_choices,
+            chunk_rows=chunk_rows)
 
     def train_batch_spec(self, batch_size: int) -> dict[str, jax.ShapeDtypeStruct]:
         return dict(super().train_batch_spec(batch_size),

@@ -30,7 +30,7 @@ from etils import epath
 from albert_jax.convert.huggingface import FinetunedHead
 from albert_jax.data.tokenizer import Tokenizer
 from albert_jax.errors import ConfigError
-from albert_jax.finetune import custom_data, registry, squad, squad_eval, squad_postprocess
+from albert_jax.finetune import registry, squad, squad_eval, squad_postprocess, tables
 from albert_jax.finetune.pretrained import Pretrained
 from albert_jax.finetune.squad import FeatureInfo, SquadExample
 from albert_jax.finetune.task import FinetuneTask
@@ -316,12 +316,10 @@ class SquadTask(FinetuneTask):
         """An official SQuAD JSON file, else a CSV/TSV/JSONL/Parquet table with the columns
         `id` (optional), `context` and `question`; questions in file order."""
         if path.endswith(".json"):
-            examples = squad.read_squad(path, self.version)
-            for start in range(0, len(examples), chunk_rows):
-                yield examples[start:start + chunk_rows]
+            yield from tables.in_chunks(squad.read_squad(path, self.version), chunk_rows)
             return
         rows_before = 0
-        for chunk in custom_data.iter_row_chunks(path, chunk_rows):
+        for chunk in tables.iter_row_chunks(path, chunk_rows):
             yield [_table_question(path, line, row, rows_before + number)
                    for number, (line, row) in enumerate(chunk)]
             rows_before += len(chunk)
