@@ -28,17 +28,15 @@ from albert_jax.finetune.pretrained import Pretrained
 from albert_jax.finetune.task import real_rows
 from albert_jax.model import ModelConfig
 from albert_jax.train import workdir as workdir_names
-from albert_jax.train.task import Selection
-
-_SELECTION_METRICS = {"classification": ("accuracy", "macro_f1", "mcc"),
-                      "regression": ("pearson", "spearman"),
-                      "multiple_choice": ("accuracy",)}
 
 
-class _OwnData:
+class _CustomData:
     """What the three kinds share: the config's files and columns, the splits, the records."""
 
-    kind: str
+    kind: str  # configs/custom.py:kind=<kind>, and what the rows of the tables become
+    dev_metrics: tuple[str, ...]  # what eval_metrics reports, in order
+    # Those of them whose largest value may pick the best checkpoint (config.selection_metric).
+    selectable_metrics: tuple[str, ...]
     config: ml_collections.ConfigDict
 
     @classmethod
@@ -52,11 +50,19 @@ class _OwnData:
         for key in ("train_file", "dev_file", "test_file"):
             if config.data[key] and not epath.Path(config.data[key]).is_file():
                 raise FileNotFoundError(f"config data.{key}={config.data[key]}: no such file")
-        if config.selection_metric not in _SELECTION_METRICS[cls.kind]:
+        if config.selection_metric not in cls.selectable_metrics:
             raise ConfigError(f"config selection_metric={config.selection_metric!r}: a {cls.kind} "
                               f"task keeps its best checkpoint by one of "
-                              f"{', '.join(_SELECTION_METRICS[cls.kind])}")
+                              f"{', '.join(cls.selectable_metrics)}")
         super().validate_config(config)
+
+    @classmethod
+    def metric_names(cls, config: ml_collections.ConfigDict) -> tuple[str, ...]:
+        return cls.dev_metrics
+
+    @classmethod
+    def selection_metric(cls, config: ml_collections.ConfigDict) -> str:
+        return config.selection_metric
 
     def __init__(self, config: ml_collections.ConfigDict, model_config: ModelConfig,
                  tokenizer: Tokenizer | None, pretrained: Pretrained | None,
@@ -64,7 +70,6 @@ class _OwnData:
         self.config = config
         self.eval_splits = ("dev",)
         self.test_splits = ("test",) if config.data.test_file else ()
-        self.selection = Selection("dev", config.selection_metric)
         self._splits: dict[str, list[Any]] = {}
         self._from_training_data(run_dir)  # what shapes the model: labels, option count
         super().__init__(config, model_config, tokenizer, pretrained, run_dir)
@@ -120,10 +125,12 @@ def _labels_in_workdir(run_dir: epath.Path) -> tuple[str, ...]:
 
 
 @registry.register("classification")
-class CustomClassificationTask(_OwnData, ClassificationTask):
+class CustomClassificationTask(_CustomData, ClassificationTask):
     """Your texts (or pairs) -> your labels (strings); accuracy, macro F1 and MCC on dev."""
 
     kind = name = "classification"
+    config_file = "custom.py:kind=classification"
+    dev_metrics = selectable_metrics = scores.CLASSIFICATION_METRICS
 
     def _from_training_data(self, run_dir: epath.Path | None) -> None:
         # The label list sizes the classifier.
@@ -148,10 +155,13 @@ class CustomClassificationTask(_OwnData, ClassificationTask):
 
 
 @registry.register("regression")
-class CustomRegressionTask(_OwnData, RegressionTask):
+class CustomRegressionTask(_CustomData, RegressionTask):
     """Your texts (or pairs) -> a number; Pearson, Spearman and MSE on dev."""
 
     kind = name = "regression"
+    config_file = "custom.py:kind=regression"
+    dev_metrics = scores.REGRESSION_METRICS
+    selectable_metrics = ("pearson", "spearman")  # not mse: smaller is better
 
     def eval_metrics(self, split: str, sums: dict[str, np.ndarray],
                      predictions: dict[str, np.ndarray]) -> dict[str, float]:
@@ -160,10 +170,12 @@ class CustomRegressionTask(_OwnData, RegressionTask):
 
 
 @registry.register("multiple_choice")
-class CustomMultipleChoiceTask(_OwnData, MultipleChoiceTask):
+class CustomMultipleChoiceTask(_CustomData, MultipleChoiceTask):
     """Your questions, each with the same number of options -> the right option; accuracy."""
 
     kind = name = "multiple_choice"
+    config_file = "custom.py:kind=multiple_choice"
+    dev_metrics = selectable_metrics = scores.MULTIPLE_CHOICE_METRICS
 
     def _from_training_data(self, run_dir: epath.Path | None) -> None:
         # The option count shapes the model's inputs: the finished run's (labels.json holds the

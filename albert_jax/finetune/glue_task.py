@@ -1,6 +1,7 @@
 """The GLUE tasks (SPEC 8.1, 8.2): eight classification tasks and STS-B regression, read from the
 official folders (finetune/glue.py) or TFDS, scored with the GLUE metrics, their test
-predictions written as the GLUE server's files.
+predictions written as the GLUE server's files. One class per row of `glue.SPECS`, which holds
+each task's facts (folder, layouts, labels, metrics, submission file, hyper-parameters).
 
   albert-jax finetune --config=configs/glue.py:task=mnli --config.data.path=glue_data/MNLI ...
 """
@@ -14,24 +15,13 @@ import numpy as np
 from etils import epath
 
 from albert_jax.data.tokenizer import Tokenizer
-from albert_jax.errors import ConfigError
-from albert_jax.finetune import glue, registry, scores, tables
+from albert_jax.finetune import glue, registry, tables
 from albert_jax.finetune.classification import ClassificationTask, RegressionTask
 from albert_jax.finetune.examples import TextExample
 from albert_jax.finetune.pretrained import Pretrained
 from albert_jax.finetune.task import real_rows
 from albert_jax.model import ModelConfig
 from albert_jax.train import workdir as workdir_names
-from albert_jax.train.task import Selection
-
-
-def check_data_source(config: ml_collections.ConfigDict, task: str) -> None:
-    """The task's data: a folder in the original layout (data.path) or a TFDS name."""
-    if not config.data.path and not config.data.tfds_name:
-        raise ConfigError(f"config data.path is empty: give the {task} data folder "
-                          "(--config.data.path=DIR) or a TFDS name (--config.data.tfds_name=...)")
-    if config.data.path and not epath.Path(config.data.path).is_dir():
-        raise FileNotFoundError(f"config data.path={config.data.path} is not a directory")
 
 
 def _data_record(examples: Sequence[TextExample], skipped: glue.SkipReport) -> dict[str, Any]:
@@ -43,34 +33,41 @@ def _data_record(examples: Sequence[TextExample], skipped: glue.SkipReport) -> d
 
 
 class _GlueData:
-    """What the GLUE tasks share: the official files or TFDS, the eval sets, the server files."""
+    """What the GLUE tasks share: the official files or TFDS, the eval sets, the server files;
+    `spec` (a row of glue.SPECS) holds the facts of one task."""
 
-    task: str  # the GLUE name (config.task may be a user's subclass by path)
+    spec: glue.TaskSpec
     config: ml_collections.ConfigDict
     tokenizer: Tokenizer | None
 
     @classmethod
     def validate_config(cls, config: ml_collections.ConfigDict) -> None:
-        check_data_source(config, cls.task)
+        cls.check_data_source(config)
         super().validate_config(config)
+
+    @classmethod
+    def metric_names(cls, config: ml_collections.ConfigDict) -> tuple[str, ...]:
+        return cls.spec.metrics
+
+    @classmethod
+    def selection_metric(cls, config: ml_collections.ConfigDict) -> str:
+        return cls.spec.selection_metric
 
     def __init__(self, config: ml_collections.ConfigDict, model_config: ModelConfig,
                  tokenizer: Tokenizer | None, pretrained: Pretrained | None,
                  run_dir: epath.Path | None = None) -> None:
         super().__init__(config, model_config, tokenizer, pretrained, run_dir)
-        self.name = self.task
-        self.eval_splits = ("dev", "dev_mismatched") if self.task == "mnli" else ("dev",)
-        self.selection = Selection("dev", scores.BEST_METRIC[self.task])
+        self.eval_splits = self.spec.eval_splits
         self._eval_sets: dict[str, glue.EvalSet] = {}
         self._data_summary: dict[str, dict[str, Any]] = {}  # split -> _data_record
 
     def _read_eval_sets(self, kind: str) -> None:
         data = self.config.data
         if data.tfds_name:
-            sets = glue.read_tfds_eval_sets(self.task, data.tfds_name, kind,
+            sets = glue.read_tfds_eval_sets(self.spec.name, data.tfds_name, kind,
                                             data.tfds_data_dir or None)
         else:
-            sets = glue.read_eval_sets(self.task, data.path, kind)
+            sets = glue.read_eval_sets(self.spec.name, data.path, kind)
         self._eval_sets.update({eval_set.name: eval_set for eval_set in sets})
         self._data_summary.update({eval_set.name: _data_record(eval_set.examples, eval_set.skipped)
                                    for eval_set in sets})
@@ -94,8 +91,8 @@ class _GlueData:
     def train_features(self) -> dict[str, np.ndarray]:
         data = self.config.data
         examples, skipped = (
-            glue.read_tfds_train(self.task, data.tfds_name, data.tfds_data_dir or None)
-            if data.tfds_name else glue.read_train(self.task, data.path))
+            glue.read_tfds_train(self.spec.name, data.tfds_name, data.tfds_data_dir or None)
+            if data.tfds_name else glue.read_train(self.spec.name, data.path))
         self._data_summary["train"] = _data_record(examples, skipped)
         return self.features(examples)
 
@@ -114,12 +111,12 @@ class _GlueData:
         """`albert-jax predict` input: a file of the task's official folder (dev.tsv, test.tsv,
         ...), else a CSV/TSV/JSONL/Parquet table with the columns `text` (and `text_b` for the
         pair tasks) and, if it has one, `id` (else the row number)."""
-        examples = glue.read_official_file(self.task, path)
+        examples = glue.read_official_file(self.spec.name, path)
         if examples is not None:
             yield from tables.in_chunks(examples, chunk_rows)
             return
         columns = tables.Columns(
-            text_a="text", text_b="text_b" if glue.is_pair(self.task) else "",
+            text_a="text", text_b="text_b" if glue.is_pair(self.spec.name) else "",
             id="id" if "id" in tables.column_names(path) else "")
         yield from tables.iter_example_chunks(
             path, "regression" if self.labels is None else "classification", columns,
@@ -128,7 +125,7 @@ class _GlueData:
     def eval_metrics(self, split: str, sums: dict[str, np.ndarray],
                      predictions: dict[str, np.ndarray]) -> dict[str, float]:
         real = real_rows(predictions)
-        return scores.glue_metrics("ax" if split == "ax" else self.task, real["prediction"],
+        return glue.score("ax" if split == "ax" else self.spec.name, real["prediction"],
                                     real["labels"])
 
     def write_predictions(self, split: str, predictions: dict[str, np.ndarray],
@@ -138,58 +135,28 @@ class _GlueData:
 
 
 class GlueClassificationTask(_GlueData, ClassificationTask):
-    """A GLUE classification task; `task` names it, its labels are GLUE's (glue.labels)."""
+    """A GLUE classification task; its labels are its spec's (SPEC 8.2)."""
 
     @property
     def labels(self) -> tuple[str, ...]:
         """The label strings of the task's files, in class-index order (SPEC 8.2)."""
-        return glue.labels(self.task)
+        return self.spec.labels
 
 
-@registry.register("stsb")
-class StsbTask(_GlueData, RegressionTask):
-    """STS-B: a similarity score in [0, 5], regression (SPEC 8.2)."""
-
-    task = "stsb"
+class GlueRegressionTask(_GlueData, RegressionTask):
+    """A GLUE regression task (STS-B: a similarity score in [0, 5], SPEC 8.2)."""
 
 
-@registry.register("cola")
-class ColaTask(GlueClassificationTask):
-    task = "cola"
+def _task_class(spec: glue.TaskSpec) -> type:
+    """The registered task class of one GLUE spec row, e.g. MrpcTask for "mrpc"."""
+    base = GlueRegressionTask if spec.labels is None else GlueClassificationTask
+    task_class = type(f"{spec.name.capitalize()}Task", (base,), {
+        "__module__": __name__, "__doc__": f"GLUE {spec.folder} (glue.SPECS).", "spec": spec,
+        "name": spec.name, "config_file": f"glue.py:task={spec.name}"})
+    return registry.register(spec.name)(task_class)
 
 
-@registry.register("sst2")
-class Sst2Task(GlueClassificationTask):
-    task = "sst2"
-
-
-@registry.register("mrpc")
-class MrpcTask(GlueClassificationTask):
-    task = "mrpc"
-
-
-@registry.register("qqp")
-class QqpTask(GlueClassificationTask):
-    task = "qqp"
-
-
-@registry.register("mnli")
-class MnliTask(GlueClassificationTask):
-    """MNLI: dev and test matched and mismatched, and the AX diagnostic set on test."""
-
-    task = "mnli"
-
-
-@registry.register("qnli")
-class QnliTask(GlueClassificationTask):
-    task = "qnli"
-
-
-@registry.register("rte")
-class RteTask(GlueClassificationTask):
-    task = "rte"
-
-
-@registry.register("wnli")
-class WnliTask(GlueClassificationTask):
-    task = "wnli"
+# One class per row of glue.SPECS (ColaTask ... WnliTask), importable by name (e.g. to subclass
+# MrpcTask in a task of your own): a GLUE-like task is one more row there.
+for _spec in glue.SPECS:
+    globals()[f"{_spec.name.capitalize()}Task"] = _task_class(_spec)

@@ -39,7 +39,8 @@ class MultipleChoiceTask(ClassificationTask):
         """input_ids, segment_ids, input_mask [questions, num_choices, seq_len]; labels
         [questions] (the answer's position)."""
         return features.multiple_choice_features(questions, self.tokenizer, self.config.seq_len,
-                                                 self.config.max_qa_length, self.num_choices)
+                                                 self.config.max_qa_length,
+                                                 num_choices=self.num_choices)
 
     def init_inputs(self) -> tuple[jax.Array, ...]:
         return example_inputs((1, self.num_choices, self.config.seq_len))

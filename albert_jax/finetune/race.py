@@ -7,8 +7,8 @@ prediction writer.
 Each file of the download is one JSON article {"article", "questions", "options", "answers",
 "id"}; every question becomes one `examples.ChoiceQuestion` (with its level). Unlike the reference
 (race_utils.py), which reads the files in os.listdir order and trusts the lists, files are read
-in sorted order and a file whose lists disagree raises a one-line ValueError naming it. Folders are local or in a bucket
-(gs://, read through etils.epath).
+in sorted order and a file whose lists disagree raises a one-line ValueError naming it. Folders
+are local or in a bucket (gs://, read through etils.epath).
 """
 from __future__ import annotations
 
@@ -158,7 +158,8 @@ def _text(value: Any) -> str:
     return value.decode("utf-8") if isinstance(value, bytes) else str(value)
 
 
-def read_tfds_split(tfds_name: str, split: str, data_dir: str | None = None) -> list[ChoiceQuestion]:
+def read_tfds_split(tfds_name: str, split: str,
+                    data_dir: str | None = None) -> list[ChoiceQuestion]:
     """The questions of one split ("train", "dev", "test") of TFDS `race/<level>`.
 
     TFDS keeps an article's JSON `id` (e.g. "high1234.txt") as `example_id`; ids are built as

@@ -14,11 +14,9 @@ import numpy as np
 
 from albert_jax.finetune import race, registry, scores, tables
 from albert_jax.finetune.examples import ChoiceQuestion
-from albert_jax.finetune.glue_task import check_data_source
 from albert_jax.finetune.multiple_choice import MultipleChoiceTask
 from albert_jax.finetune.task import real_rows
-from albert_jax.train.task import Batch, Selection
-
+from albert_jax.train.task import Batch
 
 
 @registry.register("race")
@@ -26,15 +24,23 @@ class RaceTask(MultipleChoiceTask):
     """RACE: the best checkpoint by dev accuracy; test predictions as RACE.tsv."""
 
     name = "race"
+    config_file = "race.py"
     num_choices = len(race.ANSWER_LETTERS)
     eval_splits = ("dev",)
     test_splits = ("test",)
-    selection = Selection("dev", scores.BEST_METRIC["race"])
 
     @classmethod
     def validate_config(cls, config: ml_collections.ConfigDict) -> None:
-        check_data_source(config, "race")
+        cls.check_data_source(config)
         super().validate_config(config)
+
+    @classmethod
+    def metric_names(cls, config: ml_collections.ConfigDict) -> tuple[str, ...]:
+        return ("accuracy", *(f"accuracy_{level}" for level in race.LEVELS))
+
+    @classmethod
+    def selection_metric(cls, config: ml_collections.ConfigDict) -> str:
+        return "accuracy"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -51,10 +57,9 @@ class RaceTask(MultipleChoiceTask):
     def features(self, questions: list[ChoiceQuestion]) -> dict[str, np.ndarray]:
         arrays = super().features(questions)
         # -1: a question of a user's table (`albert-jax predict`), which has no RACE level.
-        levels = [getattr(question, "level", None) for question in questions]
-        arrays["level"] = np.asarray([scores.RACE_LEVELS.index(level)
-                                      if level in scores.RACE_LEVELS else -1
-                                      for level in levels], np.int32)
+        arrays["level"] = np.asarray([race.LEVELS.index(question.level)
+                                      if question.level in race.LEVELS else -1
+                                      for question in questions], np.int32)
         return arrays
 
     def train_features(self) -> dict[str, np.ndarray]:
@@ -87,8 +92,9 @@ class RaceTask(MultipleChoiceTask):
     def eval_metrics(self, split: str, sums: dict[str, np.ndarray],
                      predictions: dict[str, np.ndarray]) -> dict[str, float]:
         real = real_rows(predictions)
-        levels = [scores.RACE_LEVELS[level] for level in real["level"]]
-        return scores.race_metrics(real["prediction"], real["labels"], levels)
+        levels = [race.LEVELS[level] for level in real["level"]]
+        return scores.race_metrics(real["prediction"], real["labels"], levels,
+                                   num_choices=self.num_choices, level_names=race.LEVELS)
 
     def write_predictions(self, split: str, predictions: dict[str, np.ndarray],
                           directory: str) -> list[str]:

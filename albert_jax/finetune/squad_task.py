@@ -38,7 +38,7 @@ from albert_jax.model import (AlbertForQuestionAnswering, AlbertForQuestionAnswe
                               example_inputs, heads)
 from albert_jax.train import flops
 from albert_jax.train import workdir as workdir_names
-from albert_jax.train.task import Batch, Selection
+from albert_jax.train.task import Batch
 
 _TFDS_SPLITS = {"train": "train", "dev": "validation"}
 
@@ -87,6 +87,7 @@ class SquadTask(FinetuneTask):
     One registered name for both versions: `version` picks the head, loss and evaluator (the
     data, windows and post-processing are shared)."""
 
+    config_file = "squad.py:version=1.1"  # version=2.0: the same class
     eval_splits = ("dev",)
     # Every batch at seq_len: the n-best of SPEC 8.3 ranks the span logits of every position,
     # padding included, so evaluation needs all of them; no length buckets.
@@ -104,19 +105,30 @@ class SquadTask(FinetuneTask):
         self.name = f"SQuAD {self.version}"
         if self.version == "v1.1":
             self.model = AlbertForQuestionAnswering(model_config)
-            self.selection = Selection("dev", "f1")  # SPEC 8.3
         else:
             self.model = AlbertForQuestionAnsweringV2(
                 model_config, answer_class_dropout=config.classifier_dropout)
-            # best_f1: the F1 with the no-answer threshold tuned on dev, which is how the
-            # predictions are used (predictions_with_null.json) and what the reference reports
-            # as v2.0 F1 (SPEC 8.3 QUIRK). Plain f1 applies the evaluator's fixed threshold 1.0
-            # to null_odds, whose scale the model is free to change from step to step.
-            self.selection = Selection("dev", "best_f1")
         self._eval_sets: dict[str, tuple[list[SquadExample], list[FeatureInfo],
                                          dict[str, np.ndarray]]] = {}
         self._last_postprocess: tuple[str, dict[str, np.ndarray], SquadResult] | None = None
         self._input_windows: tuple[list[SquadExample], list[FeatureInfo]] | None = None
+
+    @classmethod
+    def metric_names(cls, config: ml_collections.ConfigDict) -> tuple[str, ...]:
+        """The official evaluator's (module docstring); v2.0 adds HasAns_* and NoAns_* for each
+        subset the dev set has."""
+        if config.version == "v1.1":
+            return ("exact_match", "f1")
+        return ("exact_match", "f1", "best_exact", "best_exact_thresh", "best_f1",
+                "best_f1_thresh")
+
+    @classmethod
+    def selection_metric(cls, config: ml_collections.ConfigDict) -> str:
+        # v2.0 best_f1: the F1 with the no-answer threshold tuned on dev, which is how the
+        # predictions are used (predictions_with_null.json) and what the reference reports as
+        # v2.0 F1 (SPEC 8.3 QUIRK). Plain f1 applies the evaluator's fixed threshold 1.0 to
+        # null_odds, whose scale the model is free to change from step to step.
+        return "f1" if config.version == "v1.1" else "best_f1"  # SPEC 8.3
 
     @classmethod
     def validate_config(cls, config: ml_collections.ConfigDict) -> None:

@@ -41,7 +41,7 @@ from albert_jax.finetune.pretrained import Pretrained
 from albert_jax.model import ModelConfig, example_inputs, presets
 from albert_jax.train import flops, validation
 from albert_jax.train import workdir as workdir_names
-from albert_jax.train.task import Batch, HostBatch, Task
+from albert_jax.train.task import Batch, HostBatch, Selection, Task
 
 
 class ArraySource:
@@ -87,6 +87,9 @@ class FinetuneTask(Task):
 
     name: str
     test_splits: tuple[str, ...] = ()
+    # The configs/ file (and its argument) that fine-tunes this task: `albert-jax finetune
+    # --config=configs/<config_file>`; "" for a user's task, which brings its own.
+    config_file: str = ""
     # [batch, seq] (multiple choice [batch, options, seq]): each batch runs at its length bucket
     # (train/buckets.py).
     sequence_fields = ("input_ids", "segment_ids", "input_mask")
@@ -102,6 +105,8 @@ class FinetuneTask(Task):
         self.tokenizer = tokenizer
         self.pretrained = pretrained
         self.run_dir = run_dir
+        if self.selection is None:  # else the class's own (a task of your own may set it)
+            self.selection = Selection("dev", self.selection_metric(config))
         self._eval_sources: dict[str, ArraySource] = {}
 
     # --- Setup -----------------------------------------------------------------------------------
@@ -110,6 +115,33 @@ class FinetuneTask(Task):
         """Raises ConfigError (or FileNotFoundError), naming the key, for a config this task
         cannot run, before anything is read. Families add their data checks."""
         validation.check_numbers(config)
+
+    @classmethod
+    def check_data_source(cls, config: ml_collections.ConfigDict) -> None:
+        """For a task read from a folder in its original layout (data.path) or from TFDS
+        (data.tfds_name): one of them is given, and the folder exists."""
+        if not config.data.path and not config.data.tfds_name:
+            raise ConfigError(f"config data.path is empty: give the {cls.name} data folder "
+                              "(--config.data.path=DIR) or a TFDS name "
+                              "(--config.data.tfds_name=...)")
+        if config.data.path and not epath.Path(config.data.path).is_dir():
+            raise FileNotFoundError(f"config data.path={config.data.path} is not a directory")
+
+    # --- Dev metrics ------------------------------------------------------------------------------
+    @classmethod
+    def metric_names(cls, config: ml_collections.ConfigDict) -> tuple[str, ...]:
+        """The dev metrics every evaluation of this task reports (`eval_metrics` keys; some
+        tasks add more, e.g. per level or per subset)."""
+        raise NotImplementedError
+
+    @classmethod
+    def selection_metric(cls, config: ml_collections.ConfigDict) -> str:
+        """The dev metric whose largest value picks the best checkpoint (SPEC 8.1), one of
+        `metric_names`. A task of your own may set the class attribute `selection` instead."""
+        if cls.selection is None:
+            raise NotImplementedError(f"{cls.__qualname__} names no selection metric: define "
+                                      "selection_metric or the class attribute selection")
+        return cls.selection.metric
 
     @classmethod
     def from_config(cls, config: ml_collections.ConfigDict) -> "FinetuneTask":
