@@ -223,10 +223,10 @@ def write_prediction_files(directory: str | os.PathLike, predictions: Mapping[st
                            ) -> dict[str, str]:
     """Writes predictions.json, nbest_predictions.json and, when given (v2.0), null_odds.json
     and predictions_with_null.json into `directory`; returns file name -> path."""
-    files = {PREDICTIONS_FILE: predictions, NBEST_FILE: nbest, NULL_ODDS_FILE: null_odds,
-             PREDICTIONS_WITH_NULL_FILE: predictions_with_null}
+    contents = {PREDICTIONS_FILE: predictions, NBEST_FILE: nbest, NULL_ODDS_FILE: null_odds,
+                PREDICTIONS_WITH_NULL_FILE: predictions_with_null}
     written = {}
-    for name, obj in files.items():
+    for name, obj in contents.items():
         if obj is not None:
             written[name] = os.path.join(os.fspath(directory), name)
             write_json(written[name], obj)

@@ -110,7 +110,7 @@ class SquadTask(FinetuneTask):
                 model_config, answer_class_dropout=config.classifier_dropout)
         self._eval_sets: dict[str, tuple[list[SquadExample], list[FeatureInfo],
                                          dict[str, np.ndarray]]] = {}
-        self._last_postprocess: tuple[str, dict[str, np.ndarray], SquadResult] | None = None
+        self._last_result: tuple[str, dict[str, np.ndarray], SquadResult] | None = None
         self._input_windows: tuple[list[SquadExample], list[FeatureInfo]] | None = None
 
     @classmethod
@@ -171,8 +171,8 @@ class SquadTask(FinetuneTask):
         return FinetunedHead("AlbertForQuestionAnswering")
 
     # --- Data ----------------------------------------------------------------------------------
-    def examples(self, split: str) -> list[SquadExample]:
-        """The questions of "train" or "dev", from the config's file or TFDS split."""
+    def _read_examples(self, split: str) -> list[SquadExample]:
+        """The questions of "train" or "dev", read from the config's file or TFDS split."""
         data = self.config.data
         if data.tfds_name:
             return squad.read_tfds(data.tfds_name, _TFDS_SPLITS[split], self.version,
@@ -199,7 +199,7 @@ class SquadTask(FinetuneTask):
     def _eval_set(self, split: str) -> tuple[list[SquadExample], list[FeatureInfo],
                                              dict[str, np.ndarray]]:
         if split not in self._eval_sets:
-            examples = self.examples(split)
+            examples = self._read_examples(split)
             arrays, infos = self._features(examples, split, training=False)
             # feature_index, not example_index, keys the gathered outputs (module docstring).
             arrays = {key: value for key, value in arrays.items() if key != "example_index"}
@@ -208,7 +208,7 @@ class SquadTask(FinetuneTask):
         return self._eval_sets[split]
 
     def train_features(self) -> dict[str, np.ndarray]:
-        arrays, _ = self._features(self.examples("train"), "train", training=True)
+        arrays, _ = self._features(self._read_examples("train"), "train", training=True)
         # The dev file is read now too, so a wrong one fails before the first step, not at the
         # first evaluation.
         self._eval_set("dev")
@@ -281,26 +281,23 @@ class SquadTask(FinetuneTask):
             values = {key: outputs[key] for key in squad_postprocess.V2_OUTPUT_KEYS}
         return dict(values, feature_index=batch["feature_index"])
 
-    def postprocess(self, split: str, predictions: dict[str, np.ndarray]) -> SquadResult:
+    def split_result(self, split: str, predictions: dict[str, np.ndarray]) -> SquadResult:
         """Answers of every question of `split` from the gathered per-window `predictions`
         (padding rows included, any order), and the official evaluation of them.
 
         `albert-jax evaluate` asks for the metrics and then the files of the same predictions:
         the last result is kept (with the predictions object it came from, so it cannot be
         mistaken for another's) and the n-best search over every window runs once."""
-        last = self._last_postprocess
+        last = self._last_result
         if last is not None and last[0] == split and last[1] is predictions:
             return last[2]
-        result = self._postprocess(split, predictions)
-        self._last_postprocess = (split, predictions, result)
+        examples, infos, _ = self._eval_set(split)
+        result = self._result(examples, infos, predictions, evaluate=True)
+        self._last_result = (split, predictions, result)
         return result
 
-    def _postprocess(self, split: str, predictions: dict[str, np.ndarray]) -> SquadResult:
-        examples, infos, _ = self._eval_set(split)
-        return self._answers(examples, infos, predictions, evaluate=True)
-
-    def _answers(self, examples: list[SquadExample], infos: list[FeatureInfo],
-                 predictions: dict[str, np.ndarray], *, evaluate: bool) -> SquadResult:
+    def _result(self, examples: list[SquadExample], infos: list[FeatureInfo],
+                predictions: dict[str, np.ndarray], *, evaluate: bool) -> SquadResult:
         """Each question's answer from its windows' `predictions` (padding rows included, any
         order); with `evaluate`, the official evaluation of them (else an empty dict)."""
         keep = predictions["example_weight"] > 0
@@ -320,7 +317,7 @@ class SquadTask(FinetuneTask):
         answers, nbest, null_odds = squad_postprocess.postprocess_v2(examples, infos, rows,
                                                                      **sizes)
         return SquadResult(answers, nbest, null_odds,
-                           squad_eval.evaluate(dataset, answers, na_probs=null_odds)
+                           squad_eval.evaluate_v2(dataset, answers, na_probs=null_odds)
                            if evaluate else {})
 
     # --- `albert-jax predict` and predictions.jsonl ----------------------------------------------
@@ -351,12 +348,12 @@ class SquadTask(FinetuneTask):
         if kept_examples is not examples:
             raise RuntimeError("prediction_records of SQuAD needs the examples of the last "
                                "input_features call; please report this")
-        return self._records(self._answers(examples, infos, predictions, evaluate=False),
+        return self._records(self._result(examples, infos, predictions, evaluate=False),
                              examples)
 
     def split_records(self, split: str, predictions: dict[str, np.ndarray]
                       ) -> list[dict[str, Any]]:
-        return self._records(self.postprocess(split, predictions), self.split_examples(split))
+        return self._records(self.split_result(split, predictions), self.split_examples(split))
 
     def split_examples(self, split: str) -> list[SquadExample]:
         return self._eval_set(split)[0]
@@ -380,7 +377,7 @@ class SquadTask(FinetuneTask):
 
     def eval_metrics(self, split: str, sums: dict[str, np.ndarray],
                      predictions: dict[str, np.ndarray]) -> dict[str, float]:
-        evaluation = self.postprocess(split, predictions).evaluation
+        evaluation = self.split_result(split, predictions).evaluation
         return {("exact_match" if key == "exact" else key): float(value)
                 for key, value in evaluation.items() if not key.endswith("total")}
 
@@ -392,7 +389,7 @@ class SquadTask(FinetuneTask):
         script's exact_match and f1; v2.0: the v2.0 script's, with null_odds.json as na_probs,
         what `albert-jax squad-eval DEV.json predictions.json --na-prob-file=null_odds.json`
         prints)."""
-        result = self.postprocess(split, predictions)
+        result = self.split_result(split, predictions)
         with_null = None
         if result.null_odds is not None:
             with_null = squad_postprocess.apply_null_threshold(
