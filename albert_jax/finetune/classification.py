@@ -69,10 +69,10 @@ class ClassificationTask(FinetuneTask):
 
     def metrics_from_sums(self, sums: dict[str, jax.Array]) -> dict[str, jax.Array]:
         count = jnp.maximum(sums["example_count"], 1.0)
-        return {"loss": sums["loss_sum"] / count, "accuracy": sums["correct_sum"] / count}
+        return dict(super().metrics_from_sums(sums), accuracy=sums["correct_sum"] / count)
 
     def console_line(self, metrics: dict[str, float]) -> list[str]:
-        return [f"loss {metrics['loss']:.4f}", f"acc {metrics['accuracy']:.3f}"]
+        return [*super().console_line(metrics), f"acc {metrics['accuracy']:.3f}"]
 
     # --- Predictions -----------------------------------------------------------------------------
     def predictions(self, outputs: jax.Array, batch: Batch) -> dict[str, jax.Array]:
@@ -109,16 +109,14 @@ class RegressionTask(ClassificationTask):
         spec["labels"] = jax.ShapeDtypeStruct((batch_size,), jnp.float32)  # a score
         return spec
 
+    # The loss alone (no accuracy): FinetuneTask's.
+    metrics_from_sums = FinetuneTask.metrics_from_sums
+    console_line = FinetuneTask.console_line
+
     def loss_sums(self, outputs: jax.Array, batch: Batch) -> dict[str, jax.Array]:
         weights = batch["example_weight"].astype(jnp.float32)
         error = outputs[:, 0].astype(jnp.float32) - batch["labels"].astype(jnp.float32)
         return {"loss_sum": jnp.sum(weights * jnp.square(error)), "example_count": jnp.sum(weights)}
-
-    def metrics_from_sums(self, sums: dict[str, jax.Array]) -> dict[str, jax.Array]:
-        return {"loss": sums["loss_sum"] / jnp.maximum(sums["example_count"], 1.0)}
-
-    def console_line(self, metrics: dict[str, float]) -> list[str]:
-        return [f"loss {metrics['loss']:.4f}"]
 
     def predictions(self, outputs: jax.Array, batch: Batch) -> dict[str, jax.Array]:
         return {"prediction": outputs[:, 0], "labels": batch["labels"]}

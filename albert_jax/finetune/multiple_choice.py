@@ -12,18 +12,17 @@ from typing import Any, Sequence
 
 import flax.linen as nn
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from albert_jax.convert.huggingface import FinetunedHead
 from albert_jax.finetune import features
 from albert_jax.finetune.classification import ClassificationTask
 from albert_jax.model import AlbertForMultipleChoice, example_inputs
-from albert_jax.train.task import Batch
 
 
 class MultipleChoiceTask(ClassificationTask):
-    """A question with `num_choices` options -> the index of the right one."""
+    """A question with `num_choices` options -> the index of the right one (`predictions` is
+    ClassificationTask's, its classes the options)."""
 
     num_choices: int
 
@@ -47,11 +46,6 @@ class MultipleChoiceTask(ClassificationTask):
 
     def flops_per_example(self, seq_len: int) -> float:
         return self.num_choices * super().flops_per_example(seq_len)
-
-    def predictions(self, outputs: jax.Array, batch: Batch) -> dict[str, jax.Array]:
-        """outputs: logits [batch, num_choices]."""
-        return {"prediction": jnp.argmax(outputs, axis=-1), "labels": batch["labels"],
-                "probabilities": jax.nn.softmax(outputs.astype(jnp.float32), axis=-1)}
 
     def prediction_records(self, questions: Sequence[Any],
                            predictions: dict[str, np.ndarray]) -> list[dict[str, Any]]:

@@ -266,12 +266,6 @@ class SquadTask(FinetuneTask):
                                          batch["end_positions"], batch["is_impossible"])
         return {"loss_sum": jnp.sum(weights * losses), "example_count": jnp.sum(weights)}
 
-    def metrics_from_sums(self, sums: dict[str, jax.Array]) -> dict[str, jax.Array]:
-        return {"loss": sums["loss_sum"] / jnp.maximum(sums["example_count"], 1.0)}
-
-    def console_line(self, metrics: dict[str, float]) -> list[str]:
-        return [f"loss {metrics['loss']:.4f}"]
-
     # --- Evaluation ------------------------------------------------------------------------------
     def predictions(self, outputs: Any, batch: Batch) -> dict[str, jax.Array]:
         if self.version == "v1.1":

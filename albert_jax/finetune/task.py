@@ -79,10 +79,11 @@ def real_rows(predictions: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 class FinetuneTask(Task):
     """The setup, data and files every fine-tuning task shares (module docstring).
 
-    A task family supplies: `build_model`, `train_features`, `eval_features`, the loss
-    (`loss_sums`, `denominators`, `loss`, `metrics_from_sums`), `predictions`, `eval_metrics`,
-    `console_line`, `write_predictions`, `huggingface_head` and, for `albert-jax predict`,
-    `read_inputs` / `input_features` / `prediction_records`.
+    A task family supplies: `build_model`, `train_features`, `eval_features`, `loss_sums`
+    (the mean loss, its console line and `denominators` are shared; a family may add to
+    `metrics_from_sums` and `console_line`), `predictions`, `eval_metrics`,
+    `write_predictions`, `huggingface_head` and, for `albert-jax predict`, `read_inputs` /
+    `input_features` / `prediction_records`.
     """
 
     name: str
@@ -321,6 +322,14 @@ class FinetuneTask(Task):
 
     def loss(self, sums: dict[str, jax.Array], denominators: dict[str, jax.Array]) -> jax.Array:
         return sums["loss_sum"] / denominators["examples"]  # SPEC 8.2: the batch mean
+
+    def metrics_from_sums(self, sums: dict[str, jax.Array]) -> dict[str, jax.Array]:
+        """The mean loss over the examples (`loss_sum`, `example_count` of `loss_sums`); a
+        classifier adds its accuracy."""
+        return {"loss": sums["loss_sum"] / jnp.maximum(sums["example_count"], 1.0)}
+
+    def console_line(self, metrics: dict[str, float]) -> list[str]:
+        return [f"loss {metrics['loss']:.4f}"]
 
     def flops_per_example(self, seq_len: int) -> float:
         # The backbone read at [CLS] alone, no masked-LM head.
