@@ -1,4 +1,4 @@
-"""A user's own data (issue 21): CSV/TSV/JSONL/Parquet readers, column mapping, label lists,
+"""A user's own data: CSV/TSV/JSONL/Parquet readers, column mapping, label lists,
 multiple choice with any number of options, configs/custom.py, and a one-line error for every
 fault a user can make."""
 import json

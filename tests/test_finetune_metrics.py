@@ -178,7 +178,7 @@ def test_bad_input_is_a_clear_value_error(call, message):
         call()
 
 
-# --- Own data (issue 21) ------------------------------------------------------------------------
+# --- Own data -----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("seed", range(6))
 def test_own_data_metrics_equal_sklearn_and_scipy(seed):

@@ -176,7 +176,7 @@ _QQP_SKIPPED_LINES = (4, 5, 6, 9)
 
 
 def test_qqp_train_and_dev_skip_short_lines_as_the_reference(tmp_path):
-    # SPEC 8.2, issue 25: QQP train and dev skip a line with too few columns and report it.
+    # SPEC 8.2: QQP train and dev skip a line with too few columns and report it.
     for name in ("train.tsv", "dev.tsv"):
         (tmp_path / name).write_text("\n".join(_QQP_LINES) + "\n", encoding="utf-8")
     (tmp_path / "test.tsv").write_text("id\tquestion1\tquestion2\n0\tA?\tB?\n",

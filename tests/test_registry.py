@@ -1,4 +1,4 @@
-"""Tasks found by name (issue 27): every fine-tuning task a registered class; a user's class by
+"""Tasks found by name: every fine-tuning task a registered class; a user's class by
 path; the entry points name no task."""
 import importlib.util
 import pathlib

@@ -165,7 +165,7 @@ def test_v1_overfits_and_evaluate_writes_its_files(v1_runs, data, monkeypatch, t
 
 def check_predict(workdir: Path, dev_file: Path, predictions: dict, tmp_path: Path) -> list:
     """predictions.jsonl holds predictions.json's answers, and `albert-jax predict` on the dev
-    file gives the same records (issue 21); returns them."""
+    file gives the same records; returns them."""
     evaluated = [json.loads(line) for line in
                  (workdir / "predictions" / "dev" / "predictions.jsonl").read_text().splitlines()]
     assert {record["id"]: record["prediction"] for record in evaluated} == predictions

@@ -1,4 +1,4 @@
-"""A user's own data (issue 21): classification, regression and multiple-choice examples read from
+"""A user's own data: classification, regression and multiple-choice examples read from
 CSV, TSV, JSON Lines or Parquet files, with the columns named in the config's `data` section.
 
   train = custom_data.read_split(config.data, "classification", "train")

@@ -98,7 +98,8 @@ class _GlueData:
 
     def workdir_files(self) -> dict[str, bytes]:
         # The dev sets are read now (before training, so a bad dev file stops the run early)
-        # for their counts in the data summary beside the run (issue 25: QQP skips lines).
+        # for their counts in the data summary beside the run (QQP skips short lines, as the
+        # reference does: the summary says how many).
         for split in self.eval_splits:
             self.eval_set(split)
         summary = json.dumps(self._data_summary, indent=2, sort_keys=True)
