@@ -61,22 +61,22 @@ class _GlueData:
         self._eval_sets: dict[str, glue.EvalSet] = {}
         self._data_summary: dict[str, dict[str, Any]] = {}  # split -> _data_record
 
-    def _read_eval_sets(self, kind: str) -> None:
+    def _read_eval_sets(self, split: str) -> None:
         data = self.config.data
         if data.tfds_name:
-            sets = glue.read_tfds_eval_sets(self.spec.name, data.tfds_name, kind,
+            sets = glue.read_tfds_eval_sets(self.spec.name, data.tfds_name, split,
                                             data.tfds_data_dir or None)
         else:
-            sets = glue.read_eval_sets(self.spec.name, data.path, kind)
+            sets = glue.read_eval_sets(self.spec.name, data.path, split)
         self._eval_sets.update({eval_set.name: eval_set for eval_set in sets})
         self._data_summary.update({eval_set.name: _data_record(eval_set.examples, eval_set.skipped)
                                    for eval_set in sets})
 
-    def prediction_splits(self, kind: str) -> tuple[str, ...]:
+    def prediction_splits(self, split: str) -> tuple[str, ...]:
         # MNLI test: matched, mismatched and, when diagnostic.tsv is there, AX.
-        self._read_eval_sets(kind)
-        return tuple(name for name in self._eval_sets if name.startswith(kind) or
-                     (kind == "test" and name == "ax"))
+        self._read_eval_sets(split)
+        return tuple(name for name in self._eval_sets if name.startswith(split) or
+                     (split == "test" and name == "ax"))
 
     def eval_set(self, split: str) -> glue.EvalSet:
         if split not in self._eval_sets:

@@ -217,9 +217,9 @@ class SquadTask(FinetuneTask):
     def eval_features(self, split: str) -> dict[str, np.ndarray]:
         return self._eval_set(split)[2]
 
-    def prediction_splits(self, kind: str) -> tuple[str, ...]:
-        if kind != "dev":
-            raise ConfigError(f"SQuAD has no public {kind} set (the official test set is "
+    def prediction_splits(self, split: str) -> tuple[str, ...]:
+        if split != "dev":
+            raise ConfigError(f"SQuAD has no public {split} set (the official test set is "
                               "hidden); use --split=dev")
         return self.eval_splits
 

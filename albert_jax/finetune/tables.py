@@ -119,7 +119,7 @@ def _header(path: str, names: list[str]) -> list[str]:
 
 def _delimited_rows(path: str, delimiter: str, quoting: int) -> Iterator[tuple[int, Row]]:
     """Rows of a CSV/TSV file with a header row, each with the physical line it starts on."""
-    kind = "tab-separated" if delimiter == "\t" else "comma-separated"
+    separated = "tab-separated" if delimiter == "\t" else "comma-separated"
     # utf-8-sig: UTF-8, ignoring a byte-order mark if an editor added one.
     with open_text(path, encoding="utf-8-sig", newline="") as file:
         reader = csv.reader(file, delimiter=delimiter, quoting=quoting)
@@ -127,7 +127,7 @@ def _delimited_rows(path: str, delimiter: str, quoting: int) -> Iterator[tuple[i
             header = next(reader, None)
             if header is None:
                 raise ValueError(f"{path}: empty file; expected a header row naming the "
-                                 f"columns, then one {kind} row per example")
+                                 f"columns, then one {separated} row per example")
             header = _header(path, header)
             end_of_last_row = reader.line_num
             for fields in reader:
@@ -144,7 +144,7 @@ def _delimited_rows(path: str, delimiter: str, quoting: int) -> Iterator[tuple[i
                            "; quote a field that holds a comma, a quote or a newline"))
                 yield line, dict(zip(header, fields))
         except csv.Error as error:
-            raise ValueError(f"{path}:{reader.line_num}: not readable as {kind} values "
+            raise ValueError(f"{path}:{reader.line_num}: not readable as {separated} values "
                              f"({error})") from None
 
 

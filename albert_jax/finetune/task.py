@@ -240,9 +240,9 @@ class FinetuneTask(Task):
         files.write_atomically(path, json.dumps(report, indent=2, sort_keys=True))
         return [path]
 
-    def prediction_splits(self, kind: str) -> tuple[str, ...]:
-        """The eval sets `albert-jax evaluate --split=<kind>` predicts ("dev" or "test")."""
-        return self.eval_splits if kind == "dev" else self.test_splits
+    def prediction_splits(self, split: str) -> tuple[str, ...]:
+        """The eval sets `albert-jax evaluate --split=<split>` predicts ("dev" or "test")."""
+        return self.eval_splits if split == "dev" else self.test_splits
 
     def workdir_files(self) -> dict[str, bytes]:
         # The tokenizer travels with the weights: evaluate, export and init_from find it there
