@@ -368,15 +368,9 @@ def build_features(examples: Sequence[SquadExample], tokenizer: tokenizer_lib.To
             query_ids = query_ids[:max_query_length]
         answer_span = None
         if training and not example.is_impossible:
-            stats.several_answers += len(example.answers) > 1
-            answer = example.answers[0]
-            answer_span = answer_token_span(char_starts, char_ends, answer)
-            if answer_span is None:
-                stats.answers_not_found += 1
-                stats.dropped_qids.append(example.id)
+            answer_span = _training_span(example, char_starts, char_ends, stats)
+            if answer_span is None:  # no piece: the example is dropped
                 continue
-            covered = example.context[char_starts[answer_span[0]]:char_ends[answer_span[1]]]
-            stats.answers_inside_pieces += covered != answer.text.strip()
         context_offset = len(query_ids) + 2
         windows = _windows(len(context_ids), max_seq_length - len(query_ids) - 3, doc_stride)
         stats.split_contexts += len(windows) > 1
@@ -419,6 +413,22 @@ def build_features(examples: Sequence[SquadExample], tokenizer: tokenizer_lib.To
     if stats.dropped_qids:
         logging.warning("SQuAD features: %s", stats.report())
     return _stacked(rows, max_seq_length, training), infos, stats
+
+
+def _training_span(example: SquadExample, char_starts: np.ndarray, char_ends: np.ndarray,
+                   stats: FeatureStats) -> tuple[int, int] | None:
+    """The (first, last) context tokens of the answer that trains `example` (its first), or
+    None when no piece overlaps it; counts both in `stats`."""
+    stats.several_answers += len(example.answers) > 1
+    answer = example.answers[0]
+    answer_span = answer_token_span(char_starts, char_ends, answer)
+    if answer_span is None:
+        stats.answers_not_found += 1
+        stats.dropped_qids.append(example.id)
+        return None
+    covered = example.context[char_starts[answer_span[0]]:char_ends[answer_span[1]]]
+    stats.answers_inside_pieces += covered != answer.text.strip()
+    return answer_span
 
 
 def _check_feature_settings(examples: Sequence[SquadExample], version: str, max_seq_length: int,
