@@ -39,6 +39,10 @@ class _CustomData:
     selectable_metrics: tuple[str, ...]
     config: ml_collections.ConfigDict
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.config_file = f"custom.py:kind={cls.kind}"
+
     @classmethod
     def validate_config(cls, config: ml_collections.ConfigDict) -> None:
         custom_data.columns(config.data, cls.kind)  # every column key
@@ -113,6 +117,15 @@ class _CustomData:
                           directory: str) -> list[str]:
         return []  # predictions.jsonl (run.evaluate) is this task's prediction file
 
+    def workdir_files(self) -> dict[str, bytes]:
+        kept = super().workdir_files()
+        if self.labels is None:  # regression: nothing shapes the model
+            return kept
+        # The label list (multiple choice: the option indices), which evaluate, predict and
+        # export read back (`_labels_in_workdir`).
+        labels_file = custom_data.labels_json(self.labels).encode()
+        return dict(kept, **{workdir_names.LABELS_FILE: labels_file})
+
 
 def _labels_in_workdir(run_dir: epath.Path) -> tuple[str, ...]:
     """The label list (multiple choice: the option indices) a finished run kept."""
@@ -129,7 +142,6 @@ class CustomClassificationTask(_CustomData, ClassificationTask):
     """Your texts (or pairs) -> your labels (strings); accuracy, macro F1 and MCC on dev."""
 
     kind = name = "classification"
-    config_file = "custom.py:kind=classification"
     dev_metrics = selectable_metrics = scores.CLASSIFICATION_METRICS
 
     def _from_training_data(self, run_dir: epath.Path | None) -> None:
@@ -144,10 +156,6 @@ class CustomClassificationTask(_CustomData, ClassificationTask):
     def _reading(self) -> dict[str, Any]:
         return {"label_list": self.labels}
 
-    def workdir_files(self) -> dict[str, bytes]:
-        return dict(super().workdir_files(),
-                    **{workdir_names.LABELS_FILE: custom_data.labels_json(self.labels).encode()})
-
     def eval_metrics(self, split: str, sums: dict[str, np.ndarray],
                      predictions: dict[str, np.ndarray]) -> dict[str, float]:
         real = real_rows(predictions)
@@ -159,7 +167,6 @@ class CustomRegressionTask(_CustomData, RegressionTask):
     """Your texts (or pairs) -> a number; Pearson, Spearman and MSE on dev."""
 
     kind = name = "regression"
-    config_file = "custom.py:kind=regression"
     dev_metrics = scores.REGRESSION_METRICS
     selectable_metrics = ("pearson", "spearman")  # not mse: smaller is better
 
@@ -174,7 +181,6 @@ class CustomMultipleChoiceTask(_CustomData, MultipleChoiceTask):
     """Your questions, each with the same number of options -> the right option; accuracy."""
 
     kind = name = "multiple_choice"
-    config_file = "custom.py:kind=multiple_choice"
     dev_metrics = selectable_metrics = scores.MULTIPLE_CHOICE_METRICS
 
     def _from_training_data(self, run_dir: epath.Path | None) -> None:
@@ -188,10 +194,6 @@ class CustomMultipleChoiceTask(_CustomData, MultipleChoiceTask):
                 self.config.data.train_file, self.kind,
                 custom_data.columns(self.config.data, self.kind), chunk_rows=1))[0]
             self.num_choices = len(first.options)
-
-    def workdir_files(self) -> dict[str, bytes]:
-        return dict(super().workdir_files(),
-                    **{workdir_names.LABELS_FILE: custom_data.labels_json(self.labels).encode()})
 
     def _reading(self) -> dict[str, Any]:
         return {"num_choices": self.num_choices}

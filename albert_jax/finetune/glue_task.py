@@ -39,11 +39,7 @@ class _GlueData:
     spec: glue.TaskSpec
     config: ml_collections.ConfigDict
     tokenizer: Tokenizer | None
-
-    @classmethod
-    def validate_config(cls, config: ml_collections.ConfigDict) -> None:
-        cls.check_data_source(config)
-        super().validate_config(config)
+    reads_folder_or_tfds = True
 
     @classmethod
     def metric_names(cls, config: ml_collections.ConfigDict) -> tuple[str, ...]:

@@ -28,11 +28,7 @@ class RaceTask(MultipleChoiceTask):
     num_choices = len(race.ANSWER_LETTERS)
     eval_splits = ("dev",)
     test_splits = ("test",)
-
-    @classmethod
-    def validate_config(cls, config: ml_collections.ConfigDict) -> None:
-        cls.check_data_source(config)
-        super().validate_config(config)
+    reads_folder_or_tfds = True
 
     @classmethod
     def metric_names(cls, config: ml_collections.ConfigDict) -> tuple[str, ...]:

@@ -88,6 +88,9 @@ class FinetuneTask(Task):
 
     name: str
     test_splits: tuple[str, ...] = ()
+    # Whether the task reads a folder in its original layout (data.path) or TFDS (data.tfds_name):
+    # `validate_config` then checks that one is given (`check_data_source`).
+    reads_folder_or_tfds = False
     # The configs/ file (and its argument) that fine-tunes this task: `albert-jax finetune
     # --config=configs/<config_file>`; "" for a user's task, which brings its own.
     config_file: str = ""
@@ -115,6 +118,8 @@ class FinetuneTask(Task):
     def validate_config(cls, config: ml_collections.ConfigDict) -> None:
         """Raises ConfigError (or FileNotFoundError), naming the key, for a config this task
         cannot run, before anything is read. Families add their data checks."""
+        if cls.reads_folder_or_tfds:
+            cls.check_data_source(config)
         validation.check_numbers(config)
 
     @classmethod
