@@ -14,7 +14,7 @@ Two models with the same parameters (one shared block, SPEC 3.3):
   loop  the same Embeddings / AttentionBlock / FeedForwardBlock / heads, with the encoder as a
         Python loop calling one shared block L times: the HuggingFace Flax design (SPEC 11.1),
         whose program grows with L.
-The scanned model's L=48 / L=12 total time must stay within 1.25x (issue 12: the `nn.scan` design); the script
+The scanned model's L=48 / L=12 total time must stay within 1.25x (the `nn.scan` design: one compiled layer, whatever L); the script
 exits with status 1 otherwise.
 """
 from __future__ import annotations

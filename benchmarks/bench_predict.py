@@ -1,5 +1,5 @@
 """`albert-jax predict` throughput beside HuggingFace's text-classification pipeline (PyTorch, CPU)
-on the same exported model (issue 21): rows/s, peak memory, and that both give the same labels.
+on the same exported model: rows/s, peak memory, and that both give the same labels.
 
   nice -n 10 .venv/bin/python benchmarks/bench_predict.py [--rows=100000] [--round_rows=10000]
       [--rounds=5] [--workdir=W] [--hf_batch_sizes=8,32,64,128] [--json]

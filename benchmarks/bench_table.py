@@ -1,4 +1,4 @@
-"""The performance table of issue 12, every ratio from ONE process with the sides interleaved.
+"""The performance table (README's speed targets), every ratio from ONE process with the sides interleaved.
 
   .venv/bin/python -m benchmarks.bench_table [--json] [--repeats=5] [--steps=1]
       [--cases=train_base,train_small,infer_base,finetune,finetune_glue512,compile]

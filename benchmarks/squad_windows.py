@@ -1,4 +1,5 @@
-"""SQuAD v1.1 training windows without the answer: `cls` (the reference) against `drop` (issue 28).
+"""SQuAD v1.1 training windows without the answer: `cls` (the reference) against `drop`
+(albert_jax's earlier behaviour).
 
   nice -n 10 .venv/bin/python -m benchmarks.squad_windows [--steps=1000] [--seeds=3]
 

@@ -1,4 +1,4 @@
-"""A user's own data (issue 21): CSV/TSV/JSONL/Parquet readers, column mapping, label lists,
+"""A user's own data: CSV/TSV/JSONL/Parquet readers, column mapping, label lists,
 multiple choice with any number of options, configs/custom.py, and a one-line error for every
 fault a user can make."""
 import json
@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from albert_jax.errors import ConfigError
-from albert_jax.finetune import custom_data, features
-from albert_jax.finetune.custom_data import Columns, Question
-from albert_jax.finetune.glue import Example
+from albert_jax.finetune import custom_data, features, tables
+from albert_jax.finetune.tables import Columns
+from albert_jax.finetune.examples import ChoiceQuestion as Question, TextExample as Example
 from albert_jax.model import AlbertForMultipleChoice, get_config
 from configs import custom as custom_config
 from finetune_fixtures import sentence
@@ -31,7 +31,7 @@ def _columns(kind: str, **overrides) -> Columns:
     data = custom_config.get_config(f"kind={kind}").data
     for key, value in overrides.items():
         data[key] = value
-    return Columns.from_config(data, kind)
+    return custom_data.columns(data, kind)
 
 
 def _jsonl(rows) -> str:
@@ -50,8 +50,8 @@ CSV_TEXT = ('id,text,label\n'
 
 def test_csv_quoting_and_physical_line_numbers(tmp_path):
     path = _write(tmp_path, "train.csv", CSV_TEXT)
-    examples = custom_data.read_file(path, "classification", _columns("classification",
-                                                                      id="id"))
+    examples = tables.read_file(path, "classification", _columns("classification",
+                                                                 id="id"))
     assert examples == [
         Example("r0", "Hello, world", None, "très bien", f"{path}:2"),
         Example("r1", "first line\nsecond line, with a comma", None, "not good", f"{path}:3"),
@@ -61,13 +61,13 @@ def test_csv_quoting_and_physical_line_numbers(tmp_path):
     bad = _write(tmp_path, "bad.csv", 'text,label\n"a\nb",x\nonly one field\n')
     with pytest.raises(ValueError, match=r"bad\.csv:4: 1 fields, but the header has 2 "
                                          r"\(text, label\); first field 'only one field'"):
-        custom_data.read_file(bad, "classification", _columns("classification"))
+        tables.read_file(bad, "classification", _columns("classification"))
 
 
 def test_label_list_sorted_or_given_and_checked_on_dev(tmp_path):
     columns = _columns("classification", id="id")
-    train_examples = custom_data.read_file(_write(tmp_path, "train.csv", CSV_TEXT),
-                                           "classification", columns)
+    train_examples = tables.read_file(_write(tmp_path, "train.csv", CSV_TEXT),
+                                      "classification", columns)
     assert custom_data.label_list(train_examples) == LABELS
     # data.labels sets the class order, as a comma list or a JSON list (labels with commas).
     assert custom_data.label_list(train_examples, "très bien, okay ☺,not good") == (
@@ -86,7 +86,7 @@ def test_label_list_sorted_or_given_and_checked_on_dev(tmp_path):
     dev = _write(tmp_path, "dev.csv", "id,text,label\nd0,fine,okay ☺\nd1,meh,très mal\n")
     with pytest.raises(ValueError, match=r"dev\.csv:3: label 'très mal' is not one of the 3 "
                                          r"labels \('not good', 'okay ☺', 'très bien'\)"):
-        custom_data.read_file(dev, "classification", columns, label_list=LABELS)
+        tables.read_file(dev, "classification", columns, label_list=LABELS)
 
 
 def test_labels_json_round_trip(tmp_path):
@@ -102,16 +102,16 @@ def test_json_and_parquet_values_become_label_strings(tmp_path):
     rows = [{"text": "one", "label": 1}, {"text": "yes", "label": True},
             {"text": "one again", "label": "1"}, {"text": "half", "label": 0.5}]
     path = _write(tmp_path, "train.jsonl", _jsonl(rows))
-    examples = custom_data.read_file(path, "classification", _columns("classification"))
+    examples = tables.read_file(path, "classification", _columns("classification"))
     assert [example.label for example in examples] == ["1", "true", "1", "0.5"]
-    assert [example.index for example in examples] == ["0", "1", "2", "3"]  # row numbers
+    assert [example.id for example in examples] == ["0", "1", "2", "3"]  # row numbers
 
 
 def test_tsv_has_no_quoting(tmp_path):
     path = _write(tmp_path, "dev.tsv", 'sentence\tother\tlabel\nHe said "no\tx\tpos\n'
                                        '"quoted, text"\ty\tneg\n')
-    examples = custom_data.read_file(path, "classification",
-                                     _columns("classification", text_a="sentence", text_b="other"))
+    examples = tables.read_file(path, "classification",
+                                _columns("classification", text_a="sentence", text_b="other"))
     assert [(e.text_a, e.text_b, e.label) for e in examples] == [
         ('He said "no', "x", "pos"), ('"quoted, text"', "y", "neg")]
 
@@ -120,7 +120,7 @@ def test_regression_jsonl(tmp_path, tokenizer):
     rows = [{"text": "a man walked", "score": 1.5}, {"text": "the dog", "score": "2"},
             {"text": "a cat", "score": -3}]
     path = _write(tmp_path, "train.jsonl", _jsonl(rows))
-    examples = custom_data.read_file(path, "regression", _columns("regression", label="score"))
+    examples = tables.read_file(path, "regression", _columns("regression", label="score"))
     assert [example.label for example in examples] == ["1.5", "2", "-3"]
     arrays = features.classification_features(examples, tokenizer, 16, None)
     np.testing.assert_array_equal(arrays["labels"], np.float32([1.5, 2, -3]))
@@ -138,7 +138,7 @@ def _multiple_choice_rows():
 def test_multiple_choice_options_as_a_list_or_as_columns(tmp_path):
     rows = _multiple_choice_rows()
     listed = _write(tmp_path, "train.jsonl", _jsonl(rows))
-    questions = custom_data.read_file(listed, "multiple_choice", _columns("multiple_choice"))
+    questions = tables.read_file(listed, "multiple_choice", _columns("multiple_choice"))
     assert questions[1] == Question("1", "A dog saw a bird.", "What did the dog see?",
                                     ("a cat", "a bird", "a car"), 1, f"{listed}:2")
     assert [question.answer for question in questions] == [0, 1, 2]
@@ -147,15 +147,15 @@ def test_multiple_choice_options_as_a_list_or_as_columns(tmp_path):
         ",".join([f'"{row["context"]}"', f'"{row["question"]}"', *row["options"],
                   str(row["label"])]) for row in rows]
     columns = _write(tmp_path, "train.csv", "\n".join(lines) + "\n")
-    from_columns = custom_data.read_file(columns, "multiple_choice",
-                                         _columns("multiple_choice", options="a,b,c"))
+    from_columns = tables.read_file(columns, "multiple_choice",
+                                    _columns("multiple_choice", options="a,b,c"))
     assert [(q.article, q.question, q.options, q.answer) for q in from_columns] == [
         (q.article, q.question, q.options, q.answer) for q in questions]
     # In CSV a single options column holds a JSON list.
     as_json = _write(tmp_path, "json_options.csv",
                      'question,options,label\nWhich?,"[""x"", ""y""]",y\n')
-    [question] = custom_data.read_file(as_json, "multiple_choice",
-                                       _columns("multiple_choice", context=""))
+    [question] = tables.read_file(as_json, "multiple_choice",
+                                  _columns("multiple_choice", context=""))
     assert (question.article, question.options, question.answer) == ("", ("x", "y"), 1)
 
 
@@ -201,16 +201,16 @@ def test_chunks_are_streamed_with_row_numbers_across_chunks(tmp_path):
     rows = [{"text": f"sentence {n}", "label": "a" if n % 2 else "b"} for n in range(7)]
     # A broken last line: the first chunks arrive before it is read (the file is not read whole).
     path = _write(tmp_path, "big.jsonl", _jsonl(rows) + "{broken\n")
-    chunks = custom_data.iter_example_chunks(path, "classification", _columns("classification"),
-                                             chunk_rows=3)
+    chunks = tables.iter_example_chunks(path, "classification", _columns("classification"),
+                                        chunk_rows=3)
     first, second = next(chunks), next(chunks)
     assert [len(first), len(second)] == [3, 3]
-    assert [example.index for example in first + second] == [str(n) for n in range(6)]
+    assert [example.id for example in first + second] == [str(n) for n in range(6)]
     assert second[2].source == f"{path}:6"
     with pytest.raises(ValueError, match=r"big\.jsonl:8: not valid JSON"):
         next(chunks)
-    assert [len(chunk) for chunk in custom_data.iter_row_chunks(
-        _write(tmp_path, "seven.jsonl", _jsonl(rows)), 3)] == [3, 3, 1]
+    assert [len(chunk) for chunk in tables.iter_row_chunks(
+   _write(tmp_path, "seven.jsonl", _jsonl(rows)), 3)] == [3, 3, 1]
 
 
 def test_parquet_reads_as_jsonl_does(tmp_path):
@@ -222,31 +222,31 @@ def test_parquet_reads_as_jsonl_does(tmp_path):
     path = str(tmp_path / "train.parquet")
     pyarrow.parquet.write_table(pyarrow.Table.from_pylist(rows), path, row_group_size=2)
     columns = _columns("classification", text_b="pair")
-    from_parquet = custom_data.read_file(path, "classification", columns)
-    from_jsonl = custom_data.read_file(_write(tmp_path, "train.jsonl", _jsonl(rows)),
-                                       "classification", columns)
+    from_parquet = tables.read_file(path, "classification", columns)
+    from_jsonl = tables.read_file(_write(tmp_path, "train.jsonl", _jsonl(rows)),
+                                  "classification", columns)
     assert [example.source for example in from_parquet] == [f"{path}:{n}" for n in (1, 2, 3)]
-    strip = lambda examples: [(e.index, e.text_a, e.text_b, e.label) for e in examples]
+    strip = lambda examples: [(e.id, e.text_a, e.text_b, e.label) for e in examples]
     assert strip(from_parquet) == strip(from_jsonl)
     with pytest.raises(ValueError, match=r"not_parquet\.parquet: not a Parquet file"):
-        custom_data.read_file(_write(tmp_path, "not_parquet.parquet", "text\nx\n"),
-                              "classification", columns)
+        tables.read_file(_write(tmp_path, "not_parquet.parquet", "text\nx\n"),
+                         "classification", columns)
 
 
 def test_files_to_predict_need_no_label(tmp_path):
     path = _write(tmp_path, "test.csv", "text\nfirst\nsecond\n")
-    examples = custom_data.read_file(path, "classification", _columns("classification"),
-                                     label_list=LABELS, labelled=False)
+    examples = tables.read_file(path, "classification", _columns("classification"),
+                                label_list=LABELS, labelled=False)
     assert [(example.text_a, example.label) for example in examples] == [
         ("first", None), ("second", None)]
     # An empty label cell is no label; a label that is there is still checked.
     path = _write(tmp_path, "test2.csv", "text,label\nfirst,\nsecond,bad\n")
     with pytest.raises(ValueError, match=r"test2\.csv:3: label 'bad' is not one of the 3"):
-        custom_data.read_file(path, "classification", _columns("classification"),
-                              label_list=LABELS, labelled=False)
-    questions = custom_data.read_file(
-        _write(tmp_path, "test.jsonl", _jsonl([{"question": "q?", "options": ["a", "b"]}])),
-        "multiple_choice", _columns("multiple_choice", context=""), labelled=False)
+        tables.read_file(path, "classification", _columns("classification"),
+                         label_list=LABELS, labelled=False)
+    questions = tables.read_file(
+   _write(tmp_path, "test.jsonl", _jsonl([{"question": "q?", "options": ["a", "b"]}])),
+   "multiple_choice", _columns("multiple_choice", context=""), labelled=False)
     assert questions[0].answer is None
 
 
@@ -272,7 +272,7 @@ def test_config_per_kind():
         assert (config.task, config.selection_metric) == (kind, metric)
         assert config.data.label == "label" and config.data.id == ""
         assert "path" not in config.data and "tfds_name" not in config.data
-        assert Columns.from_config(config.data, kind)  # Every key the reader needs is there.
+        assert custom_data.columns(config.data, kind)  # Every key the reader needs is there.
     config = custom_config.get_config("kind=classification")
     assert (config.data.text_a, config.data.text_b, config.data.labels) == ("text", "", "")
     assert (config.optim.lr, config.batch_size, config.seq_len) == (2e-5, 32, 512)
@@ -290,7 +290,7 @@ def test_config_per_kind():
     with pytest.raises(ConfigError, match=r"config data has no context, question, options: a "
                                           r"multiple_choice task needs the data section of "
                                           r"configs/custom\.py:kind=multiple_choice"):
-        Columns.from_config(custom_config.get_config("kind=regression").data, "multiple_choice")
+        custom_data.columns(custom_config.get_config("kind=regression").data, "multiple_choice")
     with pytest.raises(ConfigError, match=r"data\.text_a is empty"):
         _columns("classification", text_a="")
     with pytest.raises(ConfigError, match=r"data\.options is empty"):
@@ -374,17 +374,17 @@ def test_every_bad_input_is_one_line_naming_file_line_and_value(
         tmp_path, name, text, kind, overrides, keywords, message):
     path = _write(tmp_path, name, text)
     with pytest.raises(ValueError, match=message) as error:
-        custom_data.read_file(path, kind, _columns(kind, **overrides), **keywords)
+        tables.read_file(path, kind, _columns(kind, **overrides), **keywords)
     assert "\n" not in str(error.value)
     assert path in str(error.value)
 
 
 def test_missing_file_and_non_utf8(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"nope\.csv: no such file"):
-        custom_data.read_file(str(tmp_path / "nope.csv"), "classification",
-                              _columns("classification"))
+        tables.read_file(str(tmp_path / "nope.csv"), "classification",
+                         _columns("classification"))
     path = tmp_path / "latin1.csv"
     path.write_bytes("text,label\ncaf\xe9,a\n".encode("latin-1"))
     with pytest.raises(ValueError, match=r"latin1\.csv: not UTF-8 text"):
-        custom_data.read_file(str(path), "classification", _columns("classification"))
+        tables.read_file(str(path), "classification", _columns("classification"))
 

@@ -55,7 +55,7 @@ def eval_records(workdir: Path, split: str = "dev") -> dict[int, dict]:
 def test_glue_task_from_a_pretraining_workdir(task, pretrained, tmp_path, capsys):
     data_path = Path(write_glue_task(str(tmp_path / "glue_data"), task, num_train=12, num_dev=6,
                                      num_test=5, seed=1))
-    if task == "qqp":  # Issue 25: the official train.tsv has short lines, which QQP skips.
+    if task == "qqp":  # The official train.tsv has short lines, which QQP skips.
         for name in ("train.tsv", "dev.tsv"):
             with (data_path / name).open("a", encoding="utf-8") as file:
                 file.write('"\tWas Muhammad a real historical figure?\t0\n')
@@ -94,7 +94,7 @@ def test_glue_task_from_a_pretraining_workdir(task, pretrained, tmp_path, capsys
     finetune_run.evaluate(str(workdir), "dev")
     metrics = json.loads((workdir / "predictions" / "dev" / "metrics.json").read_text())
     assert metrics[metric] == pytest.approx(best["value"])  # the best checkpoint's dev score
-    # `albert-jax predict` on the task's own dev file gives what evaluate gave (issue 21).
+    # `albert-jax predict` on the task's own dev file gives what evaluate gave.
     dev_file = data_path / ("dev_matched.tsv" if task == "mnli" else "dev.tsv")
     predicted = finetune_run.predict(str(workdir), str(dev_file), str(tmp_path / "dev.jsonl"))
     assert_same_records(Path(predicted), workdir / "predictions" / "dev" / "predictions.jsonl")
@@ -105,7 +105,7 @@ def test_glue_task_from_a_pretraining_workdir(task, pretrained, tmp_path, capsys
     for eval_set in sets:
         rows = read_tsv(workdir / "predictions" / "test" / eval_set.submission_file)
         assert rows[0] == ["index", "prediction"]
-        assert [row[0] for row in rows[1:]] == [example.index for example in eval_set.examples]
+        assert [row[0] for row in rows[1:]] == [example.id for example in eval_set.examples]
         labels = glue.labels("mnli" if eval_set.name == "ax" else task)
         for _, prediction in rows[1:]:
             if labels is None:

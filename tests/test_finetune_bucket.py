@@ -20,7 +20,7 @@ from albert_jax import cli
 from albert_jax.convert import load_huggingface, load_tf_checkpoint, save_tf_checkpoint
 from albert_jax.convert.formats import convert
 from albert_jax.data import tokenizer as tokenizer_lib
-from albert_jax.finetune import custom_data, glue, pretrained, race, squad_eval
+from albert_jax.finetune import custom_data, glue, pretrained, race, squad_eval, tables
 from albert_jax.finetune import run as finetune_run
 from albert_jax.train import checkpoint
 from configs import custom as custom_config
@@ -96,22 +96,22 @@ def _write_own_data(folder: Path, rows: list[dict]) -> None:
 def test_own_data_reads_from_a_bucket_as_locally(tmp_path, bucket):
     _write_own_data(tmp_path, _rows(10))
     remote = upload(tmp_path, f"{bucket}/data")
-    columns = custom_data.Columns(text_a="text", label="label", id="id")
+    columns = tables.Columns(text_a="text", label="label", id="id")
     for name in ("data.csv", "data.tsv", "data.jsonl", "data.parquet"):
-        local = custom_data.read_file(str(tmp_path / name), "classification", columns)
-        in_bucket = custom_data.read_file(f"{remote}/{name}", "classification", columns)
+        local = tables.read_file(str(tmp_path / name), "classification", columns)
+        in_bucket = tables.read_file(f"{remote}/{name}", "classification", columns)
         assert len(local) == 10
         assert _examples(in_bucket, remote) == _examples(local, str(tmp_path)), name
-        chunks = list(custom_data.iter_example_chunks(f"{remote}/{name}", "classification",
-                                                      columns, chunk_rows=4))
+        chunks = list(tables.iter_example_chunks(f"{remote}/{name}", "classification",
+                                                 columns, chunk_rows=4))
         assert [len(chunk) for chunk in chunks] == [4, 4, 2]
-        assert custom_data.column_names(f"{remote}/{name}") == ("id", "text", "label")
+        assert tables.column_names(f"{remote}/{name}") == ("id", "text", "label")
     # A fault is the same one line, naming the file in the bucket.
     (epath.Path(remote) / "bad.csv").write_text("text,label\nfine,x\nno label\n")
     with pytest.raises(ValueError, match=rf"^{remote}/bad\.csv:3: 1 fields, but the header "
                                          r"has 2 \(text, label\)"):
-        custom_data.read_file(f"{remote}/bad.csv", "classification",
-                              custom_data.Columns(text_a="text", label="label"))
+        tables.read_file(f"{remote}/bad.csv", "classification",
+                         tables.Columns(text_a="text", label="label"))
     data = custom_config.get_config("kind=classification").data
     data.train_file = f"{remote}/missing.csv"
     with pytest.raises(FileNotFoundError, match=rf"data\.train_file={remote}/missing\.csv: no "

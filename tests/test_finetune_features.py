@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from albert_jax.data.tokenizer import Tokenizer, train
-from albert_jax.finetune import features, glue, race
+from albert_jax.finetune import features, glue
+from albert_jax.finetune.examples import ChoiceQuestion, TextExample
 from finetune_fixtures import sentence
 
 CLS, SEP, PAD = 2, 3, 0  # SPEC 2.1
@@ -121,9 +122,9 @@ def test_classification_features_match_reference_port(tokenizer):
     examples = []
     for index in range(300):  # Repeated premises, as in MNLI; some single sentences.
         text_b = None if index % 7 == 0 else sentence(rng, 1, 25)
-        examples.append(glue.Example(str(index), rng.choice(premises), text_b,
-                                     rng.choice(("contradiction", "entailment", "neutral")),
-                                     f"test:{index}"))
+        examples.append(TextExample(str(index), rng.choice(premises), text_b,
+                                    rng.choice(("contradiction", "entailment", "neutral")),
+                                    f"test:{index}"))
     batch = features.classification_features(examples, tokenizer, 24, glue.labels("mnli"))
     assert batch["input_ids"].shape == batch["segment_ids"].shape == (300, 24)
     assert batch["input_mask"].dtype == np.int32 and batch["labels"].dtype == np.int32
@@ -138,19 +139,19 @@ def test_classification_features_match_reference_port(tokenizer):
 
 
 def test_classification_labels(tokenizer):
-    examples = [glue.Example("0", "the man", None, "3.800", "f:2"),
-                glue.Example("1", "the man", None, None, "f:3")]
+    examples = [TextExample("0", "the man", None, "3.800", "f:2"),
+                TextExample("1", "the man", None, None, "f:3")]
     batch = features.classification_features(examples, tokenizer, 8, None)
     assert batch["labels"].dtype == np.float32
     np.testing.assert_array_equal(batch["labels"], np.array([3.8, 0.0], np.float32))
-    examples = [glue.Example("0", "the man", "a dog", "not_entailment", "f:2"),
-                glue.Example("1", "the man", "a dog", None, "f:3")]
+    examples = [TextExample("0", "the man", "a dog", "not_entailment", "f:2"),
+                TextExample("1", "the man", "a dog", None, "f:3")]
     batch = features.classification_features(examples, tokenizer, 8, glue.labels("rte"))
     assert batch["labels"].tolist() == [1, 0]
 
 
 def test_classification_errors(tokenizer):
-    bad = [glue.Example("0", "the man", None, "maybe", "dev.tsv:7")]
+    bad = [TextExample("0", "the man", None, "maybe", "dev.tsv:7")]
     with pytest.raises(ValueError, match=r"dev\.tsv:7: unknown label 'maybe'; the labels are 0, 1"):
         features.classification_features(bad, tokenizer, 8, ("0", "1"))
     with pytest.raises(ValueError, match=r"dev\.tsv:7: regression label 'maybe' is not a number"):
@@ -165,7 +166,7 @@ def test_race_blank_is_replaced_by_the_option(tokenizer):
     appended = _ids(tokenizer, "the man saw a bird. old house", 8)
     input_ids, segment_ids, input_mask = features.encode_multiple_choice(
         tokenizer, "The man walked near the market", "The man walked over the _",
-        ["old house", "a", "b", "c"], 20)
+        ["old house", "a", "b", "c"], 20, num_choices=4)
     assert input_ids.shape == segment_ids.shape == input_mask.shape == (4, 20)
     assert input_ids[0].tolist() == [CLS, *article, SEP, *filled, SEP] + [PAD] * 4
     assert segment_ids[0].tolist() == [0] * 8 + [1] * 8 + [0] * 4
@@ -173,7 +174,7 @@ def test_race_blank_is_replaced_by_the_option(tokenizer):
     # No blank: the option follows the question after a space.
     input_ids, _, _ = features.encode_multiple_choice(
         tokenizer, "The man walked near the market", "The man saw a bird.",
-        ["a", "b", "Old house", "c"], 20)
+        ["a", "b", "Old house", "c"], 20, num_choices=4)
     assert input_ids[2].tolist() == [CLS, *article, SEP, *appended, SEP] + [PAD] * 3
 
 
@@ -183,35 +184,38 @@ def test_race_truncation(tokenizer):
     # The question + option keeps its LAST max_qa_length tokens; the article's end gives way.
     input_ids, segment_ids, _ = features.encode_multiple_choice(
         tokenizer, "the man walked near the market with a dog", "the man saw a bird.",
-        ["old house"] * 4, 12, max_qa_length=4)
+        ["old house"] * 4, 12, max_qa_length=4, num_choices=4)
     assert input_ids[0].tolist() == [CLS, *article[:5], SEP, *qa[-4:], SEP]
     assert segment_ids[3].tolist() == [0] * 7 + [1] * 5
     # With the default max_qa_length (128) the article gets what the 8 qa tokens leave.
     input_ids, _, _ = features.encode_multiple_choice(
         tokenizer, "the man walked near the market with a dog", "the man saw a bird.",
-        ["old house"] * 4, 14)
+        ["old house"] * 4, 14, num_choices=4)
     assert input_ids[1].tolist() == [CLS, *article[:3], SEP, *qa, SEP]
     # Question + option longer than seq_len - 3: its last seq_len - 3 tokens, no article.
     input_ids, _, input_mask = features.encode_multiple_choice(
         tokenizer, "the man walked near the market with a dog", "the man saw a bird.",
-        ["old house"] * 4, 8)
+        ["old house"] * 4, 8, num_choices=4)
     assert input_ids[0].tolist() == [CLS, SEP, *qa[-5:], SEP]
     assert input_mask[0].tolist() == [1] * 8
 
 
 def test_multiple_choice_features(tokenizer):
     rng = random.Random(2)
-    questions = [race.Question(f"dev/high/{n}.txt-0", "high", sentence(rng, 10, 40),
-                               rng.choice(["the man walked over the _", "the man saw a bird."]),
-                               tuple(sentence(rng, 1, 4, end="") for _ in range(4)), answer)
+    questions = [ChoiceQuestion(f"dev/high/{n}.txt-0", sentence(rng, 10, 40),
+                                rng.choice(["the man walked over the _", "the man saw a bird."]),
+                                tuple(sentence(rng, 1, 4, end="") for _ in range(4)), answer,
+                                level="high")
                  for n, answer in enumerate([3, None, 0, 2])]
-    batch = features.multiple_choice_features(questions, tokenizer, 24, max_qa_length=6)
+    batch = features.multiple_choice_features(questions, tokenizer, 24, max_qa_length=6,
+                                              num_choices=4)
     assert batch["input_ids"].shape == (4, 4, 24)
     assert batch["labels"].tolist() == [3, 0, 0, 2]
     for row, question in enumerate(questions):
         single = features.encode_multiple_choice(tokenizer, question.article, question.question,
-                                                 question.options, 24, max_qa_length=6)
+                                                 question.options, 24, max_qa_length=6,
+                                                 num_choices=4)
         for name, array in zip(("input_ids", "segment_ids", "input_mask"), single):
             np.testing.assert_array_equal(batch[name][row], array)
     with pytest.raises(ValueError, match="needs 4 options, got 3"):
-        features.encode_multiple_choice(tokenizer, "a", "b", ["x", "y", "z"], 16)
+        features.encode_multiple_choice(tokenizer, "a", "b", ["x", "y", "z"], 16, num_choices=4)

@@ -1,6 +1,6 @@
 """Fine-tuning learns from real text: a sentence-pair task and a RACE-format task, both built from
 the sentences of the stdlib docstrings (`corpus.demo_documents`), go from chance to well above
-it from scratch in about a CPU minute each (issue 9, "learning from real text").
+it from scratch in about a CPU minute each.
 
 The pair task is clause order, the sentence-order objective of SPEC 4 at the scale of one
 sentence: a sentence is cut in two and the halves come in order (label 1) or swapped (label 0).

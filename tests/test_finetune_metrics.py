@@ -8,10 +8,17 @@ import pytest
 import scipy.stats
 from sklearn import metrics as sklearn_metrics
 
-from albert_jax.finetune.metrics import (BEST_METRIC, CUSTOM_METRICS, CUSTOM_SELECTABLE_METRICS,
-                                        GLUE_TASKS, classification_metrics, glue_metrics,
-                                        multiple_choice_metrics, race_metrics,
+from albert_jax.finetune import glue, race, registry, scores
+from albert_jax.finetune.scores import (classification_metrics, multiple_choice_metrics,
                                         regression_metrics)
+
+GLUE_TASKS = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli", "ax")
+glue_metrics = glue.score  # a GLUE task's (or AX's) metrics, from its spec row
+
+
+def race_metrics(predictions, labels, levels):
+    return scores.race_metrics(predictions, labels, levels, num_choices=4,
+                               level_names=("middle", "high"))
 
 NUM_CLASSES = {"cola": 2, "sst2": 2, "mrpc": 2, "qqp": 2, "mnli": 3, "qnli": 2, "rte": 2, "wnli": 2,
                "ax": 3}
@@ -137,14 +144,17 @@ def test_race_absent_level_has_no_key():
 
 
 def test_best_metric_is_a_key_of_each_task_metrics():
-    assert BEST_METRIC["cola"] == "mcc"
-    assert BEST_METRIC["stsb"] == "pearson"
-    assert BEST_METRIC["race"] == "accuracy"
-    assert set(BEST_METRIC) == set(GLUE_TASKS) - {"ax"} | {"race"}
+    best_metric = {name: registry.get(name).selection_metric(None) for name in glue.TASKS}
+    assert best_metric["cola"] == "mcc"
+    assert best_metric["stsb"] == "pearson"
+    assert registry.get("race").selection_metric(None) == "accuracy"
+    assert set(best_metric) == set(GLUE_TASKS) - {"ax"}
+    assert race.LEVELS == ("middle", "high")  # the levels race_metrics above scores
     for task in set(GLUE_TASKS) - {"ax"}:
-        assert BEST_METRIC[task] in EXPECTED_KEYS[task]
+        assert best_metric[task] in EXPECTED_KEYS[task]
+        assert set(glue.spec(task).metrics) == EXPECTED_KEYS[task]
         if task not in ("cola", "stsb"):
-            assert BEST_METRIC[task] == "accuracy"
+            assert best_metric[task] == "accuracy"
 
 
 @pytest.mark.parametrize("call, message", [
@@ -168,7 +178,7 @@ def test_bad_input_is_a_clear_value_error(call, message):
         call()
 
 
-# --- Own data (issue 21) ------------------------------------------------------------------------
+# --- Own data -----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("seed", range(6))
 def test_own_data_metrics_equal_sklearn_and_scipy(seed):
@@ -213,10 +223,13 @@ def test_own_data_metric_names():
     outputs = {"classification": classification_metrics([0, 1], [0, 1], 2),
                "regression": regression_metrics([0.0, 1.0], [0.0, 1.0]),
                "multiple_choice": multiple_choice_metrics([0, 1], [0, 1], 2)}
+    expected = {"classification": ("accuracy", "macro_f1", "mcc"),
+                "regression": ("pearson", "spearman", "mse"), "multiple_choice": ("accuracy",)}
     for kind, metrics in outputs.items():
-        assert tuple(metrics) == CUSTOM_METRICS[kind]
-        assert set(CUSTOM_SELECTABLE_METRICS[kind]) <= set(CUSTOM_METRICS[kind])
-    assert "mse" not in CUSTOM_SELECTABLE_METRICS["regression"]  # smaller is better
+        task_class = registry.get(kind)
+        assert tuple(metrics) == expected[kind] == task_class.metric_names(None)
+        assert set(task_class.selectable_metrics) <= set(expected[kind])
+    assert "mse" not in registry.get("regression").selectable_metrics  # smaller is better
 
 
 @pytest.mark.parametrize("call, message", [

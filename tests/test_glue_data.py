@@ -8,6 +8,7 @@ import pytest
 import tensorflow_datasets as tfds
 
 from albert_jax.finetune import glue
+from albert_jax.finetune.examples import TextExample
 from finetune_fixtures import GLUE_FOLDERS, write_glue_task
 
 # What the files hold, by header name (independent of the reader's column positions).
@@ -42,12 +43,12 @@ def _file_rows(path: str, task: str, labelled: bool) -> list[tuple]:
     return rows
 
 
-def _as_rows(examples: list[glue.Example], path: str) -> list[tuple]:
+def _as_rows(examples: list[TextExample], path: str) -> list[tuple]:
     rows = []
     for example in examples:
         file_name, line = example.source.rsplit(":", 1)
         assert file_name == path
-        rows.append((example.index, example.text_a, example.text_b, example.label, int(line)))
+        rows.append((example.id, example.text_a, example.text_b, example.label, int(line)))
     return rows
 
 
@@ -85,7 +86,7 @@ def test_every_task_reads_its_files(tmp_path, task):
             assert _as_rows(eval_set.examples, path) == expected
             assert eval_set.skipped == glue.SkipReport(path, ())
             if not labelled:
-                assert [example.index for example in eval_set.examples] == [
+                assert [example.id for example in eval_set.examples] == [
                     str(number) for number in range(len(expected))]
                 assert all(example.label is None for example in eval_set.examples)
 
@@ -110,12 +111,12 @@ def test_hand_written_mnli_dev(tmp_path):
     matched, mismatched = glue.read_eval_sets("mnli", str(tmp_path), "dev")
     path = str(tmp_path / "dev_matched.tsv")
     assert matched.examples == [
-        glue.Example("0", "The new rights are nice enough",
-                     "Everyone really likes the newest benefits ", "neutral", f"{path}:2"),
-        glue.Example("1", 'This site includes a list of "all award winners',
-                     "The Government Executive articles housed on the website are not able to "
-                     "be searched .", "contradiction", f"{path}:3")]
-    assert mismatched.examples == [glue.Example(
+        TextExample("0", "The new rights are nice enough",
+                    "Everyone really likes the newest benefits ", "neutral", f"{path}:2"),
+        TextExample("1", 'This site includes a list of "all award winners',
+                    "The Government Executive articles housed on the website are not able to "
+                    "be searched .", "contradiction", f"{path}:3")]
+    assert mismatched.examples == [TextExample(
         "7", "Your gift is appreciated.", "Hundreds of students will benefit.", "entailment",
         f"{tmp_path / 'dev_mismatched.tsv'}:2")]
 
@@ -127,13 +128,13 @@ def test_cola_train_has_no_header_and_test_has_one(tmp_path):
     (tmp_path / "test.tsv").write_text(
         "index\tsentence\n0\tBill whistled past the house.\n1\t\"Quote.\n", encoding="utf-8")
     train, _ = glue.read_train("cola", str(tmp_path))
-    assert [(example.index, example.text_a, example.text_b, example.label)
+    assert [(example.id, example.text_a, example.text_b, example.label)
             for example in train] == [
         ("0", "Our friends won't buy this analysis, let alone the next one we propose.", None,
          "1"),
         ("1", 'The more we study verbs, the crazier they get"', None, "0")]
     (test,) = glue.read_eval_sets("cola", str(tmp_path), "test")
-    assert [(example.index, example.text_a, example.label) for example in test.examples] == [
+    assert [(example.id, example.text_a, example.label) for example in test.examples] == [
         ("0", "Bill whistled past the house.", None), ("1", '"Quote.', None)]
 
 
@@ -175,7 +176,7 @@ _QQP_SKIPPED_LINES = (4, 5, 6, 9)
 
 
 def test_qqp_train_and_dev_skip_short_lines_as_the_reference(tmp_path):
-    # SPEC 8.2, issue 25: QQP train and dev skip a line with too few columns and report it.
+    # SPEC 8.2: QQP train and dev skip a line with too few columns and report it.
     for name in ("train.tsv", "dev.tsv"):
         (tmp_path / name).write_text("\n".join(_QQP_LINES) + "\n", encoding="utf-8")
     (tmp_path / "test.tsv").write_text("id\tquestion1\tquestion2\n0\tA?\tB?\n",
@@ -340,7 +341,7 @@ def test_write_predictions_round_trip(tmp_path):
         with open(path, encoding="utf-8", newline="") as file:
             rows = list(csv.reader(file, delimiter="\t"))
         assert rows[0] == ["index", "prediction"]
-        assert rows[1:] == [[example.index, prediction]
+        assert rows[1:] == [[example.id, prediction]
                             for example, prediction in zip(eval_set.examples, predictions)]
     assert sorted(os.listdir(tmp_path / "out")) == ["AX.tsv", "MNLI-m.tsv", "MNLI-mm.tsv"]
 
@@ -407,7 +408,7 @@ def test_tfds_mnli_labels_by_name_and_splits():
         dev = glue.read_tfds_eval_sets("mnli", "glue/mnli", "dev")
         test = glue.read_tfds_eval_sets("mnli", "glue/mnli", "test")
     # Sorted by idx; labels by class name, so the reference ids are 1, 2, 0 (SPEC 8.2 order).
-    assert [(example.index, example.text_a, example.text_b, example.label)
+    assert [(example.id, example.text_a, example.text_b, example.label)
             for example in train] == [("0", "p0", "h0", "entailment"),
                                       ("1", "p1", "h1", "neutral"),
                                       ("2", "p2", "h2", "contradiction")]
@@ -449,7 +450,7 @@ def test_tfds_binary_and_regression_tasks():
     assert float(stsb_dev.examples[0].label) == np.float32(3.8)
     assert stsb_dev.name == "dev" and stsb_dev.submission_file == "STS-B.tsv"
     assert stsb_test.examples[0].label is None
-    assert qnli_dev.examples[0] == glue.Example(
+    assert qnli_dev.examples[0] == TextExample(
         "4", "Who?", "Me.", "not_entailment", "TFDS glue/qnli split validation record 0")
     assert ("stsb", "validation") in requested and ("stsb", "test") in requested
 
@@ -462,7 +463,7 @@ def test_tfds_random_mock_data_source():
         names = raw.dataset_info.features["label"].names
         expected = sorted((int(record["idx"]), str(record["premise"]), names[record["label"]])
                           for record in raw)
-    assert [(int(example.index), example.text_a, example.label)
+    assert [(int(example.id), example.text_a, example.label)
             for example in examples] == expected
 
 
@@ -495,7 +496,7 @@ def test_tfds_qqp_reports_the_rows_tfds_dropped(tmp_path):
     # The same examples as the file reader keeps; TFDS's index is the row number.
     assert [(example.text_a, example.text_b, example.label) for example in train] == [
         (text_a, text_b, label) for _, text_a, text_b, label, _ in _QQP_KEPT]
-    assert [example.index for example in train] == ["0", "1", "4", "5", "7"]
+    assert [example.id for example in train] == ["0", "1", "4", "5", "7"]
     assert skipped == glue.SkipReport("TFDS glue/qqp split train", (2, 3, 6), "idx")
     assert skipped.message() == ("TFDS glue/qqp split train: 3 rows missing (TFDS drops rows "
                                  "with too few columns, as the reference does for QQP): idx 2, 3, 6")

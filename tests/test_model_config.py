@@ -122,7 +122,7 @@ def test_from_dict_round_trips_a_saved_config() -> None:
     (dict(initializer_range=0.0), "initializer_range", "0.0", "positive"),
     (dict(layer_norm_eps=0.0), "layer_norm_eps", "0.0", "positive"),
     (dict(attention_impl="flash"), "attention_impl", "'flash'", "must be one of"),
-    # Issue 24: a fused kernel asked for with attention dropout is refused, not run without it.
+    # A fused attention kernel asked for with attention dropout is refused, not run without it.
     (dict(attention_impl="splash", attention_probs_dropout_prob=0.1), "attention_impl",
      "'splash'", "attention_probs_dropout_prob=0.1; set it to 0 or attention_impl='xla'"),
     (dict(attention_impl="cudnn", dtype="bfloat16", attention_probs_dropout_prob=0.1),

@@ -1,4 +1,4 @@
-"""Your own data through the command line (issue 21): fine-tune, evaluate, predict and export a
+"""Your own data through the command line: fine-tune, evaluate, predict and export a
 classification, a regression and a multiple-choice task written by the test; a task of the
 user's own by file path; one-line errors that leave the workdir empty; a killed predict."""
 import csv

@@ -281,7 +281,7 @@ def _levers(is_tpu: bool, attention_impl: str, attention_dropout: float) -> list
 
 
 def test_the_fused_attention_lever_comes_before_remat_on_tpu_only():
-    # Issue 24: splash removes the [batch, heads, seq, seq] scores without recomputing layers.
+    # Splash (fused attention) removes the [batch, heads, seq, seq] scores without recomputing layers.
     assert _levers(True, "xla", 0.0)[:4] == [
         "fsdp:{'mesh.data': 4, 'mesh.fsdp': 2}",
         "attention_impl:{'model_overrides.attention_impl': 'splash'}",

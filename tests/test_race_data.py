@@ -8,7 +8,13 @@ import pytest
 import tensorflow_datasets as tfds
 
 from albert_jax.finetune import race
+from albert_jax.finetune.examples import ChoiceQuestion
 from finetune_fixtures import write_race
+
+
+def race_question(question_id, level, article, question, options, answer) -> ChoiceQuestion:
+    """A RACE question in the reference's field order (id, level, article, ...)."""
+    return ChoiceQuestion(question_id, article, question, options, answer, level=level)
 
 
 def test_read_split_matches_the_files(tmp_path):
@@ -21,7 +27,7 @@ def test_read_split_matches_the_files(tmp_path):
             data = json.load(open(os.path.join(folder, file_name), encoding="utf-8"))
             assert data["id"] == f"{level}{file_name}"
             for number, question in enumerate(data["questions"]):
-                expected.append(race.Question(
+                expected.append(race_question(
                     f"dev/{level}/{file_name}-{number}", level, data["article"], question,
                     tuple(data["options"][number]), "ABCD".index(data["answers"][number])))
     assert questions == expected
@@ -44,11 +50,11 @@ def test_hand_written_article(tmp_path):
     questions = race.read_split(str(tmp_path / "RACE"), "train")
     # Files in sorted (string) order: 10.txt before 9.txt.
     assert questions == [
-        race.Question("train/middle/10.txt-0", "middle", 'Tom went to the park.\nIt was "sunny".',
+        race_question("train/middle/10.txt-0", "middle", 'Tom went to the park.\nIt was "sunny".',
                       "Tom went to the _ .", ("x", "y", "z", "w"), 2),
-        race.Question("train/middle/10.txt-1", "middle", 'Tom went to the park.\nIt was "sunny".',
+        race_question("train/middle/10.txt-1", "middle", 'Tom went to the park.\nIt was "sunny".',
                       "Why?", ("1", "2", "3", "4"), 0),
-        race.Question("train/middle/9.txt-0", "middle", "A.", "Q?", ("a", "b", "c", "d"), 3)]
+        race_question("train/middle/9.txt-0", "middle", "A.", "Q?", ("a", "b", "c", "d"), 3)]
 
 
 def _write(path, data) -> str:
@@ -133,11 +139,11 @@ def test_tfds_split():
                                 as_data_source_fn=as_data_source):
         questions = race.read_tfds_split("race/high", "dev")
     assert questions == [
-        race.Question("dev/high/100.txt-0", "high", "Article high100.txt.", "Who?",
+        race_question("dev/high/100.txt-0", "high", "Article high100.txt.", "Who?",
                       ("0a", "0b", "0c", "0d"), 0),
-        race.Question("dev/high/100.txt-1", "high", "Article high100.txt.", "When?",
+        race_question("dev/high/100.txt-1", "high", "Article high100.txt.", "When?",
                       ("1a", "1b", "1c", "1d"), 2),
-        race.Question("dev/high/20.txt-0", "high", "Article high20.txt.", "Why _ ?",
+        race_question("dev/high/20.txt-0", "high", "Article high20.txt.", "Why _ ?",
                       ("0a", "0b", "0c", "0d"), 3)]
 
 

@@ -508,7 +508,7 @@ def test_five_sigkills_then_a_resume_end_bit_identical_to_a_straight_run(
 
 
 def test_a_bad_value_leaves_the_workdir_as_it_was(data_flags, environment, tmp_path):
-    """Issue 11: a typo or an impossible value is one line, and neither a workdir holding a run
+    """A typo or an impossible value is one line, and neither a workdir holding a run
     nor a new one is touched (so the corrected command is not refused as incompatible)."""
     workdir = tmp_path / "run"
     result = run(pretrain_flags(data_flags, workdir, total_steps=2), environment)

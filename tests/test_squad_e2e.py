@@ -165,7 +165,7 @@ def test_v1_overfits_and_evaluate_writes_its_files(v1_runs, data, monkeypatch, t
 
 def check_predict(workdir: Path, dev_file: Path, predictions: dict, tmp_path: Path) -> list:
     """predictions.jsonl holds predictions.json's answers, and `albert-jax predict` on the dev
-    file gives the same records (issue 21); returns them."""
+    file gives the same records; returns them."""
     evaluated = [json.loads(line) for line in
                  (workdir / "predictions" / "dev" / "predictions.jsonl").read_text().splitlines()]
     assert {record["id"]: record["prediction"] for record in evaluated} == predictions
@@ -214,7 +214,7 @@ def test_v2_overfits_and_evaluate_writes_its_files(data, tmp_path):
     # metrics.json: the official v2.0 evaluator on predictions.json with null_odds.json as
     # na_probs (what `albert-jax squad-eval ... --na-prob-file=null_odds.json` prints).
     metrics = read_json(directory / "metrics.json")
-    assert metrics == squad_eval.evaluate(dataset, predictions, na_probs=null_odds)
+    assert metrics == squad_eval.evaluate_v2(dataset, predictions, na_probs=null_odds)
     assert metrics["best_f1"] == pytest.approx(best["value"])
     # predictions_with_null.json: "" exactly where null_odds is above the tuned threshold, and so
     # it scores the evaluator's best_f1.
@@ -222,7 +222,7 @@ def test_v2_overfits_and_evaluate_writes_its_files(data, tmp_path):
     threshold = metrics["best_f1_thresh"]
     assert with_null == {qid: "" if null_odds[qid] > threshold else text
                          for qid, text in predictions.items()}
-    assert squad_eval.evaluate(dataset, with_null)["f1"] == pytest.approx(metrics["best_f1"])
+    assert squad_eval.evaluate_v2(dataset, with_null)["f1"] == pytest.approx(metrics["best_f1"])
     unanswerable = {qa["id"] for article in dataset["data"] for paragraph in article["paragraphs"]
                     for qa in paragraph["qas"] if qa["is_impossible"]}
     assert {qid for qid, text in with_null.items() if not text} >= unanswerable

@@ -42,7 +42,7 @@ PREDICTIONS = {"q1": "eiffel   tower.", "q2": "in the city", "q3": "Eiffel Gusta
 
 def test_evaluate_hand_computed(caplog):
     with caplog.at_level(logging.WARNING):
-        result = squad_eval.evaluate(DATASET, PREDICTIONS)
+        result = squad_eval.evaluate_v2(DATASET, PREDICTIONS)
     # exact: q1, q4 right; F1: 1 + 0.4 + 0.8 + 1 + 0 + 0 = 3.2.
     assert result == pytest.approx({
         "exact": 100 * 2 / 6, "f1": 100 * 3.2 / 6, "total": 6,
@@ -58,22 +58,22 @@ def test_several_gold_answers_take_the_max():
     dataset = squad_file(("q", ["Denver", "the Denver Broncos", "Broncos team"]))
     # vs "denver broncos": 2 shared of 3 predicted -> F1 = 2·(2/3)·1 / (5/3) = 0.8;
     # vs "broncos team": 1 shared -> F1 = 2·(1/3)·(1/2) / (5/6) = 0.4; vs "denver": 0.5.
-    result = squad_eval.evaluate(dataset, {"q": "Denver Broncos fans"})
+    result = squad_eval.evaluate_v2(dataset, {"q": "Denver Broncos fans"})
     assert result["exact"] == 0.0 and result["f1"] == pytest.approx(80.0)
-    assert squad_eval.evaluate(dataset, {"q": "DENVER broncos!"})["exact"] == 100.0
+    assert squad_eval.evaluate_v2(dataset, {"q": "DENVER broncos!"})["exact"] == 100.0
 
 
 def test_repeated_tokens_count_once_per_match():
     # "the the cat" normalises to "cat"; "cat cat dog" vs gold "cat": 1 shared, precision 1/3,
     # recall 1, F1 = 0.5.
-    result = squad_eval.evaluate(squad_file(("q", ["the the cat"])), {"q": "cat cat dog"})
+    result = squad_eval.evaluate_v2(squad_file(("q", ["the the cat"])), {"q": "cat cat dog"})
     assert result["f1"] == pytest.approx(50.0)
 
 
 def test_gold_that_normalises_to_empty_is_dropped():
     # The question has an answer list (so it is HasAns), but "The" normalises to "": gold is [""].
     dataset = squad_file(("q1", ["The"]), ("q2", ["The", "cat"]))
-    result = squad_eval.evaluate(dataset, {"q1": "", "q2": ""})
+    result = squad_eval.evaluate_v2(dataset, {"q1": "", "q2": ""})
     # q1: "" vs [""] is right (F1 of empty vs empty is 1); q2: "" vs ["cat"] is wrong.
     assert result == {"exact": 50.0, "f1": 50.0, "total": 2,
                       "HasAns_exact": 50.0, "HasAns_f1": 50.0, "HasAns_total": 2}
@@ -82,7 +82,7 @@ def test_gold_that_normalises_to_empty_is_dropped():
 def test_unanswerable_questions():
     dataset = squad_file(("q1", []), ("q2", []), ("q3", []))
     # "" right; "the" normalises to "" so it is right too; "1889" is wrong.
-    result = squad_eval.evaluate(dataset, {"q1": "", "q2": "the", "q3": "1889"})
+    result = squad_eval.evaluate_v2(dataset, {"q1": "", "q2": "the", "q3": "1889"})
     assert result == pytest.approx({"exact": 200 / 3, "f1": 200 / 3, "total": 3,
                                     "NoAns_exact": 200 / 3, "NoAns_f1": 200 / 3, "NoAns_total": 3})
 
@@ -106,7 +106,7 @@ def test_best_threshold_sweep_hand_computed():
     # Start: every question predicts no answer -> b, d right: score 2, threshold 0.0.
     # exact, passing a, b, c, d, e, f: 3 (new best, 0.1), 2, 2, 2, 2, 3 (a tie: the best stays 0.1).
     # F1: 3 (0.1), 2, 2.5, 2.5, 2.5, 3.5 (new best, 0.9).
-    result = squad_eval.evaluate(THRESHOLD_DATASET, THRESHOLD_PREDICTIONS, NA_PROBS)
+    result = squad_eval.evaluate_v2(THRESHOLD_DATASET, THRESHOLD_PREDICTIONS, NA_PROBS)
     assert result["best_exact"] == pytest.approx(100 * 3 / 6)
     assert result["best_exact_thresh"] == 0.1
     assert result["best_f1"] == pytest.approx(100 * 3.5 / 6)
@@ -120,14 +120,14 @@ def test_best_threshold_ties_in_na_prob_keep_the_na_probs_order():
     # c before b (same 0.3): F1 passes a 3 (0.1), c 3.5 (new best, 0.3), b 2.5, d, e 2.5, f 3.5
     # (tie, kept): the sweep gives 0.3 where the b-first order gave 0.9.
     reordered = {"a": 0.1, "c": 0.3, "b": 0.3, "d": 0.6, "e": 0.8, "f": 0.9}
-    result = squad_eval.evaluate(THRESHOLD_DATASET, THRESHOLD_PREDICTIONS, reordered)
+    result = squad_eval.evaluate_v2(THRESHOLD_DATASET, THRESHOLD_PREDICTIONS, reordered)
     assert (result["best_f1"], result["best_f1_thresh"]) == (pytest.approx(100 * 3.5 / 6), 0.3)
     assert (result["best_exact"], result["best_exact_thresh"]) == (pytest.approx(50.0), 0.1)
 
 
 def test_best_threshold_stays_zero_when_answering_nothing_is_best():
     dataset = squad_file(("a", []), ("b", ["cat"]))
-    result = squad_eval.evaluate(dataset, {"a": "dog", "b": "mouse"}, {"a": 0.2, "b": 0.7})
+    result = squad_eval.evaluate_v2(dataset, {"a": "dog", "b": "mouse"}, {"a": 0.2, "b": 0.7})
     # Start 1 (a right as no-answer); pass a: 0; pass b: 0. Never better than the start.
     assert (result["best_exact"], result["best_exact_thresh"]) == (50.0, 0.0)
     assert (result["best_f1"], result["best_f1_thresh"]) == (50.0, 0.0)
@@ -142,7 +142,7 @@ def test_best_threshold_stays_zero_when_answering_nothing_is_best():
 ])
 def test_na_prob_thresh_turns_predictions_into_no_answer(na_prob_thresh, exact, f1, has_exact,
                                                            has_f1, no_exact):
-    result = squad_eval.evaluate(THRESHOLD_DATASET, THRESHOLD_PREDICTIONS, NA_PROBS, na_prob_thresh)
+    result = squad_eval.evaluate_v2(THRESHOLD_DATASET, THRESHOLD_PREDICTIONS, NA_PROBS, na_prob_thresh)
     assert result["exact"] == pytest.approx(100 * exact)
     assert result["f1"] == pytest.approx(100 * f1)
     assert result["HasAns_exact"] == pytest.approx(100 * has_exact)
@@ -154,7 +154,7 @@ def test_na_prob_thresh_turns_predictions_into_no_answer(na_prob_thresh, exact, 
 
 def test_missing_prediction_scores_zero_everywhere():
     dataset = squad_file(("a", []), ("b", ["cat"]), ("c", []))
-    result = squad_eval.evaluate(dataset, {"b": "cat"}, {"b": 0.5, "a": 0.1, "c": 0.9})
+    result = squad_eval.evaluate_v2(dataset, {"b": "cat"}, {"b": 0.5, "a": 0.1, "c": 0.9})
     # a, c (unanswerable) have no prediction: 0 even though "no answer" would be right.
     assert result == pytest.approx({
         "exact": 100 / 3, "f1": 100 / 3, "total": 3, "HasAns_exact": 100.0, "HasAns_f1": 100.0,
@@ -165,7 +165,7 @@ def test_missing_prediction_scores_zero_everywhere():
 
 def test_na_probs_must_cover_every_prediction():
     with pytest.raises(ValueError, match=r"no null probability for 1 predicted question\(s\): b"):
-        squad_eval.evaluate(squad_file(("a", []), ("b", ["x"])), {"a": "", "b": "x"}, {"a": 0.5})
+        squad_eval.evaluate_v2(squad_file(("a", []), ("b", ["x"])), {"a": "", "b": "x"}, {"a": 0.5})
 
 
 def test_evaluate_v1_hand_computed(caplog):
@@ -185,11 +185,11 @@ def test_evaluate_v1_keeps_empty_gold_and_scores_empty_f1_zero():
     # shared token, so 0 -- where v2.0 gives 1.
     dataset = squad_file(("q", ["The"]))
     assert squad_eval.evaluate_v1(dataset, {"q": "a"}) == {"exact_match": 100.0, "f1": 0.0}
-    assert squad_eval.evaluate(dataset, {"q": "a"})["f1"] == 100.0
+    assert squad_eval.evaluate_v2(dataset, {"q": "a"})["f1"] == 100.0
 
 
 def test_evaluate_v1_rejects_v2_data():
-    with pytest.raises(ValueError, match=r"'q2' has no gold answer.*evaluate\(\)"):
+    with pytest.raises(ValueError, match=r"'q2' has no gold answer.*evaluate_v2\(\)"):
         squad_eval.evaluate_v1(squad_file(("q1", ["x"]), ("q2", [])), {"q1": "x", "q2": ""})
 
 
@@ -203,7 +203,7 @@ def test_evaluate_v1_rejects_v2_data():
 ])
 def test_evaluate_bad_input(dataset, predictions, message):
     with pytest.raises(ValueError, match=message):
-        squad_eval.evaluate(dataset, predictions)
+        squad_eval.evaluate_v2(dataset, predictions)
 
 
 def write_json(path, value):
@@ -217,7 +217,7 @@ def test_main_prints_the_evaluation(tmp_path, capsys):
     na_prob_file = write_json(tmp_path / "na_probs.json", NA_PROBS)
     assert squad_eval.main([data_file, prediction_file]) == 0
     printed = capsys.readouterr().out
-    assert json.loads(printed) == squad_eval.evaluate(THRESHOLD_DATASET, THRESHOLD_PREDICTIONS)
+    assert json.loads(printed) == squad_eval.evaluate_v2(THRESHOLD_DATASET, THRESHOLD_PREDICTIONS)
     assert printed.startswith('{\n  "exact": ')  # indent=2
     assert squad_eval.main([data_file, prediction_file, f"--na-prob-file={na_prob_file}",
                             "--na-prob-thresh=0.5"]) == 0

@@ -43,9 +43,9 @@ def test_read_squad_v2_dev(data_dir):
     examples = squad.read_squad(data_dir / "dev-v2.0.json", "v2.0")
     expected = squad_fixtures.squad_dataset("v2.0", "dev")
     qas = [qa for article in expected["data"] for qa in article["paragraphs"][0]["qas"]]
-    assert [example.qid for example in examples] == [qa["id"] for qa in qas]
+    assert [example.id for example in examples] == [qa["id"] for qa in qas]
     assert len(examples) == 26 and sum(example.is_impossible for example in examples) == 5
-    by_id = {example.qid: example for example in examples}
+    by_id = {example.id: example for example in examples}
     # Several gold answers, with their own offsets, in the original (accented) text.
     assert by_id["q0_2"].answers == (Answer("São Paulo", 105), Answer("São Paulo and Zürich", 105))
     assert by_id["q2_0"].answers == (Answer("서울", 0), Answer("서울은", 0))

@@ -222,22 +222,22 @@ def test_gold_logits_give_gold_texts(tmp_path, tokenizer, version):
         predictions, nbest, null_odds = squad_postprocess.postprocess_v2(examples, infos,
                                                                          outputs)
         for example in examples:
-            best = nbest[example.qid][0]
+            best = nbest[example.id][0]
             null_score = 4.0 if example.is_impossible else -4.0
-            assert null_odds[example.qid] == pytest.approx(
+            assert null_odds[example.id] == pytest.approx(
                 null_score - best["start_log_prob"] - best["end_log_prob"])
             if not example.is_impossible:  # the gold span, -0.1 - 0.1
-                assert null_odds[example.qid] == pytest.approx(-3.8)
+                assert null_odds[example.id] == pytest.approx(-3.8)
     for example in examples:
         if example.is_impossible:
             continue
         # The text comes from the original context, accents and all: "São Paulo", "ＡＢＣ１２３".
         expected = example.answers[0].text if example.answers[0].text != "한강" else "한강은"
-        assert predictions[example.qid] == expected
+        assert predictions[example.id] == expected
     if null_odds is not None:
         with_null = squad_postprocess.apply_null_threshold(null_odds, predictions, 0.0)
         assert [qid for qid, text in with_null.items() if not text] == [
-            example.qid for example in examples if example.is_impossible]
+            example.id for example in examples if example.is_impossible]
 
 
 def test_v1_never_answers_cls_question_or_sep(tmp_path, tokenizer):
@@ -262,6 +262,6 @@ def test_v1_never_answers_cls_question_or_sep(tmp_path, tokenizer):
                                                           end_logits)
     for example in examples:
         expected = example.answers[0].text if example.answers[0].text != "한강" else "한강은"
-        assert predictions[example.qid] == expected
-        assert nbest[example.qid][0]["start_logit"] == nbest[example.qid][0]["end_logit"] == 5.0
-        assert all(entry["start_logit"] <= 5.0 for entry in nbest[example.qid])
+        assert predictions[example.id] == expected
+        assert nbest[example.id][0]["start_logit"] == nbest[example.id][0]["end_logit"] == 5.0
+        assert all(entry["start_logit"] <= 5.0 for entry in nbest[example.id])

@@ -6,8 +6,8 @@ prediction records shared by GLUE (glue_task.py) and a user's own data (custom_t
   RegressionTask:     the same model with one output; mean squared error (STS-B, SPEC 8.2).
 
 A family subclass supplies the data (`train_features`, `eval_features`, `split_examples`,
-`read_inputs`), `eval_metrics` and `write_predictions`; examples are objects with `index`,
-`text_a`, `text_b`, `label` and `source` (glue.Example).
+`read_inputs`), `eval_metrics` and `write_predictions`; examples are objects with `id`,
+`text_a`, `text_b`, `label` and `source` (examples.TextExample).
 """
 from __future__ import annotations
 
@@ -69,10 +69,10 @@ class ClassificationTask(FinetuneTask):
 
     def metrics_from_sums(self, sums: dict[str, jax.Array]) -> dict[str, jax.Array]:
         count = jnp.maximum(sums["example_count"], 1.0)
-        return {"loss": sums["loss_sum"] / count, "accuracy": sums["correct_sum"] / count}
+        return dict(super().metrics_from_sums(sums), accuracy=sums["correct_sum"] / count)
 
     def console_line(self, metrics: dict[str, float]) -> list[str]:
-        return [f"loss {metrics['loss']:.4f}", f"acc {metrics['accuracy']:.3f}"]
+        return [*super().console_line(metrics), f"acc {metrics['accuracy']:.3f}"]
 
     # --- Predictions -----------------------------------------------------------------------------
     def predictions(self, outputs: jax.Array, batch: Batch) -> dict[str, jax.Array]:
@@ -83,7 +83,7 @@ class ClassificationTask(FinetuneTask):
     def prediction_records(self, examples: Sequence[Any],
                            predictions: dict[str, np.ndarray]) -> list[dict[str, Any]]:
         """One JSON object per example: id, prediction (label), probabilities (label -> p)."""
-        return [{"id": example.index, "prediction": self.labels[int(prediction)],
+        return [{"id": example.id, "prediction": self.labels[int(prediction)],
                  "probabilities": {label: float(p) for label, p in zip(self.labels, probabilities)}}
                 for example, prediction, probabilities in zip(
                     examples, predictions["prediction"], predictions["probabilities"])]
@@ -109,16 +109,14 @@ class RegressionTask(ClassificationTask):
         spec["labels"] = jax.ShapeDtypeStruct((batch_size,), jnp.float32)  # a score
         return spec
 
+    # The loss alone (no accuracy): FinetuneTask's.
+    metrics_from_sums = FinetuneTask.metrics_from_sums
+    console_line = FinetuneTask.console_line
+
     def loss_sums(self, outputs: jax.Array, batch: Batch) -> dict[str, jax.Array]:
         weights = batch["example_weight"].astype(jnp.float32)
         error = outputs[:, 0].astype(jnp.float32) - batch["labels"].astype(jnp.float32)
         return {"loss_sum": jnp.sum(weights * jnp.square(error)), "example_count": jnp.sum(weights)}
-
-    def metrics_from_sums(self, sums: dict[str, jax.Array]) -> dict[str, jax.Array]:
-        return {"loss": sums["loss_sum"] / jnp.maximum(sums["example_count"], 1.0)}
-
-    def console_line(self, metrics: dict[str, float]) -> list[str]:
-        return [f"loss {metrics['loss']:.4f}"]
 
     def predictions(self, outputs: jax.Array, batch: Batch) -> dict[str, jax.Array]:
         return {"prediction": outputs[:, 0], "labels": batch["labels"]}
@@ -126,7 +124,7 @@ class RegressionTask(ClassificationTask):
     def prediction_records(self, examples: Sequence[Any],
                            predictions: dict[str, np.ndarray]) -> list[dict[str, Any]]:
         """One JSON object per example: id, prediction and score (the same number)."""
-        return [{"id": example.index, "prediction": float(value), "score": float(value)}
+        return [{"id": example.id, "prediction": float(value), "score": float(value)}
                 for example, value in zip(examples, predictions["prediction"])]
 
     def label_strings(self, values: Iterable[Any]) -> list[str]:

@@ -21,42 +21,52 @@ from etils import epath
 
 from albert_jax.data.tokenizer import Tokenizer
 from albert_jax.errors import ConfigError
-from albert_jax.finetune import custom_data, metrics, registry
+from albert_jax.finetune import custom_data, registry, scores, tables
 from albert_jax.finetune.classification import ClassificationTask, RegressionTask
 from albert_jax.finetune.multiple_choice import MultipleChoiceTask
 from albert_jax.finetune.pretrained import Pretrained
 from albert_jax.finetune.task import real_rows
 from albert_jax.model import ModelConfig
 from albert_jax.train import workdir as workdir_names
-from albert_jax.train.task import Selection
-
-_SELECTION_METRICS = {"classification": ("accuracy", "macro_f1", "mcc"),
-                      "regression": ("pearson", "spearman"),
-                      "multiple_choice": ("accuracy",)}
 
 
-class _OwnData:
+class _CustomData:
     """What the three kinds share: the config's files and columns, the splits, the records."""
 
-    kind: str
+    kind: str  # configs/custom.py:kind=<kind>, and what the rows of the tables become
+    dev_metrics: tuple[str, ...]  # what eval_metrics reports, in order
+    # Those of them whose largest value may pick the best checkpoint (config.selection_metric).
+    selectable_metrics: tuple[str, ...]
     config: ml_collections.ConfigDict
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.config_file = f"custom.py:kind={cls.kind}"
 
     @classmethod
     def validate_config(cls, config: ml_collections.ConfigDict) -> None:
-        custom_data.Columns.from_config(config.data, cls.kind)  # every column key
+        custom_data.columns(config.data, cls.kind)  # every column key
         for key in ("train_file", "dev_file"):
             if not config.data[key]:
                 raise ConfigError(f"config data.{key} is empty: give your {key.split('_')[0]} "
                                   f"file (--config.data.{key}=FILE, one of "
-                                  f"{', '.join(custom_data.EXTENSIONS)})")
+                                  f"{', '.join(tables.EXTENSIONS)})")
         for key in ("train_file", "dev_file", "test_file"):
             if config.data[key] and not epath.Path(config.data[key]).is_file():
                 raise FileNotFoundError(f"config data.{key}={config.data[key]}: no such file")
-        if config.selection_metric not in _SELECTION_METRICS[cls.kind]:
+        if config.selection_metric not in cls.selectable_metrics:
             raise ConfigError(f"config selection_metric={config.selection_metric!r}: a {cls.kind} "
                               f"task keeps its best checkpoint by one of "
-                              f"{', '.join(_SELECTION_METRICS[cls.kind])}")
+                              f"{', '.join(cls.selectable_metrics)}")
         super().validate_config(config)
+
+    @classmethod
+    def metric_names(cls, config: ml_collections.ConfigDict) -> tuple[str, ...]:
+        return cls.dev_metrics
+
+    @classmethod
+    def selection_metric(cls, config: ml_collections.ConfigDict) -> str:
+        return config.selection_metric
 
     def __init__(self, config: ml_collections.ConfigDict, model_config: ModelConfig,
                  tokenizer: Tokenizer | None, pretrained: Pretrained | None,
@@ -64,7 +74,6 @@ class _OwnData:
         self.config = config
         self.eval_splits = ("dev",)
         self.test_splits = ("test",) if config.data.test_file else ()
-        self.selection = Selection("dev", config.selection_metric)
         self._splits: dict[str, list[Any]] = {}
         self._from_training_data(run_dir)  # what shapes the model: labels, option count
         super().__init__(config, model_config, tokenizer, pretrained, run_dir)
@@ -100,13 +109,22 @@ class _OwnData:
 
     def read_inputs(self, path: str, chunk_rows: int) -> Iterator[list[Any]]:
         """`albert-jax predict` input: a table with the run's columns; labels optional."""
-        return custom_data.iter_example_chunks(
-            path, self.kind, custom_data.Columns.from_config(self.config.data, self.kind),
+        return tables.iter_example_chunks(
+            path, self.kind, custom_data.columns(self.config.data, self.kind),
             labelled=False, chunk_rows=chunk_rows, **self._reading())
 
     def write_predictions(self, split: str, predictions: dict[str, np.ndarray],
                           directory: str) -> list[str]:
         return []  # predictions.jsonl (run.evaluate) is this task's prediction file
+
+    def workdir_files(self) -> dict[str, bytes]:
+        kept = super().workdir_files()
+        if self.labels is None:  # regression: nothing shapes the model
+            return kept
+        # The label list (multiple choice: the option indices), which evaluate, predict and
+        # export read back (`_labels_in_workdir`).
+        labels_file = custom_data.labels_json(self.labels).encode()
+        return dict(kept, **{workdir_names.LABELS_FILE: labels_file})
 
 
 def _labels_in_workdir(run_dir: epath.Path) -> tuple[str, ...]:
@@ -120,10 +138,11 @@ def _labels_in_workdir(run_dir: epath.Path) -> tuple[str, ...]:
 
 
 @registry.register("classification")
-class CustomClassificationTask(_OwnData, ClassificationTask):
+class CustomClassificationTask(_CustomData, ClassificationTask):
     """Your texts (or pairs) -> your labels (strings); accuracy, macro F1 and MCC on dev."""
 
     kind = name = "classification"
+    dev_metrics = selectable_metrics = scores.CLASSIFICATION_METRICS
 
     def _from_training_data(self, run_dir: epath.Path | None) -> None:
         # The label list sizes the classifier.
@@ -137,33 +156,32 @@ class CustomClassificationTask(_OwnData, ClassificationTask):
     def _reading(self) -> dict[str, Any]:
         return {"label_list": self.labels}
 
-    def workdir_files(self) -> dict[str, bytes]:
-        return dict(super().workdir_files(),
-                    **{workdir_names.LABELS_FILE: custom_data.labels_json(self.labels).encode()})
-
     def eval_metrics(self, split: str, sums: dict[str, np.ndarray],
                      predictions: dict[str, np.ndarray]) -> dict[str, float]:
         real = real_rows(predictions)
-        return metrics.classification_metrics(real["prediction"], real["labels"], len(self.labels))
+        return scores.classification_metrics(real["prediction"], real["labels"], len(self.labels))
 
 
 @registry.register("regression")
-class CustomRegressionTask(_OwnData, RegressionTask):
+class CustomRegressionTask(_CustomData, RegressionTask):
     """Your texts (or pairs) -> a number; Pearson, Spearman and MSE on dev."""
 
     kind = name = "regression"
+    dev_metrics = scores.REGRESSION_METRICS
+    selectable_metrics = ("pearson", "spearman")  # not mse: smaller is better
 
     def eval_metrics(self, split: str, sums: dict[str, np.ndarray],
                      predictions: dict[str, np.ndarray]) -> dict[str, float]:
         real = real_rows(predictions)
-        return metrics.regression_metrics(real["prediction"], real["labels"])
+        return scores.regression_metrics(real["prediction"], real["labels"])
 
 
 @registry.register("multiple_choice")
-class CustomMultipleChoiceTask(_OwnData, MultipleChoiceTask):
+class CustomMultipleChoiceTask(_CustomData, MultipleChoiceTask):
     """Your questions, each with the same number of options -> the right option; accuracy."""
 
     kind = name = "multiple_choice"
+    dev_metrics = selectable_metrics = scores.MULTIPLE_CHOICE_METRICS
 
     def _from_training_data(self, run_dir: epath.Path | None) -> None:
         # The option count shapes the model's inputs: the finished run's (labels.json holds the
@@ -172,14 +190,10 @@ class CustomMultipleChoiceTask(_OwnData, MultipleChoiceTask):
         if run_dir is not None:
             self.num_choices = len(_labels_in_workdir(run_dir))
         else:
-            first = next(custom_data.iter_example_chunks(
+            first = next(tables.iter_example_chunks(
                 self.config.data.train_file, self.kind,
-                custom_data.Columns.from_config(self.config.data, self.kind), chunk_rows=1))[0]
+                custom_data.columns(self.config.data, self.kind), chunk_rows=1))[0]
             self.num_choices = len(first.options)
-
-    def workdir_files(self) -> dict[str, bytes]:
-        return dict(super().workdir_files(),
-                    **{workdir_names.LABELS_FILE: custom_data.labels_json(self.labels).encode()})
 
     def _reading(self) -> dict[str, Any]:
         return {"num_choices": self.num_choices}
@@ -187,5 +201,5 @@ class CustomMultipleChoiceTask(_OwnData, MultipleChoiceTask):
     def eval_metrics(self, split: str, sums: dict[str, np.ndarray],
                      predictions: dict[str, np.ndarray]) -> dict[str, float]:
         real = real_rows(predictions)
-        return metrics.multiple_choice_metrics(real["prediction"], real["labels"],
+        return scores.multiple_choice_metrics(real["prediction"], real["labels"],
                                                self.num_choices)

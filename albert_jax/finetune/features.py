@@ -17,7 +17,6 @@ import numpy as np
 from albert_jax.data.tokenizer import Tokenizer
 
 _ROWS_PER_CHUNK = 4096  # Rows gathered at once: bounds the [rows, seq_len] int64 temporaries.
-_RACE_NUM_CHOICES = 4  # SPEC 8.4
 
 
 class _TokenPool:
@@ -212,9 +211,8 @@ def _multiple_choice_rows(tokenizer: Tokenizer, articles: Sequence[str],
 
 
 def encode_multiple_choice(tokenizer: Tokenizer, article: str, question: str,
-                           options: Sequence[str], seq_len: int, max_qa_length: int = 128,
-                           num_choices: int = _RACE_NUM_CHOICES
-                           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                           options: Sequence[str], seq_len: int, max_qa_length: int = 128, *,
+                           num_choices: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One question as `num_choices` rows `[CLS] article [SEP] q_opt [SEP]` (SPEC 8.4).
 
     q_opt is `question.replace("_", option)` when the question has a blank "_", else
@@ -231,10 +229,10 @@ def encode_multiple_choice(tokenizer: Tokenizer, article: str, question: str,
 
 
 def multiple_choice_features(questions: Sequence[Any], tokenizer: Tokenizer, seq_len: int,
-                             max_qa_length: int = 128,
-                             num_choices: int = _RACE_NUM_CHOICES) -> dict[str, np.ndarray]:
+                             max_qa_length: int = 128, *,
+                             num_choices: int) -> dict[str, np.ndarray]:
     """The model inputs and labels of multiple-choice questions (objects with article, question,
-    options, answer: `race.Question`, `custom_data.Question`), each with `num_choices` options.
+    options, answer: `examples.ChoiceQuestion`), each with `num_choices` options.
 
     Returns:
       input_ids, segment_ids, input_mask: int32 [num_questions, num_choices, seq_len] (see

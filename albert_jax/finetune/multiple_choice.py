@@ -4,7 +4,7 @@ and a user's own multiple-choice data (custom_task.py).
 Each example is `num_choices` rows `[CLS] context [SEP] question+option [SEP]`; the model scores
 each row (AlbertForMultipleChoice) and the softmax over the options is trained with the
 cross-entropy of ClassificationTask, whose `labels` are the option positions. Examples are
-objects with `id`, `article`, `question`, `options` and `answer` (race.Question).
+objects with `id`, `article`, `question`, `options` and `answer` (examples.ChoiceQuestion).
 """
 from __future__ import annotations
 
@@ -12,18 +12,17 @@ from typing import Any, Sequence
 
 import flax.linen as nn
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from albert_jax.convert.huggingface import FinetunedHead
 from albert_jax.finetune import features
 from albert_jax.finetune.classification import ClassificationTask
 from albert_jax.model import AlbertForMultipleChoice, example_inputs
-from albert_jax.train.task import Batch
 
 
 class MultipleChoiceTask(ClassificationTask):
-    """A question with `num_choices` options -> the index of the right one."""
+    """A question with `num_choices` options -> the index of the right one (`predictions` is
+    ClassificationTask's, its classes the options)."""
 
     num_choices: int
 
@@ -39,18 +38,14 @@ class MultipleChoiceTask(ClassificationTask):
         """input_ids, segment_ids, input_mask [questions, num_choices, seq_len]; labels
         [questions] (the answer's position)."""
         return features.multiple_choice_features(questions, self.tokenizer, self.config.seq_len,
-                                                 self.config.max_qa_length, self.num_choices)
+                                                 self.config.max_qa_length,
+                                                 num_choices=self.num_choices)
 
     def init_inputs(self) -> tuple[jax.Array, ...]:
         return example_inputs((1, self.num_choices, self.config.seq_len))
 
     def flops_per_example(self, seq_len: int) -> float:
         return self.num_choices * super().flops_per_example(seq_len)
-
-    def predictions(self, outputs: jax.Array, batch: Batch) -> dict[str, jax.Array]:
-        """outputs: logits [batch, num_choices]."""
-        return {"prediction": jnp.argmax(outputs, axis=-1), "labels": batch["labels"],
-                "probabilities": jax.nn.softmax(outputs.astype(jnp.float32), axis=-1)}
 
     def prediction_records(self, questions: Sequence[Any],
                            predictions: dict[str, np.ndarray]) -> list[dict[str, Any]]:

@@ -5,14 +5,13 @@ prediction writer.
   race.write_predictions(workdir, questions, chosen)    # <workdir>/RACE.tsv, A-D
 
 Each file of the download is one JSON article {"article", "questions", "options", "answers",
-"id"}; every question becomes one Question. Unlike the reference (race_utils.py), which reads
-the files in os.listdir order and trusts the lists, files are read in sorted order and a file
-whose lists disagree raises a one-line ValueError naming it. Folders are local or in a bucket
-(gs://, read through etils.epath).
+"id"}; every question becomes one `examples.ChoiceQuestion` (with its level). Unlike the reference
+(race_utils.py), which reads the files in os.listdir order and trusts the lists, files are read
+in sorted order and a file whose lists disagree raises a one-line ValueError naming it. Folders
+are local or in a bucket (gs://, read through etils.epath).
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import operator
 import os
@@ -21,6 +20,7 @@ from typing import Any, Iterator, Sequence
 from etils import epath
 
 from albert_jax import files
+from albert_jax.finetune.examples import ChoiceQuestion
 from albert_jax.finetune.text_files import open_text
 
 LEVELS: tuple[str, ...] = ("middle", "high")
@@ -28,28 +28,7 @@ ANSWER_LETTERS = "ABCD"  # SPEC 8.4: 4 choices.
 SUBMISSION_FILE = "RACE.tsv"
 
 
-@dataclasses.dataclass(frozen=True)
-class Question:
-    """One RACE question with its article.
-
-    Attributes:
-      id: "<split>/<level>/<file name>-<question number from 0>", e.g. "dev/high/1234.txt-0".
-      level: "middle" (RACE-M) or "high" (RACE-H).
-      article: the passage.
-      question: the question; a "_" marks a blank the option fills (SPEC 8.4).
-      options: the 4 options, in A-D order.
-      answer: the correct option, 0..3 for "A".."D"; None when the data has no answers.
-    """
-
-    id: str
-    level: str
-    article: str
-    question: str
-    options: tuple[str, str, str, str]
-    answer: int | None
-
-
-def _questions(data: Any, where: str, id_prefix: str, level: str) -> list[Question]:
+def _questions(data: Any, where: str, id_prefix: str, level: str) -> list[ChoiceQuestion]:
     """The questions of one parsed article; `where` names it in errors."""
     expected = ('expected a JSON object {"article": str, "questions": [str], "options": '
                 '[[4 str]], "answers": ["A".."D"], "id": str}')
@@ -80,9 +59,9 @@ def _questions(data: Any, where: str, id_prefix: str, level: str) -> list[Questi
                 raise ValueError(f"{where}: question {number} has the answer "
                                  f"{answers[number]!r}; expected one of A, B, C, D")
             answer = ANSWER_LETTERS.index(answers[number])
-        result.append(Question(id=f"{id_prefix}-{number}", level=level,
-                               article=data["article"], question=str(question),
-                               options=tuple(str(choice) for choice in choices), answer=answer))
+        result.append(ChoiceQuestion(
+            id=f"{id_prefix}-{number}", article=data["article"], question=str(question),
+            options=tuple(str(choice) for choice in choices), answer=answer, level=level))
     return result
 
 
@@ -93,7 +72,7 @@ def _check_levels(levels: Sequence[str]) -> None:
 
 
 def read_split(data_path: str, split: str,
-               levels: Sequence[str] = LEVELS) -> list[Question]:
+               levels: Sequence[str] = LEVELS) -> list[ChoiceQuestion]:
     """The questions of `<data_path>/<split>/<level>/*.txt` for each level, files in sorted order.
 
     `data_path` is the RACE folder of the download (with train/, dev/, test/).
@@ -146,7 +125,7 @@ def _level_rank(file_path: str) -> int:
     return LEVELS.index(next((part for part in reversed(parts) if part in LEVELS), "high"))
 
 
-def read_path(path: str) -> list[Question] | None:
+def read_path(path: str) -> list[ChoiceQuestion] | None:
     """The questions of one RACE .txt file, or of every .txt file under a folder (sorted, levels
     taken from a middle/ or high/ folder on the way, else "high"); None when `path` is neither
     (`albert-jax predict` then reads it as a table of its own). Ids are as `read_split` makes
@@ -179,7 +158,8 @@ def _text(value: Any) -> str:
     return value.decode("utf-8") if isinstance(value, bytes) else str(value)
 
 
-def read_tfds_split(tfds_name: str, split: str, data_dir: str | None = None) -> list[Question]:
+def read_tfds_split(tfds_name: str, split: str,
+                    data_dir: str | None = None) -> list[ChoiceQuestion]:
     """The questions of one split ("train", "dev", "test") of TFDS `race/<level>`.
 
     TFDS keeps an article's JSON `id` (e.g. "high1234.txt") as `example_id`; ids are built as
@@ -210,7 +190,7 @@ def read_tfds_split(tfds_name: str, split: str, data_dir: str | None = None) -> 
     return questions
 
 
-def write_predictions(directory: str, questions: Sequence[Question],
+def write_predictions(directory: str, questions: Sequence[ChoiceQuestion],
                       predictions: Sequence[int]) -> str:
     """Writes `<directory>/RACE.tsv`: header "id\\tprediction", then each question's id and its
     predicted option as a letter A-D. Written to a temporary file and renamed; returns the path.

@@ -12,12 +12,11 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from albert_jax.finetune import custom_data, metrics, race, registry
-from albert_jax.finetune.glue_task import check_data_source
+from albert_jax.finetune import race, registry, scores, tables
+from albert_jax.finetune.examples import ChoiceQuestion
 from albert_jax.finetune.multiple_choice import MultipleChoiceTask
 from albert_jax.finetune.task import real_rows
-from albert_jax.train.task import Batch, Selection
-
+from albert_jax.train.task import Batch
 
 
 @registry.register("race")
@@ -25,21 +24,25 @@ class RaceTask(MultipleChoiceTask):
     """RACE: the best checkpoint by dev accuracy; test predictions as RACE.tsv."""
 
     name = "race"
+    config_file = "race.py"
     num_choices = len(race.ANSWER_LETTERS)
     eval_splits = ("dev",)
     test_splits = ("test",)
-    selection = Selection("dev", metrics.BEST_METRIC["race"])
+    reads_folder_or_tfds = True
 
     @classmethod
-    def validate_config(cls, config: ml_collections.ConfigDict) -> None:
-        check_data_source(config, "race")
-        super().validate_config(config)
+    def metric_names(cls, config: ml_collections.ConfigDict) -> tuple[str, ...]:
+        return ("accuracy", *(f"accuracy_{level}" for level in race.LEVELS))
+
+    @classmethod
+    def selection_metric(cls, config: ml_collections.ConfigDict) -> str:
+        return "accuracy"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._questions: dict[str, list[race.Question]] = {}
+        self._questions: dict[str, list[ChoiceQuestion]] = {}
 
-    def split_examples(self, split: str) -> list[race.Question]:
+    def split_examples(self, split: str) -> list[ChoiceQuestion]:
         if split not in self._questions:
             data = self.config.data
             self._questions[split] = (
@@ -47,13 +50,12 @@ class RaceTask(MultipleChoiceTask):
                 if data.tfds_name else race.read_split(data.path, split))
         return self._questions[split]
 
-    def features(self, questions: list[race.Question]) -> dict[str, np.ndarray]:
+    def features(self, questions: list[ChoiceQuestion]) -> dict[str, np.ndarray]:
         arrays = super().features(questions)
         # -1: a question of a user's table (`albert-jax predict`), which has no RACE level.
-        levels = [getattr(question, "level", None) for question in questions]
-        arrays["level"] = np.asarray([metrics.RACE_LEVELS.index(level)
-                                      if level in metrics.RACE_LEVELS else -1
-                                      for level in levels], np.int32)
+        arrays["level"] = np.asarray([race.LEVELS.index(question.level)
+                                      if question.level in race.LEVELS else -1
+                                      for question in questions], np.int32)
         return arrays
 
     def train_features(self) -> dict[str, np.ndarray]:
@@ -62,21 +64,19 @@ class RaceTask(MultipleChoiceTask):
     def eval_features(self, split: str) -> dict[str, np.ndarray]:
         return self.features(self.split_examples(split))
 
-    def read_inputs(self, path: str, chunk_rows: int) -> Iterator[list[race.Question]]:
+    def read_inputs(self, path: str, chunk_rows: int) -> Iterator[list[ChoiceQuestion]]:
         """`albert-jax predict` input: a RACE .txt file or a folder of them, else a
         CSV/TSV/JSONL/Parquet table with the columns `context`, `question`, `options` (a list
         of 4) and, if it has one, `id`."""
         questions = race.read_path(path)
-        if questions is None:
-            columns = custom_data.Columns(
-                context="context", question="question", options=("options",),
-                id="id" if "id" in custom_data.column_names(path) else "")
-            yield from custom_data.iter_example_chunks(
-                path, "multiple_choice", columns, labelled=False, num_choices=self.num_choices,
-                chunk_rows=chunk_rows)
+        if questions is not None:
+            yield from tables.in_chunks(questions, chunk_rows)
             return
-        for start in range(0, len(questions), chunk_rows):
-            yield questions[start:start + chunk_rows]
+        columns = tables.Columns(context="context", question="question", options=("options",),
+                                 id="id" if "id" in tables.column_names(path) else "")
+        yield from tables.iter_example_chunks(
+            path, "multiple_choice", columns, labelled=False, num_choices=self.num_choices,
+            chunk_rows=chunk_rows)
 
     def train_batch_spec(self, batch_size: int) -> dict[str, jax.ShapeDtypeStruct]:
         return dict(super().train_batch_spec(batch_size),
@@ -88,8 +88,9 @@ class RaceTask(MultipleChoiceTask):
     def eval_metrics(self, split: str, sums: dict[str, np.ndarray],
                      predictions: dict[str, np.ndarray]) -> dict[str, float]:
         real = real_rows(predictions)
-        levels = [metrics.RACE_LEVELS[level] for level in real["level"]]
-        return metrics.race_metrics(real["prediction"], real["labels"], levels)
+        levels = [race.LEVELS[level] for level in real["level"]]
+        return scores.race_metrics(real["prediction"], real["labels"], levels,
+                                   num_choices=self.num_choices, level_names=race.LEVELS)
 
     def write_predictions(self, split: str, predictions: dict[str, np.ndarray],
                           directory: str) -> list[str]:

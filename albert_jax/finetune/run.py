@@ -218,10 +218,10 @@ def evaluate(workdir: str, split: str) -> list[str]:
     return written
 
 
-def _records_file(kind: str, eval_split: str) -> str:
+def _records_file(split: str, eval_split: str) -> str:
     """predictions.jsonl for the set named like the split; predictions-<set>.jsonl for the
     others (MNLI's dev_mismatched, test_mismatched and ax)."""
-    return "predictions.jsonl" if eval_split == kind else f"predictions-{eval_split}.jsonl"
+    return "predictions.jsonl" if eval_split == split else f"predictions-{eval_split}.jsonl"
 
 
 def _write_records(path: str, records: list[dict[str, Any]]) -> str:

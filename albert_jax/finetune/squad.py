@@ -8,7 +8,7 @@
 
 Public API:
   VERSIONS, MAX_SEQ_LENGTH, DOC_STRIDE, MAX_QUERY_LENGTH
-  Answer(text, char_start); SquadExample(qid, question, context, answers, is_impossible)
+  Answer(text, char_start); SquadExample(id, question, context, answers, is_impossible)
   read_squad(path, version) -> list[SquadExample]
   read_tfds(tfds_name, split, version, data_dir=None, download=True) -> list[SquadExample]
   WINDOWS_WITHOUT_ANSWER; check_windows_without_answer(value, version, name)
@@ -76,7 +76,7 @@ class Answer:
 @dataclasses.dataclass(frozen=True)
 class SquadExample:
     """One question. Training uses answers[0]; dev files have several answers per question."""
-    qid: str
+    id: str  # the question id of the file; predictions are keyed by it
     question: str
     context: str
     answers: tuple[Answer, ...]
@@ -194,7 +194,7 @@ def _make_example(qa: Mapping[str, Any], context: str, version: str, where: str)
 
 
 def _check_unique_ids(examples: Sequence[SquadExample], source: str) -> None:
-    counts = collections.Counter(example.qid for example in examples)
+    counts = collections.Counter(example.id for example in examples)
     duplicates = [qid for qid, count in counts.items() if count > 1]
     if duplicates:
         raise ValueError(f"{source}: question ids must be unique (predictions are keyed by id); "
@@ -351,20 +351,8 @@ def build_features(examples: Sequence[SquadExample], tokenizer: tokenizer_lib.To
     With `training`, `windows_without_answer` says what a window that does not hold the whole
     answer becomes: "cls" (start = end = 0, is_impossible 1, the reference) or "drop" (v1.1).
     """
-    _check_version(version)
-    check_windows_without_answer(windows_without_answer, version)
-    if max_seq_length - max_query_length - 3 < 1:
-        raise ConfigError(
-            f"max_seq_length={max_seq_length} leaves no room for the context after "
-            f"max_query_length={max_query_length} question tokens and [CLS] [SEP] [SEP]; raise "
-            "max_seq_length or lower max_query_length")
-    if doc_stride < 1:
-        raise ConfigError(f"doc_stride={doc_stride} must be at least 1 (SPEC 8.3: 128)")
-    if version == "v1.1":
-        impossible = [example.qid for example in examples if example.is_impossible]
-        if impossible:
-            raise ConfigError(f"version v1.1 was asked for but questions {impossible[:5]} are "
-                              "unanswerable (SQuAD v2.0 data); set the SQuAD version to v2.0")
+    _check_feature_settings(examples, version, max_seq_length, doc_stride, max_query_length,
+                            windows_without_answer)
     stats = FeatureStats(examples=len(examples))
     context_cache: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
     rows: dict[str, list] = collections.defaultdict(list)
@@ -374,7 +362,7 @@ def build_features(examples: Sequence[SquadExample], tokenizer: tokenizer_lib.To
             context_cache[example.context] = tokenizer.encode_with_offsets(example.context)
         context_ids, char_starts, char_ends = context_cache[example.context]
         if not context_ids.size:
-            raise ValueError(f"question {example.qid!r}: its context has no tokens "
+            raise ValueError(f"question {example.id!r}: its context has no tokens "
                              f"({example.context[:50]!r}); SQuAD contexts cannot be empty")
         query_ids = tokenizer.encode(example.question)
         if len(query_ids) > max_query_length:
@@ -382,15 +370,9 @@ def build_features(examples: Sequence[SquadExample], tokenizer: tokenizer_lib.To
             query_ids = query_ids[:max_query_length]
         answer_span = None
         if training and not example.is_impossible:
-            stats.several_answers += len(example.answers) > 1
-            answer = example.answers[0]
-            answer_span = answer_token_span(char_starts, char_ends, answer)
-            if answer_span is None:
-                stats.answers_not_found += 1
-                stats.dropped_qids.append(example.qid)
+            answer_span = _training_span(example, char_starts, char_ends, stats)
+            if answer_span is None:  # no piece: the example is dropped
                 continue
-            covered = example.context[char_starts[answer_span[0]]:char_ends[answer_span[1]]]
-            stats.answers_inside_pieces += covered != answer.text.strip()
         context_offset = len(query_ids) + 2
         windows = sliding_windows(len(context_ids), max_seq_length - len(query_ids) - 3,
                                   doc_stride)
@@ -411,23 +393,10 @@ def build_features(examples: Sequence[SquadExample], tokenizer: tokenizer_lib.To
                     if windows_without_answer == "drop":
                         continue
                     label = (0, 0, 1)  # SPEC 8.3: [CLS], both versions, as the reference.
-            sequence_length = context_offset + length + 1
-            input_ids = np.full(max_seq_length, tokenizer.pad_id, dtype=np.int32)
-            input_ids[0] = tokenizer.cls_id
-            input_ids[1:context_offset - 1] = query_ids
-            input_ids[context_offset - 1] = tokenizer.sep_id
-            input_ids[context_offset:context_offset + length] = context_ids[start:start + length]
-            input_ids[sequence_length - 1] = tokenizer.sep_id
-            segment_ids = np.zeros(max_seq_length, dtype=np.int32)
-            segment_ids[context_offset:sequence_length] = 1
-            input_mask = (np.arange(max_seq_length) < sequence_length).astype(np.int32)
-            p_mask = np.ones(max_seq_length, dtype=np.int32)
-            p_mask[0] = 0
-            p_mask[context_offset:context_offset + length] = 0
-            rows["input_ids"].append(input_ids)
-            rows["segment_ids"].append(segment_ids)
-            rows["input_mask"].append(input_mask)
-            rows["p_mask"].append(p_mask)
+            window_ids = context_ids[start:start + length]
+            for key, value in _window_inputs(tokenizer, query_ids, window_ids,
+                                             max_seq_length).items():
+                rows[key].append(value)
             rows["example_index"].append(example_index)
             if training:
                 for key, value in zip(("start_positions", "end_positions", "is_impossible"),
@@ -442,17 +411,84 @@ def build_features(examples: Sequence[SquadExample], tokenizer: tokenizer_lib.To
         if answer_span is not None and not answer_in_some_window:
             stats.answers_in_no_window += 1
             if windows_without_answer == "drop":  # no window left for this question
-                stats.dropped_qids.append(example.qid)
+                stats.dropped_qids.append(example.id)
     stats.features = len(infos)
-    keys = ["input_ids", "segment_ids", "input_mask", "p_mask", "example_index"]
+    if stats.dropped_qids:
+        logging.warning("SQuAD features: %s", stats.report())
+    return _stacked(rows, max_seq_length, training), infos, stats
+
+
+def _training_span(example: SquadExample, char_starts: np.ndarray, char_ends: np.ndarray,
+                   stats: FeatureStats) -> tuple[int, int] | None:
+    """The (first, last) context tokens of the answer that trains `example` (its first), or
+    None when no piece overlaps it; counts both in `stats`."""
+    stats.several_answers += len(example.answers) > 1
+    answer = example.answers[0]
+    answer_span = answer_token_span(char_starts, char_ends, answer)
+    if answer_span is None:
+        stats.answers_not_found += 1
+        stats.dropped_qids.append(example.id)
+        return None
+    covered = example.context[char_starts[answer_span[0]]:char_ends[answer_span[1]]]
+    stats.answers_inside_pieces += covered != answer.text.strip()
+    return answer_span
+
+
+def _check_feature_settings(examples: Sequence[SquadExample], version: str, max_seq_length: int,
+                            doc_stride: int, max_query_length: int,
+                            windows_without_answer: str) -> None:
+    """ConfigError for settings `build_features` cannot build windows with, or v2.0 data
+    asked for as v1.1."""
+    _check_version(version)
+    check_windows_without_answer(windows_without_answer, version)
+    if max_seq_length - max_query_length - 3 < 1:
+        raise ConfigError(
+            f"max_seq_length={max_seq_length} leaves no room for the context after "
+            f"max_query_length={max_query_length} question tokens and [CLS] [SEP] [SEP]; raise "
+            "max_seq_length or lower max_query_length")
+    if doc_stride < 1:
+        raise ConfigError(f"doc_stride={doc_stride} must be at least 1 (SPEC 8.3: 128)")
+    if version == "v1.1":
+        impossible = [example.id for example in examples if example.is_impossible]
+        if impossible:
+            raise ConfigError(f"version v1.1 was asked for but questions {impossible[:5]} are "
+                              "unanswerable (SQuAD v2.0 data); set the SQuAD version to v2.0")
+
+
+def _window_inputs(tokenizer: tokenizer_lib.Tokenizer, query_ids: np.ndarray,
+                   window_ids: np.ndarray, max_seq_length: int) -> dict[str, np.ndarray]:
+    """int32 [max_seq_length] input_ids, segment_ids, input_mask, p_mask of one window:
+    `[CLS] question [SEP] window [SEP] <pad>...`; p_mask 0 at [CLS] and on the window."""
+    context_offset = len(query_ids) + 2
+    context_end = context_offset + len(window_ids)
+    input_ids = np.full(max_seq_length, tokenizer.pad_id, dtype=np.int32)
+    input_ids[0] = tokenizer.cls_id
+    input_ids[1:context_offset - 1] = query_ids
+    input_ids[context_offset - 1] = tokenizer.sep_id
+    input_ids[context_offset:context_end] = window_ids
+    input_ids[context_end] = tokenizer.sep_id
+    segment_ids = np.zeros(max_seq_length, dtype=np.int32)
+    segment_ids[context_offset:context_end + 1] = 1
+    input_mask = (np.arange(max_seq_length) < context_end + 1).astype(np.int32)
+    p_mask = np.ones(max_seq_length, dtype=np.int32)
+    p_mask[0] = 0
+    p_mask[context_offset:context_end] = 0
+    return {"input_ids": input_ids, "segment_ids": segment_ids, "input_mask": input_mask,
+            "p_mask": p_mask}
+
+
+def _stacked(rows: Mapping[str, list], max_seq_length: int,
+             training: bool) -> dict[str, np.ndarray]:
+    """The int32 arrays of `build_features` from its per-window rows (empty arrays of the right
+    shape when there are none)."""
+    sequences = ["input_ids", "segment_ids", "input_mask", "p_mask"]
+    keys = [*sequences, "example_index"]
     if training:
         keys += ["start_positions", "end_positions", "is_impossible"]
     arrays = {}
     for key in keys:
-        shape = (0, max_seq_length) if key in keys[:4] else (0,)
+        shape = (0, max_seq_length) if key in sequences else (0,)
         arrays[key] = (np.asarray(rows[key], dtype=np.int32) if rows[key]
                        else np.zeros(shape, dtype=np.int32))
-    if stats.dropped_qids:
-        logging.warning("SQuAD features: %s", stats.report())
-    return arrays, infos, stats
+    return arrays
 

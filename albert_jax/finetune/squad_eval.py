@@ -34,9 +34,9 @@ def normalize_answer(text: str) -> str:
     return " ".join(_ARTICLES.sub(" ", text).split())
 
 
-def evaluate(dataset: Mapping[str, Any], predictions: Mapping[str, str],
-             na_probs: Mapping[str, float] | None = None,
-             na_prob_thresh: float = 1.0) -> dict[str, float | int]:
+def evaluate_v2(dataset: Mapping[str, Any], predictions: Mapping[str, str],
+                na_probs: Mapping[str, float] | None = None,
+                na_prob_thresh: float = 1.0) -> dict[str, float | int]:
     """Scores predictions as `evaluate-v2.0.py` does.
 
     Args:
@@ -103,7 +103,7 @@ def evaluate_v1(dataset: Mapping[str, Any], predictions: Mapping[str, str]) -> d
     for question_id, answer_texts in questions:
         if not answer_texts:
             raise ValueError(f"question {question_id!r} has no gold answer: that is SQuAD v2.0 "
-                             "data; score it with evaluate()")
+                             "data; score it with evaluate_v2()")
     _warn_missing(questions, predictions)
     exact_match_sum = f1_sum = 0.0
     for question_id, answer_texts in questions:
@@ -142,7 +142,7 @@ def main(argv: Sequence[str]) -> int:
                              if question_id in predictions]
             na_probs = _load_json(args.na_prob_file,
                                   lambda probs: _check_na_probs(probs, predicted_ids))
-        result = evaluate(dataset, predictions, na_probs, args.na_prob_thresh)
+        result = evaluate_v2(dataset, predictions, na_probs, args.na_prob_thresh)
     except ValueError as error:
         print(f"albert-jax squad-eval: error: {error}", file=sys.stderr)
         return 2

@@ -65,7 +65,7 @@ def _check_sizes(examples: Sequence[SquadExample], infos: Sequence[FeatureInfo],
     by_example: dict[int, list[int]] = collections.defaultdict(list)  # example -> features
     for feature_index, info in enumerate(infos):
         by_example[info.example_index].append(feature_index)
-    missing = [example.qid for index, example in enumerate(examples) if index not in by_example]
+    missing = [example.id for index, example in enumerate(examples) if index not in by_example]
     if missing or (by_example and max(by_example) >= len(examples)):
         raise ValueError(f"the features do not belong to these {len(examples)} examples (no "
                          f"feature for question ids {missing[:5]}); post-process with the "
@@ -135,9 +135,9 @@ def postprocess_v1(examples: Sequence[SquadExample], infos: Sequence[FeatureInfo
                             feature_end[end])
                         candidates.append((start_score + end_score, feature_index, *span,
                                            start_score, end_score))
-        nbest[example.qid] = _nbest(example, infos, candidates, n_best_size,
+        nbest[example.id] = _nbest(example, infos, candidates, n_best_size,
                                     ("start_logit", "end_logit"), (0.0, 0.0))
-        predictions[example.qid] = nbest[example.qid][0]["text"]
+        predictions[example.id] = nbest[example.id][0]["text"]
     _warn_unanswered(predictions)
     return predictions, nbest
 
@@ -187,11 +187,11 @@ def postprocess_v2(examples: Sequence[SquadExample], infos: Sequence[FeatureInfo
                                                                       i * end_n_top + j])
                         candidates.append((start_score + end_score, feature_index, *span,
                                            start_score, end_score))
-        nbest[example.qid] = _nbest(example, infos, candidates, n_best_size,
+        nbest[example.id] = _nbest(example, infos, candidates, n_best_size,
                                     ("start_log_prob", "end_log_prob"), (-1e6, -1e6))
-        best = nbest[example.qid][0]
-        predictions[example.qid] = best["text"]
-        null_odds[example.qid] = null_score - (best["start_log_prob"] + best["end_log_prob"])
+        best = nbest[example.id][0]
+        predictions[example.id] = best["text"]
+        null_odds[example.id] = null_score - (best["start_log_prob"] + best["end_log_prob"])
     _warn_unanswered(predictions)
     return predictions, nbest, null_odds
 
@@ -223,10 +223,10 @@ def write_prediction_files(directory: str | os.PathLike, predictions: Mapping[st
                            ) -> dict[str, str]:
     """Writes predictions.json, nbest_predictions.json and, when given (v2.0), null_odds.json
     and predictions_with_null.json into `directory`; returns file name -> path."""
-    files = {PREDICTIONS_FILE: predictions, NBEST_FILE: nbest, NULL_ODDS_FILE: null_odds,
-             PREDICTIONS_WITH_NULL_FILE: predictions_with_null}
+    contents = {PREDICTIONS_FILE: predictions, NBEST_FILE: nbest, NULL_ODDS_FILE: null_odds,
+                PREDICTIONS_WITH_NULL_FILE: predictions_with_null}
     written = {}
-    for name, obj in files.items():
+    for name, obj in contents.items():
         if obj is not None:
             written[name] = os.path.join(os.fspath(directory), name)
             write_json(written[name], obj)

@@ -30,7 +30,7 @@ from etils import epath
 from albert_jax.convert.huggingface import FinetunedHead
 from albert_jax.data.tokenizer import Tokenizer
 from albert_jax.errors import ConfigError
-from albert_jax.finetune import custom_data, registry, squad, squad_eval, squad_postprocess
+from albert_jax.finetune import registry, squad, squad_eval, squad_postprocess, tables
 from albert_jax.finetune.pretrained import Pretrained
 from albert_jax.finetune.squad import FeatureInfo, SquadExample
 from albert_jax.finetune.task import FinetuneTask
@@ -38,7 +38,7 @@ from albert_jax.model import (AlbertForQuestionAnswering, AlbertForQuestionAnswe
                               example_inputs, heads)
 from albert_jax.train import flops
 from albert_jax.train import workdir as workdir_names
-from albert_jax.train.task import Batch, Selection
+from albert_jax.train.task import Batch
 
 _TFDS_SPLITS = {"train": "train", "dev": "validation"}
 
@@ -61,7 +61,7 @@ def evaluator_dataset(examples: list[SquadExample]) -> dict[str, Any]:
     """The official JSON structure the evaluator reads, rebuilt from `examples` (so a TFDS split
     is scored like its JSON file): one paragraph per question, only ids and answer texts."""
     return {"data": [{"paragraphs": [
-        {"qas": [{"id": example.qid, "answers": [{"text": answer.text}
+        {"qas": [{"id": example.id, "answers": [{"text": answer.text}
                                                  for answer in example.answers]}]}
         for example in examples]}]}
 
@@ -76,7 +76,7 @@ def _table_question(path: str, line: int, row: dict[str, Any], number: int) -> S
                              f"({value!r}); a SQuAD question needs a context and a question "
                              f"(the file's columns: {', '.join(map(repr, row))})")
         texts[column] = value
-    return SquadExample(qid=str(row.get("id", number)), question=texts["question"],
+    return SquadExample(id=str(row.get("id", number)), question=texts["question"],
                         context=texts["context"], answers=(), is_impossible=False)
 
 
@@ -87,6 +87,7 @@ class SquadTask(FinetuneTask):
     One registered name for both versions: `version` picks the head, loss and evaluator (the
     data, windows and post-processing are shared)."""
 
+    config_file = "squad.py:version=1.1"  # version=2.0: the same class
     eval_splits = ("dev",)
     # Every batch at seq_len: the n-best of SPEC 8.3 ranks the span logits of every position,
     # padding included, so evaluation needs all of them; no length buckets.
@@ -104,19 +105,30 @@ class SquadTask(FinetuneTask):
         self.name = f"SQuAD {self.version}"
         if self.version == "v1.1":
             self.model = AlbertForQuestionAnswering(model_config)
-            self.selection = Selection("dev", "f1")  # SPEC 8.3
         else:
             self.model = AlbertForQuestionAnsweringV2(
                 model_config, answer_class_dropout=config.classifier_dropout)
-            # best_f1: the F1 with the no-answer threshold tuned on dev, which is how the
-            # predictions are used (predictions_with_null.json) and what the reference reports
-            # as v2.0 F1 (SPEC 8.3 QUIRK). Plain f1 applies the evaluator's fixed threshold 1.0
-            # to null_odds, whose scale the model is free to change from step to step.
-            self.selection = Selection("dev", "best_f1")
         self._eval_sets: dict[str, tuple[list[SquadExample], list[FeatureInfo],
                                          dict[str, np.ndarray]]] = {}
-        self._last_postprocess: tuple[str, dict[str, np.ndarray], SquadResult] | None = None
+        self._last_result: tuple[str, dict[str, np.ndarray], SquadResult] | None = None
         self._input_windows: tuple[list[SquadExample], list[FeatureInfo]] | None = None
+
+    @classmethod
+    def metric_names(cls, config: ml_collections.ConfigDict) -> tuple[str, ...]:
+        """The official evaluator's (module docstring); v2.0 adds HasAns_* and NoAns_* for each
+        subset the dev set has."""
+        if config.version == "v1.1":
+            return ("exact_match", "f1")
+        return ("exact_match", "f1", "best_exact", "best_exact_thresh", "best_f1",
+                "best_f1_thresh")
+
+    @classmethod
+    def selection_metric(cls, config: ml_collections.ConfigDict) -> str:
+        # v2.0 best_f1: the F1 with the no-answer threshold tuned on dev, which is how the
+        # predictions are used (predictions_with_null.json) and what the reference reports as
+        # v2.0 F1 (SPEC 8.3 QUIRK). Plain f1 applies the evaluator's fixed threshold 1.0 to
+        # null_odds, whose scale the model is free to change from step to step.
+        return "f1" if config.version == "v1.1" else "best_f1"  # SPEC 8.3
 
     @classmethod
     def validate_config(cls, config: ml_collections.ConfigDict) -> None:
@@ -159,8 +171,8 @@ class SquadTask(FinetuneTask):
         return FinetunedHead("AlbertForQuestionAnswering")
 
     # --- Data ----------------------------------------------------------------------------------
-    def examples(self, split: str) -> list[SquadExample]:
-        """The questions of "train" or "dev", from the config's file or TFDS split."""
+    def _read_examples(self, split: str) -> list[SquadExample]:
+        """The questions of "train" or "dev", read from the config's file or TFDS split."""
         data = self.config.data
         if data.tfds_name:
             return squad.read_tfds(data.tfds_name, _TFDS_SPLITS[split], self.version,
@@ -187,7 +199,7 @@ class SquadTask(FinetuneTask):
     def _eval_set(self, split: str) -> tuple[list[SquadExample], list[FeatureInfo],
                                              dict[str, np.ndarray]]:
         if split not in self._eval_sets:
-            examples = self.examples(split)
+            examples = self._read_examples(split)
             arrays, infos = self._features(examples, split, training=False)
             # feature_index, not example_index, keys the gathered outputs (module docstring).
             arrays = {key: value for key, value in arrays.items() if key != "example_index"}
@@ -196,7 +208,7 @@ class SquadTask(FinetuneTask):
         return self._eval_sets[split]
 
     def train_features(self) -> dict[str, np.ndarray]:
-        arrays, _ = self._features(self.examples("train"), "train", training=True)
+        arrays, _ = self._features(self._read_examples("train"), "train", training=True)
         # The dev file is read now too, so a wrong one fails before the first step, not at the
         # first evaluation.
         self._eval_set("dev")
@@ -205,9 +217,9 @@ class SquadTask(FinetuneTask):
     def eval_features(self, split: str) -> dict[str, np.ndarray]:
         return self._eval_set(split)[2]
 
-    def prediction_splits(self, kind: str) -> tuple[str, ...]:
-        if kind != "dev":
-            raise ConfigError(f"SQuAD has no public {kind} set (the official test set is "
+    def prediction_splits(self, split: str) -> tuple[str, ...]:
+        if split != "dev":
+            raise ConfigError(f"SQuAD has no public {split} set (the official test set is "
                               "hidden); use --split=dev")
         return self.eval_splits
 
@@ -254,12 +266,6 @@ class SquadTask(FinetuneTask):
                                          batch["end_positions"], batch["is_impossible"])
         return {"loss_sum": jnp.sum(weights * losses), "example_count": jnp.sum(weights)}
 
-    def metrics_from_sums(self, sums: dict[str, jax.Array]) -> dict[str, jax.Array]:
-        return {"loss": sums["loss_sum"] / jnp.maximum(sums["example_count"], 1.0)}
-
-    def console_line(self, metrics: dict[str, float]) -> list[str]:
-        return [f"loss {metrics['loss']:.4f}"]
-
     # --- Evaluation ------------------------------------------------------------------------------
     def predictions(self, outputs: Any, batch: Batch) -> dict[str, jax.Array]:
         if self.version == "v1.1":
@@ -269,26 +275,23 @@ class SquadTask(FinetuneTask):
             values = {key: outputs[key] for key in squad_postprocess.V2_OUTPUT_KEYS}
         return dict(values, feature_index=batch["feature_index"])
 
-    def postprocess(self, split: str, predictions: dict[str, np.ndarray]) -> SquadResult:
+    def split_result(self, split: str, predictions: dict[str, np.ndarray]) -> SquadResult:
         """Answers of every question of `split` from the gathered per-window `predictions`
         (padding rows included, any order), and the official evaluation of them.
 
         `albert-jax evaluate` asks for the metrics and then the files of the same predictions:
         the last result is kept (with the predictions object it came from, so it cannot be
         mistaken for another's) and the n-best search over every window runs once."""
-        last = self._last_postprocess
+        last = self._last_result
         if last is not None and last[0] == split and last[1] is predictions:
             return last[2]
-        result = self._postprocess(split, predictions)
-        self._last_postprocess = (split, predictions, result)
+        examples, infos, _ = self._eval_set(split)
+        result = self._result(examples, infos, predictions, evaluate=True)
+        self._last_result = (split, predictions, result)
         return result
 
-    def _postprocess(self, split: str, predictions: dict[str, np.ndarray]) -> SquadResult:
-        examples, infos, _ = self._eval_set(split)
-        return self._answers(examples, infos, predictions, evaluate=True)
-
-    def _answers(self, examples: list[SquadExample], infos: list[FeatureInfo],
-                 predictions: dict[str, np.ndarray], *, evaluate: bool) -> SquadResult:
+    def _result(self, examples: list[SquadExample], infos: list[FeatureInfo],
+                predictions: dict[str, np.ndarray], *, evaluate: bool) -> SquadResult:
         """Each question's answer from its windows' `predictions` (padding rows included, any
         order); with `evaluate`, the official evaluation of them (else an empty dict)."""
         keep = predictions["example_weight"] > 0
@@ -308,7 +311,7 @@ class SquadTask(FinetuneTask):
         answers, nbest, null_odds = squad_postprocess.postprocess_v2(examples, infos, rows,
                                                                      **sizes)
         return SquadResult(answers, nbest, null_odds,
-                           squad_eval.evaluate(dataset, answers, na_probs=null_odds)
+                           squad_eval.evaluate_v2(dataset, answers, na_probs=null_odds)
                            if evaluate else {})
 
     # --- `albert-jax predict` and predictions.jsonl ----------------------------------------------
@@ -316,12 +319,10 @@ class SquadTask(FinetuneTask):
         """An official SQuAD JSON file, else a CSV/TSV/JSONL/Parquet table with the columns
         `id` (optional), `context` and `question`; questions in file order."""
         if path.endswith(".json"):
-            examples = squad.read_squad(path, self.version)
-            for start in range(0, len(examples), chunk_rows):
-                yield examples[start:start + chunk_rows]
+            yield from tables.in_chunks(squad.read_squad(path, self.version), chunk_rows)
             return
         rows_before = 0
-        for chunk in custom_data.iter_row_chunks(path, chunk_rows):
+        for chunk in tables.iter_row_chunks(path, chunk_rows):
             yield [_table_question(path, line, row, rows_before + number)
                    for number, (line, row) in enumerate(chunk)]
             rows_before += len(chunk)
@@ -341,12 +342,12 @@ class SquadTask(FinetuneTask):
         if kept_examples is not examples:
             raise RuntimeError("prediction_records of SQuAD needs the examples of the last "
                                "input_features call; please report this")
-        return self._records(self._answers(examples, infos, predictions, evaluate=False),
+        return self._records(self._result(examples, infos, predictions, evaluate=False),
                              examples)
 
     def split_records(self, split: str, predictions: dict[str, np.ndarray]
                       ) -> list[dict[str, Any]]:
-        return self._records(self.postprocess(split, predictions), self.split_examples(split))
+        return self._records(self.split_result(split, predictions), self.split_examples(split))
 
     def split_examples(self, split: str) -> list[SquadExample]:
         return self._eval_set(split)[0]
@@ -358,11 +359,11 @@ class SquadTask(FinetuneTask):
         sigmoid loss (SPEC 8.3)."""
         records = []
         for example in examples:
-            best = result.nbest[example.qid][0]
-            record = {"id": example.qid, "prediction": result.predictions[example.qid],
+            best = result.nbest[example.id][0]
+            record = {"id": example.id, "prediction": result.predictions[example.id],
                       "answer_score": best["probability"]}
             if result.null_odds is not None:
-                null_score = (result.null_odds[example.qid] + best["start_log_prob"]
+                null_score = (result.null_odds[example.id] + best["start_log_prob"]
                               + best["end_log_prob"])
                 record["no_answer_probability"] = float(1 / (1 + np.exp(-null_score)))
             records.append(record)
@@ -370,7 +371,7 @@ class SquadTask(FinetuneTask):
 
     def eval_metrics(self, split: str, sums: dict[str, np.ndarray],
                      predictions: dict[str, np.ndarray]) -> dict[str, float]:
-        evaluation = self.postprocess(split, predictions).evaluation
+        evaluation = self.split_result(split, predictions).evaluation
         return {("exact_match" if key == "exact" else key): float(value)
                 for key, value in evaluation.items() if not key.endswith("total")}
 
@@ -382,7 +383,7 @@ class SquadTask(FinetuneTask):
         script's exact_match and f1; v2.0: the v2.0 script's, with null_odds.json as na_probs,
         what `albert-jax squad-eval DEV.json predictions.json --na-prob-file=null_odds.json`
         prints)."""
-        result = self.postprocess(split, predictions)
+        result = self.split_result(split, predictions)
         with_null = None
         if result.null_odds is not None:
             with_null = squad_postprocess.apply_null_threshold(

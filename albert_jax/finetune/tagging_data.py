@@ -30,7 +30,7 @@ from typing import Any, Iterable, Iterator, Sequence
 
 from etils import epath
 
-from albert_jax.finetune import custom_data
+from albert_jax.finetune import tables
 
 SCHEMES: dict[str, tuple[str, ...]] = {"iob2": ("B", "I"), "iob1": ("B", "I"),
                                        "bioes": ("B", "I", "E", "S")}
@@ -164,7 +164,7 @@ def _strings(value: Any, where: str, column: str) -> list[str] | None:
 def _table_sentences(path: str, columns: TagColumns, labelled: bool
                      ) -> Iterator[tuple[str | None, list[str], list[str] | None, list[int]]]:
     """(id, tokens, tags or None, lines) of each row of a JSON Lines or Parquet file."""
-    for chunk in custom_data.iter_row_chunks(path):
+    for chunk in tables.iter_row_chunks(path):
         for line, row in chunk:
             where = f"{path}:{line}"
             if columns.tokens not in row:
@@ -190,7 +190,7 @@ def _table_sentences(path: str, columns: TagColumns, labelled: bool
 
 def iter_sentence_chunks(path: str, columns: TagColumns, *, scheme: str = "iob2",
                          labels: Sequence[str] | None = None, labelled: bool = True,
-                         chunk_size: int = custom_data.DEFAULT_CHUNK_ROWS
+                         chunk_size: int = tables.DEFAULT_CHUNK_ROWS
                          ) -> Iterator[list[Sentence]]:
     """The sentences of `path` in file order, in lists of at most `chunk_size`.
 

@@ -46,6 +46,15 @@ class OwnTaggingTask(TokenClassificationTask):
     """Your sentences, a tag per word -> entities; entity F1 (seqeval's) on dev."""
 
     name = "token_classification"
+    config_file = "custom.py:kind=token_classification"
+
+    @classmethod
+    def metric_names(cls, config: ml_collections.ConfigDict) -> tuple[str, ...]:
+        return SELECTION_METRICS
+
+    @classmethod
+    def selection_metric(cls, config: ml_collections.ConfigDict) -> str:
+        return config.selection_metric
 
     @classmethod
     def validate_config(cls, config: ml_collections.ConfigDict) -> None:

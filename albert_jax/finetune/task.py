@@ -41,7 +41,7 @@ from albert_jax.finetune.pretrained import Pretrained
 from albert_jax.model import ModelConfig, example_inputs, presets
 from albert_jax.train import flops, loop, validation
 from albert_jax.train import workdir as workdir_names
-from albert_jax.train.task import Batch, HostBatch, Task
+from albert_jax.train.task import Batch, HostBatch, Selection, Task
 
 
 class ArraySource:
@@ -84,14 +84,21 @@ def _do_lower_case(config: ml_collections.ConfigDict) -> bool:
 class FinetuneTask(Task):
     """The setup, data and files every fine-tuning task shares (module docstring).
 
-    A task family supplies: `build_model`, `train_features`, `eval_features`, the loss
-    (`loss_sums`, `denominators`, `loss`, `metrics_from_sums`), `predictions`, `eval_metrics`,
-    `console_line`, `write_predictions`, `huggingface_head` and, for `albert-jax predict`,
-    `read_inputs` / `input_features` / `prediction_records`.
+    A task family supplies: `build_model`, `train_features`, `eval_features`, `loss_sums`
+    (the mean loss, its console line and `denominators` are shared; a family may add to
+    `metrics_from_sums` and `console_line`), `predictions`, `eval_metrics`,
+    `write_predictions`, `huggingface_head` and, for `albert-jax predict`, `read_inputs` /
+    `input_features` / `prediction_records`.
     """
 
     name: str
     test_splits: tuple[str, ...] = ()
+    # Whether the task reads a folder in its original layout (data.path) or TFDS (data.tfds_name):
+    # `validate_config` then checks that one is given (`check_data_source`).
+    reads_folder_or_tfds = False
+    # The configs/ file (and its argument) that fine-tunes this task: `albert-jax finetune
+    # --config=configs/<config_file>`; "" for a user's task, which brings its own.
+    config_file: str = ""
     # [batch, seq] (multiple choice [batch, options, seq]): each batch runs at its length bucket
     # (train/buckets.py).
     sequence_fields = ("input_ids", "segment_ids", "input_mask")
@@ -107,6 +114,8 @@ class FinetuneTask(Task):
         self.tokenizer = tokenizer
         self.pretrained = pretrained
         self.run_dir = run_dir
+        if self.selection is None:  # else the class's own (a task of your own may set it)
+            self.selection = Selection("dev", self.selection_metric(config))
         self._eval_sources: dict[str, ArraySource] = {}
 
     # --- Setup -----------------------------------------------------------------------------------
@@ -114,7 +123,36 @@ class FinetuneTask(Task):
     def validate_config(cls, config: ml_collections.ConfigDict) -> None:
         """Raises ConfigError (or FileNotFoundError), naming the key, for a config this task
         cannot run, before anything is read. Families add their data checks."""
+        if cls.reads_folder_or_tfds:
+            cls.check_data_source(config)
         validation.check_numbers(config)
+
+    @classmethod
+    def check_data_source(cls, config: ml_collections.ConfigDict) -> None:
+        """For a task read from a folder in its original layout (data.path) or from TFDS
+        (data.tfds_name): one of them is given, and the folder exists."""
+        if not config.data.path and not config.data.tfds_name:
+            raise ConfigError(f"config data.path is empty: give the {cls.name} data folder "
+                              "(--config.data.path=DIR) or a TFDS name "
+                              "(--config.data.tfds_name=...)")
+        if config.data.path and not epath.Path(config.data.path).is_dir():
+            raise FileNotFoundError(f"config data.path={config.data.path} is not a directory")
+
+    # --- Dev metrics ------------------------------------------------------------------------------
+    @classmethod
+    def metric_names(cls, config: ml_collections.ConfigDict) -> tuple[str, ...]:
+        """The dev metrics every evaluation of this task reports (`eval_metrics` keys; some
+        tasks add more, e.g. per level or per subset)."""
+        raise NotImplementedError
+
+    @classmethod
+    def selection_metric(cls, config: ml_collections.ConfigDict) -> str:
+        """The dev metric whose largest value picks the best checkpoint (SPEC 8.1), one of
+        `metric_names`. A task of your own may set the class attribute `selection` instead."""
+        if cls.selection is None:
+            raise NotImplementedError(f"{cls.__qualname__} names no selection metric: define "
+                                      "selection_metric or the class attribute selection")
+        return cls.selection.metric
 
     @classmethod
     def from_config(cls, config: ml_collections.ConfigDict) -> "FinetuneTask":
@@ -234,9 +272,9 @@ class FinetuneTask(Task):
         files.write_atomically(path, json.dumps(report, indent=2, sort_keys=True))
         return [path]
 
-    def prediction_splits(self, kind: str) -> tuple[str, ...]:
-        """The eval sets `albert-jax evaluate --split=<kind>` predicts ("dev" or "test")."""
-        return self.eval_splits if kind == "dev" else self.test_splits
+    def prediction_splits(self, split: str) -> tuple[str, ...]:
+        """The eval sets `albert-jax evaluate --split=<split>` predicts ("dev" or "test")."""
+        return self.eval_splits if split == "dev" else self.test_splits
 
     def workdir_files(self) -> dict[str, bytes]:
         # The tokenizer travels with the weights: evaluate, export and init_from find it there
@@ -316,6 +354,14 @@ class FinetuneTask(Task):
 
     def loss(self, sums: dict[str, jax.Array], denominators: dict[str, jax.Array]) -> jax.Array:
         return sums["loss_sum"] / denominators["examples"]  # SPEC 8.2: the batch mean
+
+    def metrics_from_sums(self, sums: dict[str, jax.Array]) -> dict[str, jax.Array]:
+        """The mean loss over the examples (`loss_sum`, `example_count` of `loss_sums`); a
+        classifier adds its accuracy."""
+        return {"loss": sums["loss_sum"] / jnp.maximum(sums["example_count"], 1.0)}
+
+    def console_line(self, metrics: dict[str, float]) -> list[str]:
+        return [f"loss {metrics['loss']:.4f}"]
 
     def flops_per_example(self, seq_len: int) -> float:
         # The backbone read at [CLS] alone, no masked-LM head.

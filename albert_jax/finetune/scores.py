@@ -1,5 +1,5 @@
-"""GLUE, RACE and own-data dev metrics, computed on the host from the gathered predictions of a
-split.
+"""Dev scores of GLUE, RACE and own data, computed on the host from the gathered predictions of a
+split. A task passes its class count and names its metrics (GLUE: its spec row, glue.score).
 
 The numbers are those of scikit-learn (`accuracy_score`, `f1_score`, `matthews_corrcoef`,
 `mean_squared_error`) and SciPy (`pearsonr`, `spearmanr`), written with NumPy/SciPy so that
@@ -15,97 +15,87 @@ import numpy as np
 import numpy.typing as npt
 import scipy.stats
 
-GLUE_TASKS: tuple[str, ...] = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli", "ax")
-
-# Classes per classification task, from the label lists of SPEC 8.2 (stsb is a regression).
-# ax is the diagnostic set, labelled with the 3 MNLI classes and scored by an MNLI model.
-_NUM_CLASSES = {"cola": 2, "sst2": 2, "mrpc": 2, "qqp": 2, "mnli": 3, "qnli": 2, "rte": 2,
-                "wnli": 2, "ax": 3}
-
-RACE_LEVELS: tuple[str, ...] = ("middle", "high")
-_RACE_NUM_CHOICES = 4  # SPEC 8.4
-
-# The metric that picks the best dev checkpoint (SPEC 8.1: `matthew_corr` for CoLA, `pearson` for
-# STS-B, `eval_accuracy` otherwise). ax is absent: it is never trained, only scored with MNLI's
-# model, and its one metric (mcc) selects nothing.
-BEST_METRIC: dict[str, str] = {
-    "cola": "mcc", "sst2": "accuracy", "mrpc": "accuracy", "stsb": "pearson", "qqp": "accuracy",
-    "mnli": "accuracy", "qnli": "accuracy", "rte": "accuracy", "wnli": "accuracy",
-    "race": "accuracy",
-}
-
-# The metrics of a user's own task per kind (finetune/custom_data.py KINDS), in report order.
-# `config.selection_metric` picks the largest of one of them, so mse (smaller is better) is
-# reported but cannot select.
-CUSTOM_METRICS: dict[str, tuple[str, ...]] = {
-    "classification": ("accuracy", "macro_f1", "mcc"),
-    "regression": ("pearson", "spearman", "mse"),
-    "multiple_choice": ("accuracy",),
-}
-CUSTOM_SELECTABLE_METRICS: dict[str, tuple[str, ...]] = {
-    "classification": ("accuracy", "macro_f1", "mcc"),
-    "regression": ("pearson", "spearman"),
-    "multiple_choice": ("accuracy",),
-}
+# The metrics of each family, in report order. `class_scores` and `real_scores` compute any of
+# them by name; a task's spec row (GLUE) or class (own data) picks its own.
+CLASS_METRICS: tuple[str, ...] = ("accuracy", "f1", "macro_f1", "mcc")
+REAL_METRICS: tuple[str, ...] = ("pearson", "spearman", "mse")
+CLASSIFICATION_METRICS: tuple[str, ...] = ("accuracy", "macro_f1", "mcc")
+REGRESSION_METRICS: tuple[str, ...] = ("pearson", "spearman", "mse")
+MULTIPLE_CHOICE_METRICS: tuple[str, ...] = ("accuracy",)
 
 
-def glue_metrics(task: str, predictions: npt.ArrayLike, labels: npt.ArrayLike) -> dict[str, float]:
-    """Scores one GLUE split.
+def class_scores(predictions: npt.ArrayLike, labels: npt.ArrayLike, num_classes: int,
+                 names: Sequence[str], task: str) -> dict[str, float]:
+    """Scores predicted class ids.
 
     Args:
-      task: one of GLUE_TASKS.
-      predictions: [num_examples] class ids, or floats for stsb.
-      labels: [num_examples] class ids, or floats for stsb.
-
-    Returns:
-      cola: mcc, accuracy; mrpc, qqp: accuracy, f1 (binary F1 of class 1); stsb: pearson,
-      spearman; ax: mcc (multi-class, over the 3 MNLI classes); the others: accuracy.
-      Fractions, not percentages.
+      predictions: [num_examples] predicted class ids, 0..num_classes-1.
+      labels: [num_examples] true class ids, 0..num_classes-1.
+      num_classes: the number of classes (options, for multiple choice).
+      names: the metrics, in the order returned; each one of CLASS_METRICS: accuracy; f1, the
+        binary F1 of class 1 (GLUE's for MRPC and QQP); macro_f1, the unweighted mean of the
+        per-class F1 over the classes that occur in labels or predictions (scikit-learn's
+        `f1_score(average="macro")`); mcc, the multi-class Matthews correlation
+        (`matthews_corrcoef`), 0.0 when undefined.
+      task: names the task in error messages.
     """
-    if task not in GLUE_TASKS:
-        raise ValueError(f"unknown GLUE task {task!r}; use one of {', '.join(GLUE_TASKS)}")
+    _check_names(names, CLASS_METRICS)
     predictions, labels = _paired_vectors(predictions, labels)
-    if task == "stsb":
-        predictions = _real_values(predictions, "predictions", task)
-        labels = _real_values(labels, "labels", task)
-        return {"pearson": _pearson(predictions, labels), "spearman": _spearman(predictions, labels)}
-    num_classes = _NUM_CLASSES[task]
     predictions = _class_ids(predictions, "predictions", num_classes, task)
     labels = _class_ids(labels, "labels", num_classes, task)
-    if task == "ax":
-        return {"mcc": _matthews(predictions, labels, num_classes)}
-    metrics = {"accuracy": _accuracy(predictions, labels)}
-    if task == "cola":
-        metrics["mcc"] = _matthews(predictions, labels, num_classes)
-    if task in ("mrpc", "qqp"):
-        metrics["f1"] = _binary_f1(predictions, labels)
-    return metrics
+    metrics = {"accuracy": lambda: _accuracy(predictions, labels),
+               "f1": lambda: _binary_f1(predictions, labels),
+               "macro_f1": lambda: _macro_f1(predictions, labels, num_classes),
+               "mcc": lambda: _matthews(predictions, labels, num_classes)}
+    return {name: metrics[name]() for name in names}
 
 
-def race_metrics(predictions: npt.ArrayLike, labels: npt.ArrayLike,
-                 levels: Sequence[str]) -> dict[str, float]:
+def real_scores(predictions: npt.ArrayLike, labels: npt.ArrayLike, names: Sequence[str],
+                task: str) -> dict[str, float]:
+    """Scores predicted numbers.
+
+    Args:
+      predictions, labels: [num_examples] numbers.
+      names: the metrics, in the order returned; each one of REAL_METRICS: pearson, spearman
+        (0.0 when a side is constant), mse (mean squared error).
+      task: names the task in error messages.
+    """
+    _check_names(names, REAL_METRICS)
+    predictions, labels = _paired_vectors(predictions, labels)
+    predictions = _real_values(predictions, "predictions", task)
+    labels = _real_values(labels, "labels", task)
+    metrics = {"pearson": lambda: _pearson(predictions, labels),
+               "spearman": lambda: _spearman(predictions, labels),
+               "mse": lambda: float(np.mean((predictions - labels) ** 2))}
+    return {name: metrics[name]() for name in names}
+
+
+def race_metrics(predictions: npt.ArrayLike, labels: npt.ArrayLike, levels: Sequence[str], *,
+                 num_choices: int, level_names: Sequence[str]) -> dict[str, float]:
     """Scores one RACE split: accuracy overall and per level.
 
     Args:
-      predictions: [num_examples] chosen option, 0..3.
-      labels: [num_examples] correct option, 0..3.
-      levels: [num_examples] "middle" or "high" (the RACE-M / RACE-H half the question is from).
+      predictions: [num_examples] chosen option, 0..num_choices-1.
+      labels: [num_examples] correct option, 0..num_choices-1.
+      levels: [num_examples] the level of each question, one of `level_names`.
+      num_choices: options per question (RACE: 4).
+      level_names: the levels, in report order (RACE: middle, high, the RACE-M / RACE-H halves).
 
     Returns:
-      accuracy, and accuracy_middle / accuracy_high for each level present.
+      accuracy, and accuracy_<level> for each level present.
     """
     predictions, labels = _paired_vectors(predictions, labels)
     levels = np.asarray(levels, dtype=object)
     if levels.shape != predictions.shape:
         raise ValueError(f"{len(predictions)} predictions but levels has shape {levels.shape}: "
                          "give one level per example")
-    unknown = sorted({str(level) for level in levels if level not in RACE_LEVELS})
+    unknown = sorted({str(level) for level in levels if level not in level_names})
     if unknown:
-        raise ValueError(f"unknown RACE level(s) {unknown}; use one of {', '.join(RACE_LEVELS)}")
-    predictions = _class_ids(predictions, "predictions", _RACE_NUM_CHOICES, "race")
-    labels = _class_ids(labels, "labels", _RACE_NUM_CHOICES, "race")
+        raise ValueError(f"unknown RACE level(s) {unknown}; use one of {', '.join(level_names)}")
+    predictions = _class_ids(predictions, "predictions", num_choices, "race")
+    labels = _class_ids(labels, "labels", num_choices, "race")
     metrics = {"accuracy": _accuracy(predictions, labels)}
-    for level in RACE_LEVELS:
+    for level in level_names:
         in_level = levels == level
         if in_level.any():
             metrics[f"accuracy_{level}"] = _accuracy(predictions[in_level], labels[in_level])
@@ -114,58 +104,28 @@ def race_metrics(predictions: npt.ArrayLike, labels: npt.ArrayLike,
 
 def classification_metrics(predictions: npt.ArrayLike, labels: npt.ArrayLike,
                            num_classes: int) -> dict[str, float]:
-    """Scores a classification of a user's own data (any number of classes).
-
-    Args:
-      predictions: [num_examples] predicted class ids, 0..num_classes-1.
-      labels: [num_examples] true class ids, 0..num_classes-1.
-      num_classes: the length of the task's label list.
-
-    Returns:
-      accuracy; macro_f1, the unweighted mean of the per-class F1 over the classes that occur in
-      labels or predictions (scikit-learn's `f1_score(average="macro")`); mcc, the multi-class
-      Matthews correlation (`matthews_corrcoef`), 0.0 when undefined.
-    """
-    predictions, labels = _paired_vectors(predictions, labels)
-    predictions = _class_ids(predictions, "predictions", num_classes, "classification")
-    labels = _class_ids(labels, "labels", num_classes, "classification")
-    return {"accuracy": _accuracy(predictions, labels),
-            "macro_f1": _macro_f1(predictions, labels, num_classes),
-            "mcc": _matthews(predictions, labels, num_classes)}
+    """Scores a classification of a user's own data (any number of classes):
+    CLASSIFICATION_METRICS (accuracy, macro_f1, mcc; see `class_scores`)."""
+    return class_scores(predictions, labels, num_classes, CLASSIFICATION_METRICS,
+                        "classification")
 
 
 def regression_metrics(predictions: npt.ArrayLike, labels: npt.ArrayLike) -> dict[str, float]:
-    """Scores a regression of a user's own data.
-
-    Args:
-      predictions, labels: [num_examples] numbers.
-
-    Returns:
-      pearson, spearman (0.0 when a side is constant), mse (mean squared error).
-    """
-    predictions, labels = _paired_vectors(predictions, labels)
-    predictions = _real_values(predictions, "predictions", "regression")
-    labels = _real_values(labels, "labels", "regression")
-    return {"pearson": _pearson(predictions, labels), "spearman": _spearman(predictions, labels),
-            "mse": float(np.mean((predictions - labels) ** 2))}
+    """Scores a regression of a user's own data: REGRESSION_METRICS (pearson, spearman, mse)."""
+    return real_scores(predictions, labels, REGRESSION_METRICS, "regression")
 
 
 def multiple_choice_metrics(predictions: npt.ArrayLike, labels: npt.ArrayLike,
                             num_choices: int) -> dict[str, float]:
-    """Scores a multiple-choice task of a user's own data.
+    """Scores a multiple-choice task of a user's own data: accuracy over `num_choices` options."""
+    return class_scores(predictions, labels, num_choices, MULTIPLE_CHOICE_METRICS,
+                        "multiple_choice")
 
-    Args:
-      predictions: [num_examples] chosen option, 0..num_choices-1.
-      labels: [num_examples] correct option, 0..num_choices-1.
-      num_choices: options per question.
 
-    Returns:
-      accuracy.
-    """
-    predictions, labels = _paired_vectors(predictions, labels)
-    predictions = _class_ids(predictions, "predictions", num_choices, "multiple_choice")
-    labels = _class_ids(labels, "labels", num_choices, "multiple_choice")
-    return {"accuracy": _accuracy(predictions, labels)}
+def _check_names(names: Sequence[str], known: Sequence[str]) -> None:
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise ValueError(f"unknown metric(s) {', '.join(unknown)}; use {', '.join(known)}")
 
 
 def _paired_vectors(predictions: npt.ArrayLike, labels: npt.ArrayLike) -> tuple[np.ndarray, np.ndarray]:
