@@ -51,6 +51,22 @@ def config_flags(settings: dict[str, Any]) -> list[str]:
             + [f"--config.{key}={value}" for key, value in settings.items()])
 
 
+def run_config(settings: dict[str, Any]):
+    """The config `albert-jax` builds from `config_flags(settings)`, made in this process."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("pretrain_config", REPO / "configs/pretrain.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    config = module.get_config("runlocal")
+    for key, value in settings.items():
+        *parents, name = key.split(".")
+        section = config
+        for parent in parents:
+            section = section[parent]
+        section[name] = value
+    return config
+
+
 def build_demo_pretraining_data(root: Path, environment: dict[str, str] | None = None,
                                 num_documents: int = 400,
                                 changes: dict[str, Any] | None = None) -> dict[str, Any]:

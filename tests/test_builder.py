@@ -377,7 +377,7 @@ def test_an_unfinished_build_is_not_taken_as_built_and_is_redone(built, tmp_path
     (folder / "dataset_info.json").unlink()
     (folder / "albert_pretraining-train.array_record-00001.incomplete").write_bytes(b"partial")
     assert not builder.make_builder(copy).is_prepared()
-    with pytest.raises(FileNotFoundError, match="no dataset at .*albert-jax data build"):
+    with pytest.raises(FileNotFoundError, match="no dataset at"):
         pipeline.SplitSource(str(folder), "train")
     builder.build_from_config(copy, num_processes=1)
     out = capsys.readouterr().out

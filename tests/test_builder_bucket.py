@@ -10,9 +10,8 @@ from array_record.python.array_record_data_source import ArrayRecordDataSource
 from etils import epath
 
 from albert_jax.data import builder, dataset_settings
-from cli_fixtures import DEMO_DATA, build_demo_pretraining_data, cli, config_flags
+from cli_fixtures import DEMO_DATA, build_demo_pretraining_data, cli, config_flags, run_config
 from test_builder import write_corpus
-from test_multihost import run_config
 
 
 def test_build_into_a_bucket_matches_a_local_build(bucket, tmp_path):

@@ -40,7 +40,8 @@ from albert_jax import pretraining  # noqa: E402
 from albert_jax import config as config_lib, distributed  # noqa: E402
 from albert_jax.model import AlbertForPreTraining  # noqa: E402
 from albert_jax.train import checkpoint, loop, optim, sharding, state as state_lib  # noqa: E402
-from cli_fixtures import build_demo_pretraining_data, config_flags, run_python_processes  # noqa: E402
+from cli_fixtures import (  # noqa: E402
+    build_demo_pretraining_data, config_flags, run_config, run_python_processes)
 
 REPO = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-m", "albert_jax.cli"]
@@ -61,22 +62,6 @@ def data_settings(tmp_path_factory) -> dict:
     """Tokenizer + dataset built by the real CLI from 300 demo documents (seq 64, vocab 400)."""
     return build_demo_pretraining_data(tmp_path_factory.mktemp("multihost_data"),
                                        num_documents=300)
-
-
-def run_config(settings: dict):
-    """The config `albert-jax pretrain` builds from the same flags (checked via config.json)."""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("pretrain_config", REPO / "configs/pretrain.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    config = module.get_config("runlocal")
-    for key, value in settings.items():
-        *parents, name = key.split(".")
-        section = config
-        for parent in parents:
-            section = section[parent]
-        section[name] = value
-    return config
 
 
 def train_records(workdir: Path) -> list[dict]:
