@@ -22,6 +22,7 @@ from cli_fixtures import CLI, REPO, build_demo_pretraining_data, cli, config_fla
 # Measured, so they differ between a run and its resumed re-run of the same steps.
 TIMING = ("steps_per_second", "examples_per_second", "tokens_per_second", "mfu", "eta_seconds")
 WARNING = "stopped reporting"
+STEPS = 10
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +64,7 @@ def _values(workdir: Path) -> list[tuple]:
 def baseline(task_files, tmp_path_factory) -> Path:
     """The run with the default report_to (tensorboard)."""
     workdir = tmp_path_factory.mktemp("baseline") / "run"
-    result = cli(*_finetune_arguments(task_files, workdir, 6))
+    result = cli(*_finetune_arguments(task_files, workdir, STEPS))
     assert result.returncode == 0, result.stderr[-3000:]
     return workdir
 
@@ -72,7 +73,8 @@ def baseline(task_files, tmp_path_factory) -> Path:
 def test_mlflow_has_every_step_once_after_a_sigkill_and_resume(task_files, baseline, tmp_path):
     workdir = tmp_path / "run"
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    arguments = _finetune_arguments(task_files, workdir, 6, "--config.report_to=tensorboard,mlflow",
+    arguments = _finetune_arguments(task_files, workdir, STEPS,
+                                    "--config.report_to=tensorboard,mlflow",
                                     f"--config.mlflow.tracking_uri={store}",
                                     "--config.mlflow.experiment=watching")
     process = subprocess.Popen(CLI + arguments, cwd=REPO, stdout=subprocess.DEVNULL,
@@ -80,7 +82,7 @@ def test_mlflow_has_every_step_once_after_a_sigkill_and_resume(task_files, basel
     metrics = workdir / workdir_names.METRICS_FILE
     deadline = time.time() + 300
     while time.time() < deadline and process.poll() is None:  # killed past a checkpoint
-        if metrics.exists() and any(record["step"] >= 3 for record in _records(workdir)):
+        if metrics.exists() and any(record["step"] >= 5 for record in _records(workdir)):
             break
         time.sleep(0.05)
     process.send_signal(signal.SIGKILL)
@@ -149,7 +151,8 @@ def test_a_tracker_that_raises_changes_nothing_but_one_warning(task_files, basel
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(tmp_path / "stand_in"), os.environ.get("PYTHONPATH", "")])}
     workdir = tmp_path / "run"
-    result = cli(*_finetune_arguments(task_files, workdir, 6, "--config.report_to=wandb,tensorboard"),
+    result = cli(*_finetune_arguments(task_files, workdir, STEPS,
+                                     "--config.report_to=wandb,tensorboard"),
                  environment=environment)
     assert result.returncode == 0, result.stderr[-3000:]
     (warning,) = [line for line in result.stderr.splitlines() if WARNING in line]

@@ -3,11 +3,13 @@
 The run id is kept in <workdir>/mlflow_run_id. MLflow keeps every value logged for a step, and a
 resumed run logs again the steps between its checkpoint and the kill, so this writer reads the
 last step MLflow has of each metric when it opens the run and skips up to it: one value per
-step. Params are the flattened config (MLflow cuts neither keys nor values: we do, to its
+step; records of metrics.jsonl that MLflow lacks (a killed run's queued calls) are sent when
+the run opens. Params are the flattened config (MLflow cuts neither keys nor values: we do, to its
 limits); a param already in the run keeps its value (MLflow refuses to change one).
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import time
@@ -54,6 +56,20 @@ class MlflowWriter(metrics_lib.MetricWriter):
                            for key in run.data.metrics}
         if run.info.status != "RUNNING":
             self._client.update_run(self.run_id, status="RUNNING")
+        self._catch_up(workdir / workdir_names.METRICS_FILE)
+
+    def _catch_up(self, metrics_file: epath.Path) -> None:
+        """Logs the records of metrics.jsonl MLflow lacks: those a killed run still had queued
+        (a resumed run does not train the steps before its checkpoint again)."""
+        if not metrics_file.exists():
+            return
+        for line in metrics_file.read_text().splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue  # a line being written
+            step, split = record.pop("step"), record.pop("split", None)
+            self.write_scalars(step, record, split)
 
     def write_scalars(self, step: int, scalars: Mapping[str, float],
                       split: str | None = None) -> None:
