@@ -73,6 +73,9 @@ def baseline(task_files, tmp_path_factory) -> Path:
 def test_mlflow_has_every_step_once_after_a_sigkill_and_resume(task_files, baseline, tmp_path):
     workdir = tmp_path / "run"
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(store)
+    client.search_experiments()  # the store's tables exist before the run (a kill while MLflow
+    # creates them leaves a store MLflow cannot open again)
     arguments = _finetune_arguments(task_files, workdir, STEPS,
                                     "--config.report_to=tensorboard,mlflow",
                                     f"--config.mlflow.tracking_uri={store}",
@@ -91,7 +94,6 @@ def test_mlflow_has_every_step_once_after_a_sigkill_and_resume(task_files, basel
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Resuming from the checkpoint" in result.stdout
 
-    client = MlflowClient(store)
     (experiment,) = [e for e in client.search_experiments() if e.name == "watching"]
     (run,) = client.search_runs([experiment.experiment_id])
     assert run.info.run_id == (workdir / workdir_names.MLFLOW_RUN_FILE).read_text()
