@@ -2,8 +2,8 @@
 
   python benchmarks/bench_watching.py [--before=/path/to/a/checkout/of/main] [--rounds=3]
 
-1. The host time the loop adds to every step (train/profiler.py with profile.num_steps=0,
-   a StepTraceAnnotation while no trace runs), in microseconds, beside nothing.
+1. The host time the loop adds to every step (train/profiler.py with profile.num_steps=0: a
+   StepTraceAnnotation while no trace runs), in microseconds, beside nothing.
 2. With --before: tiny fine-tunes (40 steps, logged every 10) of this checkout and of
    `--before`, interleaved `--rounds` times; the median logged steps_per_second of each (the
    first interval, with compilation, left out).
@@ -58,8 +58,8 @@ def host_overhead() -> list[tuple[str, float]]:
         with jax.profiler.StepTraceAnnotation("train", step_num=step + 1):
             pass
     return [("nothing (a nullcontext)", _per_call_us(nothing)),
-            ("StepProfiler, profile off (the loop now)", _per_call_us(profiler_off)),
-            ("StepTraceAnnotation, no trace running", _per_call_us(annotation))]
+            ("StepTraceAnnotation alone, no trace running", _per_call_us(annotation)),
+            ("StepProfiler, profile off (the loop now)", _per_call_us(profiler_off))]
 
 
 def _task(root: Path) -> list[str]:
@@ -103,7 +103,8 @@ def main() -> None:
     flags = _task(root)
     speeds: dict[str, list[float]] = {"before": [], "this checkout": []}
     for round_index in range(args.rounds):
-        for name, checkout in (("before", args.before), ("this checkout", HERE)):
+        order = (("before", args.before), ("this checkout", HERE))
+        for name, checkout in order[::1 if round_index % 2 == 0 else -1]:
             speeds[name] += steps_per_second(checkout, flags, root / f"{name}-{round_index}")
     print("\n| tiny fine-tune, report_to=tensorboard | median steps/s | intervals |\n|---|---|---|")
     for name, values in speeds.items():
