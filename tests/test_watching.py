@@ -191,12 +191,17 @@ def test_profile_of_steps_3_to_5_of_a_pretraining_run(tmp_path):
     settings = build_demo_pretraining_data(tmp_path, num_documents=300,
                                            changes={"data.dupe_factor": 1})
     workdir = tmp_path / "workdir"
-    result = cli("pretrain", *config_flags(settings), "--config.model=tiny",
-                 "--config.total_steps=6", "--config.model_overrides.vocab_size=400",
-                 "--config.batch_size=8", "--config.eval_batch_size=8",
-                 "--config.profile.start_step=3", "--config.profile.num_steps=3",
-                 f"--workdir={workdir}")
-    assert result.returncode == 0, result.stderr[-3000:]
+
+    def pretrain(steps: int) -> subprocess.CompletedProcess:
+        result = cli("pretrain", *config_flags(settings), "--config.model=tiny",
+                     f"--config.total_steps={steps}", "--config.model_overrides.vocab_size=400",
+                     "--config.batch_size=8", "--config.eval_batch_size=8",
+                     "--config.profile.start_step=3", "--config.profile.num_steps=3",
+                     f"--workdir={workdir}")
+        assert result.returncode == 0, result.stderr[-3000:]
+        return result
+
+    result = pretrain(6)
     (run,) = (workdir / workdir_names.PROFILE_SUBDIR).iterdir()
     assert f"Profiled steps 3-5 into {run}" in result.stdout
     assert list(run.glob("*.xplane.pb"))
@@ -206,10 +211,5 @@ def test_profile_of_steps_3_to_5_of_a_pretraining_run(tmp_path):
     steps = [event["args"]["step_num"] for event in events if event.get("name") == "train"]
     assert steps == ["3", "4", "5"]
     # Trained further: the window is behind the resumed run, nothing is traced again.
-    result = cli("pretrain", *config_flags(settings), "--config.model=tiny",
-                 "--config.total_steps=8", "--config.model_overrides.vocab_size=400",
-                 "--config.batch_size=8", "--config.eval_batch_size=8",
-                 "--config.profile.start_step=3", "--config.profile.num_steps=3",
-                 f"--workdir={workdir}")
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Profiled" not in pretrain(8).stdout
     assert len(list((workdir / workdir_names.PROFILE_SUBDIR).iterdir())) == 1
