@@ -75,6 +75,27 @@ def to_json(config: ml_collections.ConfigDict) -> str:
     return json.dumps(config.to_dict(), indent=2, sort_keys=True)
 
 
+def add_watching(config: ml_collections.ConfigDict) -> None:
+    """The keys of where a run reports and what it traces (docs/watching.md), in pretraining and
+    fine-tuning configs alike. metrics.jsonl and the console are always written."""
+    # Comma-separated: tensorboard, mlflow, wandb, or none (train/trackers.py).
+    config.report_to = "tensorboard"
+    config.mlflow = ml_collections.ConfigDict()
+    config.mlflow.tracking_uri = ""  # MLFLOW_TRACKING_URI wins; empty: MLflow's default
+    config.mlflow.experiment = ""  # empty: the config's task (pretrain, mnli, ...)
+    config.wandb = ml_collections.ConfigDict()
+    config.wandb.project = "albert-jax"
+    config.wandb.entity = ""  # empty: the W&B default entity
+    config.wandb.mode = ""  # online | offline | disabled; empty: WANDB_MODE or online
+    config.wandb.tags = ()
+    # A jax.profiler trace of steps start_step .. start_step + num_steps - 1 (num_steps 0: off)
+    # into <workdir>/tensorboard/plugins/profile/ (train/profiler.py).
+    config.profile = ml_collections.ConfigDict()
+    config.profile.start_step = 10
+    config.profile.num_steps = 0
+    config.profile.all_processes = False  # False: process 0 only
+
+
 def finetune_config(args: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     """The keys every fine-tuning config has (configs/glue.py, configs/race.py), SPEC 8.1
     defaults: AdamW (SPEC 6.4) with the reference's warmup + linear decay (SPEC 6.1)."""
@@ -130,6 +151,7 @@ def finetune_config(args: ml_collections.ConfigDict) -> ml_collections.ConfigDic
     config.eval_every_steps = 100  # SPEC 8.1: every saved checkpoint is evaluated on dev
     config.checkpoint_every_steps = 100
     config.keep_checkpoints = 2
+    add_watching(config)
     return config
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import ml_collections
 from ml_collections import config_dict
 
-from albert_jax.config import parse_arg, model_overrides_placeholder
+from albert_jax.config import add_watching, parse_arg, model_overrides_placeholder
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -92,6 +92,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.checkpoint_every_steps = 5000
     config.keep_checkpoints = 3
     config.init_from = ""  # an Orbax checkpoint or workdir: weights only, fresh optimizer
+    add_watching(config)  # report_to, mlflow.*, wandb.*, profile.* (docs/watching.md)
 
     if args.runlocal:
         # The demo: a 4-layer shared H=128 model on the stdlib-docstring corpus, a few minutes

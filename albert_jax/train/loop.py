@@ -26,7 +26,7 @@ from albert_jax import config as config_lib, files
 from albert_jax.train import buckets, checkpoint, flops, metrics as metrics_lib, optim, sharding
 from albert_jax.train import state as state_lib
 from albert_jax.train import step as step_lib
-from albert_jax.train import validation, workdir_lock
+from albert_jax.train import profiler as profiler_lib, trackers, validation, workdir_lock
 from albert_jax.train import workdir as workdir_names
 from albert_jax.train.task import HostBatch, Task
 
@@ -36,7 +36,8 @@ from albert_jax.train.task import HostBatch, Task
 RESUMABLE_CHANGES = ("total_steps", "mesh", "log_every_steps", "eval_every_steps", "eval_steps",
                      "eval_batch_size", "checkpoint_every_steps", "keep_checkpoints",
                      "compute_dtype", "num_microbatches", "init_from", "data.prefetch",
-                     "data.local_dir", "length_buckets", "model_overrides.attention_impl")
+                     "data.local_dir", "length_buckets", "model_overrides.attention_impl",
+                     "report_to", "mlflow", "wandb", "profile")
 
 
 class TrainingDiverged(RuntimeError):
@@ -219,7 +220,6 @@ def _train(config: ml_collections.ConfigDict, workdir: epath.Path,
         _truncate_metrics(workdir / workdir_names.METRICS_FILE, after_step=step)
         for name, content in task.workdir_files().items():
             (workdir / name).write_bytes(content)
-    writer = metrics_lib.MetricsWriter(workdir, start_step=step)  # after the truncation
     best_checkpointer, best = _open_best(workdir, task, best)
 
     # --- Steps ---
@@ -231,6 +231,8 @@ def _train(config: ml_collections.ConfigDict, workdir: epath.Path,
     progress = metrics_lib.Progress(
         total_steps=config.total_steps, batch_size=config.batch_size,
         peak_flops=flops.peak_flops_per_device(config.compute_dtype) * jax.device_count())
+    writer = _open_writer(config, workdir, task, progress, step)  # after the truncation
+    profiler = profiler_lib.StepProfiler(config, workdir, start_step=step)
 
     # --- Loop ---
     preemption = _Preemption()
@@ -241,8 +243,10 @@ def _train(config: ml_collections.ConfigDict, workdir: epath.Path,
         while step < config.total_steps:
             host_batch = buckets.trim(next(train_iterator), task.sequence_fields, lengths)
             batch = sharding.to_global_batch(host_batch, batch_sharding)
-            state, step_metrics = train_step(state, batch, rng)
+            with profiler.annotate(step + 1):
+                state, step_metrics = train_step(state, batch, rng)
             step += 1
+            profiler.step_done(step, state)
             length = batch["input_ids"].shape[-1]
             progress.count(flops=flops.TRAIN_FLOPS_PER_FORWARD * config.batch_size
                            * task.flops_per_example(length),
@@ -255,8 +259,6 @@ def _train(config: ml_collections.ConfigDict, workdir: epath.Path,
                 _check_finite(step, logged)
                 logged.update(progress.measure(step))
                 writer.write(step, logged)
-                if is_main:
-                    print(progress.line(step, logged, task.console_line(logged)), flush=True)
             if step % config.eval_every_steps == 0 or last:
                 eval_metrics = {split: evaluate(task, eval_step, state.params, batch_sharding,
                                                 split, lengths) for split in task.eval_splits}
@@ -272,6 +274,8 @@ def _train(config: ml_collections.ConfigDict, workdir: epath.Path,
                 print(f"Preempted: checkpoint saved at step {step}; rerun the same command to "
                       "resume.", flush=True)
                 break
+        if step >= config.total_steps:
+            writer.write_summary(*_summary(best, eval_metrics, step))
     finally:
         try:
             checkpointer.close()  # waits for the last save; raises if it failed
@@ -279,9 +283,37 @@ def _train(config: ml_collections.ConfigDict, workdir: epath.Path,
             if best_checkpointer is not None:
                 best_checkpointer.close()
             preemption.restore()
+            profiler.stop()
+            writer.close()
     if is_main and step >= config.total_steps:
         task.final_report(eval_metrics)
     return eval_metrics
+
+
+def _open_writer(config: ml_collections.ConfigDict, workdir: epath.Path, task: Task,
+                 progress: metrics_lib.Progress, step: int) -> metrics_lib.MetricsWriter:
+    """metrics.jsonl, the console, TensorBoard and the trackers of config.report_to (host 0);
+    the trackers get the flattened config once."""
+    names = trackers.report_to(config)
+    is_main = jax.process_index() == 0
+    console = metrics_lib.ConsoleWriter(
+        lambda at, logged: progress.line(at, logged, task.console_line(logged)))
+    writer = metrics_lib.MetricsWriter(
+        workdir, start_step=step, enabled=is_main, tensorboard="tensorboard" in names,
+        writers=[console, *(trackers.open_trackers(config, workdir) if is_main else [])])
+    writer.write_hparams(_flatten(config.to_dict()))
+    return writer
+
+
+def _summary(best: dict[str, Any] | None, eval_metrics: dict[str, dict[str, float]],
+             step: int) -> tuple[int, dict[str, float]]:
+    """A finished run's outcome for the trackers: best.json's metrics as best/<key> at the
+    best step (fine-tuning), else the last evaluation as <split>/<key>."""
+    if best is not None:
+        return best["step"], {f"best/{key}": float(value) for key, value in best.items()
+                              if isinstance(value, (int, float)) and key != "step"}
+    return step, {f"{split}/{key}": value for split, metrics in eval_metrics.items()
+                  for key, value in metrics.items()}
 
 
 def _initial_state(config: ml_collections.ConfigDict, task: Task, optimizer: Any,
@@ -347,10 +379,7 @@ def _report_and_keep_best(config: ml_collections.ConfigDict, workdir: epath.Path
     is_main = jax.process_index() == 0
     for split, metrics in eval_metrics.items():
         if metrics:
-            writer.write(step, metrics, split=split)
-        if is_main and metrics:
-            print(f"{split} at step {step}: " + ", ".join(
-                f"{key} {value:.4f}" for key, value in metrics.items()), flush=True)
+            writer.write(step, metrics, split=split)  # and the console
     new_best = _new_best(task, eval_metrics, best, step) if task.selection is not None else None
     if new_best is None:
         return best

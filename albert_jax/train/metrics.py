@@ -9,13 +9,14 @@ which the run blocks once its queue of 10 events is full.
 """
 from __future__ import annotations
 
+import abc
 import json
 import math
 import os
 import socket
 import struct
 import time
-from typing import Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import jax
 from etils import epath
@@ -34,20 +35,49 @@ def _framed(event: event_pb2.Event) -> bytes:
             + struct.pack("I", record_writer.masked_crc32c(data)))
 
 
-class MetricsWriter:
-    """Writes one record per logged step. `metrics.jsonl` gets one JSON object per line."""
+class MetricWriter(abc.ABC):
+    """Where one run's metrics go (the shape of clu's MetricWriter, without its TensorFlow)."""
 
-    def __init__(self, workdir: str | epath.Path, *, start_step: int = 0,
-                 enabled: bool | None = None) -> None:
+    @abc.abstractmethod
+    def write_scalars(self, step: int, scalars: Mapping[str, float],
+                      split: str | None = None) -> None:
+        """The values of one logged step; `split` names an evaluation's split."""
+
+    def write_hparams(self, hparams: Mapping[str, Any]) -> None:
+        """The run's flattened config, once at the start."""
+
+    def write_summary(self, step: int, summary: Mapping[str, float]) -> None:
+        """The run's outcome at its end (best.json's metrics, the last evaluation)."""
+
+    def flush(self) -> None:
+        """Everything written so far reaches its destination."""
+
+    def close(self) -> None:
+        """No more writes."""
+
+
+class JsonlWriter(MetricWriter):
+    """`metrics.jsonl`: one JSON object per line, {"step": s, **metrics}; evaluation records
+    carry their split, {"step": s, "split": "dev", **metrics}."""
+
+    def __init__(self, workdir: str | epath.Path) -> None:
+        self._path = epath.Path(workdir) / workdir_names.METRICS_FILE
+
+    def write_scalars(self, step: int, scalars: Mapping[str, float],
+                      split: str | None = None) -> None:
+        record = {"step": int(step), **({"split": split} if split else {}), **scalars}
+        files.append(self._path, json.dumps(record) + "\n")
+
+
+class TensorBoardWriter(MetricWriter):
+    """One event file per run started in <workdir>/tensorboard/; tags are "<split>/<key>"."""
+
+    def __init__(self, workdir: str | epath.Path, *, start_step: int = 0) -> None:
         """start_step: the step the run starts from; TensorBoard drops the points past it that
         an earlier run logged before it was stopped (as `metrics.jsonl` has lost them)."""
-        self.enabled = jax.process_index() == 0 if enabled is None else enabled
-        if not self.enabled:
-            return
-        directory = epath.Path(workdir)
-        (directory / workdir_names.TENSORBOARD_SUBDIR).mkdir(parents=True, exist_ok=True)
-        self._jsonl = directory / workdir_names.METRICS_FILE
-        self._events = directory / workdir_names.TENSORBOARD_SUBDIR / (
+        directory = epath.Path(workdir) / workdir_names.TENSORBOARD_SUBDIR
+        directory.mkdir(parents=True, exist_ok=True)
+        self._events = directory / (
             f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}.{os.getpid()}")
         now = time.time()
         files.append(self._events, _framed(event_pb2.Event(
@@ -55,21 +85,64 @@ class MetricsWriter:
             event_pb2.Event(wall_time=now, step=start_step, session_log=event_pb2.SessionLog(
                 status=event_pb2.SessionLog.START))))
 
-    def write(self, step: int, metrics: Mapping[str, float], split: str | None = None) -> None:
-        """Appends {"step": step, **metrics}. Evaluation records carry the eval split,
-        {"step": step, "split": "dev", **metrics}; TensorBoard tags are "<split>/<key>"."""
-        if not self.enabled:
-            return
-        values = {key: float(value) for key, value in metrics.items()}
-        record = {"step": int(step), **({"split": split} if split else {}), **values}
-        files.append(self._jsonl, json.dumps(record) + "\n")
+    def write_scalars(self, step: int, scalars: Mapping[str, float],
+                      split: str | None = None) -> None:
         now = time.time()
         events = b"".join(
             _framed(event_pb2.Event(wall_time=now, step=int(step), summary=summary.scalar(
                 f"{split}/{key}" if split else key, value)))
-            for key, value in values.items() if math.isfinite(value))
+            for key, value in scalars.items() if math.isfinite(value))
         if events:
             files.append(self._events, events)
+
+
+class ConsoleWriter(MetricWriter):
+    """The console: `train_line(step, metrics)` for a train step, "<split> at step s: ..." for
+    an evaluation."""
+
+    def __init__(self, train_line: Callable[[int, Mapping[str, float]], str]) -> None:
+        self._train_line = train_line
+
+    def write_scalars(self, step: int, scalars: Mapping[str, float],
+                      split: str | None = None) -> None:
+        if split is None:
+            print(self._train_line(step, scalars), flush=True)
+        elif scalars:
+            print(f"{split} at step {step}: " + ", ".join(
+                f"{key} {value:.4f}" for key, value in scalars.items()), flush=True)
+
+
+class MetricsWriter:
+    """Every writer of a run (host 0 only): metrics.jsonl always, then `writers` (console,
+    TensorBoard, trackers) in order. A tracker's failure is its own (train/trackers.py)."""
+
+    def __init__(self, workdir: str | epath.Path, *, start_step: int = 0,
+                 enabled: bool | None = None, tensorboard: bool = True,
+                 writers: Sequence[MetricWriter] = ()) -> None:
+        self.enabled = jax.process_index() == 0 if enabled is None else enabled
+        self.writers: list[MetricWriter] = []
+        if self.enabled:
+            self.writers = [JsonlWriter(workdir), *(
+                [TensorBoardWriter(workdir, start_step=start_step)] if tensorboard else []),
+                *writers]
+
+    def write(self, step: int, metrics: Mapping[str, float], split: str | None = None) -> None:
+        values = {key: float(value) for key, value in metrics.items()}
+        for writer in self.writers:
+            writer.write_scalars(step, values, split)
+
+    def write_hparams(self, hparams: Mapping[str, Any]) -> None:
+        for writer in self.writers:
+            writer.write_hparams(hparams)
+
+    def write_summary(self, step: int, summary: Mapping[str, float]) -> None:
+        for writer in self.writers:
+            writer.write_summary(step, summary)
+
+    def close(self) -> None:
+        for writer in self.writers:
+            writer.flush()
+            writer.close()
 
 
 def format_duration(seconds: float) -> str:

@@ -11,7 +11,7 @@ import jax
 import ml_collections
 
 from albert_jax.errors import ConfigError
-from albert_jax.train import buckets, optim, sharding
+from albert_jax.train import buckets, optim, sharding, trackers
 from albert_jax.train import step as step_lib
 
 # Run-config keys that count something: at least 1 when the config has them.
@@ -24,7 +24,8 @@ COMPUTE_DTYPES = ("float32", "bfloat16")
 def check_numbers(config: ml_collections.ConfigDict) -> None:
     """ConfigError naming the first key whose value cannot work: counts below 1, a compute
     dtype we do not have, a dropout outside [0, 1), an optimizer value outside its range, a
-    length bucket that is not a positive integer."""
+    length bucket that is not a positive integer, a tracker we do not know or whose package
+    is missing, a profile window before step 1."""
     for key in POSITIVE_INTEGERS:
         if key in config and config[key] < 1:
             raise ConfigError(f"config {key}={config[key]} must be a positive integer")
@@ -38,6 +39,12 @@ def check_numbers(config: ml_collections.ConfigDict) -> None:
         optim.make_optimizer(config.optim, config.total_steps)  # every optim.* value
     if "length_buckets" in config and "seq_len" in config:
         buckets.lengths_of(config)
+    if "report_to" in config:
+        trackers.report_to(config)  # an unknown name, or a tracker's package not installed
+    if "profile" in config and (config.profile.num_steps < 0 or config.profile.start_step < 1):
+        raise ConfigError(f"config profile.start_step={config.profile.start_step}, "
+                          f"profile.num_steps={config.profile.num_steps}: steps count from 1, "
+                          "and num_steps 0 turns the profiler off")
 
 
 def check_run(config: ml_collections.ConfigDict, num_devices: int | None = None) -> None:

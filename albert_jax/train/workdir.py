@@ -15,6 +15,11 @@
   <workdir>/.append-<crc32>      gs:// only: the lines being added to metrics.jsonl (files.append;
                                  the next append removes one a killed run left; in tensorboard/ too)
   <workdir>/tensorboard/         TensorBoard event files, one per run started (train/metrics.py)
+  <workdir>/tensorboard/plugins/profile/<run>/  config.profile: the jax.profiler trace
+                                 (<host>.xplane.pb, perfetto_trace.json.gz; train/profiler.py)
+  <workdir>/mlflow_run_id        report_to=mlflow: the MLflow run a resumed run continues
+  <workdir>/wandb_run_id         report_to=wandb: the W&B run id a resumed run continues
+  <workdir>/wandb/               report_to=wandb, local workdir: W&B's run folders
   <workdir>/predictions/<split>/ `albert-jax evaluate`: prediction files and metrics.json
   <workdir>/run.lock             held while a run uses the workdir (train/workdir_lock.py)
 """
@@ -34,6 +39,10 @@ BEST_FILE = "best.json"
 SEEDS_FILE = "seeds.json"
 METRICS_FILE = "metrics.jsonl"
 TENSORBOARD_SUBDIR = "tensorboard"
+PROFILE_SUBDIR = "tensorboard/plugins/profile"  # jax.profiler's layout under a log dir
+MLFLOW_RUN_FILE = "mlflow_run_id"
+WANDB_RUN_FILE = "wandb_run_id"
+WANDB_SUBDIR = "wandb"
 PREDICTIONS_SUBDIR = "predictions"
 SPLIT_METRICS_FILE = "metrics.json"  # in predictions/<split>/
 LOCK_FILE = "run.lock"
