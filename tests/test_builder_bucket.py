@@ -83,5 +83,5 @@ def test_the_build_log_names_the_corpus_not_its_files(tmp_path):
         result = cli(*command, *config_flags(settings))
         assert result.returncode == 0, result.stderr[-3000:]
     log = result.stdout + result.stderr
-    assert f"corpus '{corpus}' (12 files, " in log
+    assert f"corpus '{corpus}': 12 text files, " in log  # corpus.describe
     assert "part3.txt" not in log and "corpus_signature" not in log
