@@ -3,9 +3,9 @@
 #               on a paraphrase task made from the same text, then predict on new pairs
 #               (offline, CPU)
 #   make test   install with the test extra, then run the test suite (two workers, one file each:
-#               module fixtures stay in one process; 18 min on the idle 2-core machine, 936
-#               tests, after tests/conftest.py dropped LLVM's CPU optimisations: still over the
-#               15 min wanted, per-file times in benchmarks/RESULTS.md)
+#               module fixtures stay in one process; 19 min of pytest, 20 min with the install,
+#               1,228 tests, in a fresh clone on the 2-core machine on 2026-11-27: over the
+#               12 min wanted; per-file times in benchmarks/RESULTS.md)
 PYTHON ?= python3
 VENV ?= .venv
 DEMO_CONFIG ?= configs/pretrain.py:runlocal
