@@ -135,14 +135,24 @@ def source_size(source: str) -> int:
     return epath.Path(source).stat().length
 
 
-def describe(corpus_spec: str) -> str:
-    """One line for logs: the spec, its text files and their bytes, and the other sources."""
-    sources = list_sources(corpus_spec)
-    files = [source for source in sources if source != DEMO
-             and not source.startswith(TFDS_PREFIX)]
-    others = [source for source in sources if source not in files]
-    parts = ([f"{len(files)} text file{'s' * (len(files) != 1)}, "
-              f"{sum(map(source_size, files)):,} bytes"] if files else []) + others
+def sized_sources(corpus: str) -> list[tuple[str, int | None]]:
+    """`list_sources` with each text file's bytes; None for the demo corpus and TFDS names.
+
+    Listing a bucket and reading its sizes are requests: a caller that needs both the dataset's
+    identity and the log line lists once and hands this to both."""
+    return [(source, None if source == DEMO or source.startswith(TFDS_PREFIX)
+             else source_size(source)) for source in list_sources(corpus)]
+
+
+def describe(corpus_spec: str, sources: list[tuple[str, int | None]] | None = None) -> str:
+    """One line for logs: the spec, its text files and their bytes, and the other sources.
+
+    `sources` is `sized_sources(corpus_spec)` where the caller has it already."""
+    sources = sized_sources(corpus_spec) if sources is None else sources
+    sizes = [size for _, size in sources if size is not None]
+    others = [source for source, size in sources if size is None]
+    parts = ([f"{len(sizes)} text file{'s' * (len(sizes) != 1)}, {sum(sizes):,} bytes"]
+             if sizes else []) + others
     return f"corpus {corpus_spec!r}: {'; '.join(parts)}"
 
 

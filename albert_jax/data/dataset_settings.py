@@ -68,8 +68,9 @@ class DatasetSettings(tfds.core.BuilderConfig):
                 f"`albert-jax tokenizer train --config=...` (same config) or point "
                 f"--config.data.tokenizer at a SentencePiece model such as 30k-clean.model or a "
                 f"WordPiece vocab.txt")
+        sources = corpus.sized_sources(data.corpus)
         settings = dict(
-            corpus=data.corpus, corpus_signature=_corpus_signature(data.corpus),
+            corpus=data.corpus, corpus_signature=_corpus_signature(sources),
             tokenizer=os.fspath(data.tokenizer),
             tokenizer_sha256=hashlib.sha256(tokenizer_path.read_bytes()).hexdigest(),
             do_lower_case=bool(data.do_lower_case), comma_rule=str(data.comma_rule),
@@ -90,7 +91,7 @@ class DatasetSettings(tfds.core.BuilderConfig):
                 f"dupe{settings['dupe_factor']}_{settings['sentence_objective']}_{digest}")
         # Short whatever the corpus: TFDS logs it and stores it in dataset_info.json; the full
         # settings (every file's name and size) are in the metadata.
-        description = f"{corpus.describe(data.corpus)}; " + ", ".join(
+        description = f"{corpus.describe(data.corpus, sources)}; " + ", ".join(
             f"{key}={value!r}" for key, value in settings.items()
             if key not in ("corpus", "corpus_signature", "tokenizer_sha256"))
         return cls(name=name, description=description, **settings)
@@ -148,16 +149,16 @@ def _check_settings(config: ml_collections.ConfigDict) -> None:
                 "keep the default 'array_record' (what the grain pipeline reads)") from None
 
 
-def _corpus_signature(corpus_spec: str) -> str:
-    """The corpus sources in order: file names with sizes (local or in a bucket: the same files
-    give the same signature), TFDS names, or the demo corpus with the Python version it comes
-    from."""
+def _corpus_signature(sources: list[tuple[str, int | None]]) -> str:
+    """The corpus sources in order (`corpus.sized_sources`): file names with sizes (local or in
+    a bucket: the same files give the same signature), TFDS names, or the demo corpus with the
+    Python version it comes from."""
     parts = []
-    for source in corpus.list_sources(corpus_spec):
+    for source, size in sources:
         if source == corpus.DEMO:
             parts.append(f"{source}@python{platform.python_version()}")
-        elif source.startswith(corpus.TFDS_PREFIX):
+        elif size is None:
             parts.append(source)
         else:
-            parts.append(f"{os.path.basename(source)}:{corpus.source_size(source)}")
+            parts.append(f"{os.path.basename(source)}:{size}")
     return ";".join(parts)
