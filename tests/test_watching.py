@@ -50,7 +50,7 @@ def _finetune_arguments(task_files: dict[str, str], workdir: Path, steps: int,
 
 def _records(workdir: Path) -> list[dict]:
     return [json.loads(line)
-            for line in (workdir / workdir_names.METRICS_FILE).read_text().splitlines()]
+            for line in (workdir / workdir_names.METRICS_LOG_FILE).read_text().splitlines()]
 
 
 def _values(workdir: Path) -> list[tuple]:
@@ -82,7 +82,7 @@ def test_mlflow_has_every_step_once_after_a_sigkill_and_resume(task_files, basel
                                     "--config.mlflow.experiment=watching")
     process = subprocess.Popen(CLI + arguments, cwd=REPO, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
-    metrics = workdir / workdir_names.METRICS_FILE
+    metrics = workdir / workdir_names.METRICS_LOG_FILE
     deadline = time.time() + 300
     while time.time() < deadline and process.poll() is None:  # killed past a checkpoint
         if metrics.exists() and any(record["step"] >= 5 for record in _records(workdir)):

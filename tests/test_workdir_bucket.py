@@ -125,8 +125,8 @@ def test_metrics_and_events_in_a_bucket_are_the_local_ones(bucket, tmp_path):
         writer = metrics_lib.MetricsWriter(root, start_step=0, enabled=True)
         for step, values, split in records:
             writer.write(step, values, split=split)
-    local = epath.Path(tmp_path) / workdir_names.METRICS_FILE
-    assert objects(bucket)[workdir_names.METRICS_FILE] == local.read_bytes()
+    local = epath.Path(tmp_path) / workdir_names.METRICS_LOG_FILE
+    assert objects(bucket)[workdir_names.METRICS_LOG_FILE] == local.read_bytes()
     assert [json.loads(line) for line in local.read_text().splitlines()][2] == {
         "step": 2, "split": "dev", "accuracy": 0.75}
     (local_events,) = (tmp_path / workdir_names.TENSORBOARD_SUBDIR).iterdir()
@@ -300,7 +300,7 @@ def test_a_run_killed_during_a_checkpoint_upload_resumes_bit_identical_to_a_loca
         assert sorted(manifest["files"]) == sorted(set(step_names) - {
             integrity.MANIFEST_FILE, integrity.ORBAX_METADATA_FILE, "commit_success.txt"})
     names = objects(bucket)
-    assert {workdir_names.CONFIG_FILE, workdir_names.METRICS_FILE,
+    assert {workdir_names.CONFIG_FILE, workdir_names.METRICS_LOG_FILE,
             workdir_names.TOKENIZER_FILE} <= set(names)
     assert workdir_names.LOCK_FILE not in names
     event_files = [name for name in names if "tfevents" in name]
@@ -362,7 +362,7 @@ def test_a_fine_tuning_run_keeps_its_best_checkpoint_in_the_bucket(
     assert result.returncode == 0, result.stderr[-3000:]
     best = json.loads(objects(bucket)[workdir_names.BEST_FILE])
     records = [json.loads(line) for line in
-               objects(bucket)[workdir_names.METRICS_FILE].decode().splitlines()]
+               objects(bucket)[workdir_names.METRICS_LOG_FILE].decode().splitlines()]
     dev = {record["step"]: record[best["metric"]] for record in records
            if record.get("split") == "dev"}
     assert sorted(dev) == [2, 4] and best["value"] == max(dev.values())

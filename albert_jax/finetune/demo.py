@@ -88,7 +88,7 @@ def demo_config(data_path: str, init_from: str, tokenizer: str, steps: int, lr: 
 
 
 def _dev_accuracy_by_step(workdir: str) -> dict[int, float]:
-    lines = (epath.Path(workdir) / workdir_names.METRICS_FILE).read_bytes().splitlines()
+    lines = (epath.Path(workdir) / workdir_names.METRICS_LOG_FILE).read_bytes().splitlines()
     records = [json.loads(line) for line in lines]
     return {record["step"]: record["accuracy"] for record in records
             if record.get("split") == "dev"}

@@ -390,7 +390,7 @@ class SquadTask(FinetuneTask):
                 result.null_odds, result.predictions, result.evaluation["best_f1_thresh"])
         written = squad_postprocess.write_prediction_files(
             directory, result.predictions, result.nbest, result.null_odds, with_null)
-        metrics_path = os.path.join(directory, workdir_names.SPLIT_METRICS_FILE)
+        metrics_path = os.path.join(directory, workdir_names.SCORES_FILE)
         squad_postprocess.write_json(metrics_path, result.evaluation)
         return [*written.values(), metrics_path]
 

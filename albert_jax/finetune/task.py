@@ -268,7 +268,7 @@ class FinetuneTask(Task):
         report = dict(split_metrics.get("dev", {}))
         report.update({name: values for name, values in split_metrics.items() if name != "dev"})
         report["step"] = step
-        path = os.path.join(directory, workdir_names.SPLIT_METRICS_FILE)
+        path = os.path.join(directory, workdir_names.SCORES_FILE)
         files.write_atomically(path, json.dumps(report, indent=2, sort_keys=True))
         return [path]
 

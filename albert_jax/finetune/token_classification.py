@@ -163,7 +163,7 @@ class TokenClassificationTask(FinetuneTask):
         (its gold entities) under `per_type`."""
         report = dict(split_metrics.get("dev", {}), step=step,
                       per_type=self._per_type.get("dev", {}))
-        path = os.path.join(directory, workdir_names.SPLIT_METRICS_FILE)
+        path = os.path.join(directory, workdir_names.SCORES_FILE)
         files.write_atomically(path, json.dumps(report, indent=2, sort_keys=True))
         return [path]
 

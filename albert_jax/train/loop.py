@@ -217,7 +217,7 @@ def _train(config: ml_collections.ConfigDict, workdir: epath.Path,
         state, best = _initial_state(config, task, optimizer, mesh, init_inputs), None
     step = int(state.step)
     if is_main:  # a fresh start too: a run killed before its first checkpoint logged steps
-        _truncate_metrics(workdir / workdir_names.METRICS_FILE, after_step=step)
+        _truncate_metrics(workdir / workdir_names.METRICS_LOG_FILE, after_step=step)
         for name, content in task.workdir_files().items():
             (workdir / name).write_bytes(content)
     best_checkpointer, best = _open_best(workdir, task, best)

@@ -61,7 +61,7 @@ class JsonlWriter(MetricWriter):
     carry their split, {"step": s, "split": "dev", **metrics}."""
 
     def __init__(self, workdir: str | epath.Path) -> None:
-        self._path = epath.Path(workdir) / workdir_names.METRICS_FILE
+        self._path = epath.Path(workdir) / workdir_names.METRICS_LOG_FILE
 
     def write_scalars(self, step: int, scalars: Mapping[str, float],
                       split: str | None = None) -> None:

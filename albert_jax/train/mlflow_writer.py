@@ -56,7 +56,7 @@ class MlflowWriter(metrics_lib.MetricWriter):
                            for key in run.data.metrics}
         if run.info.status != "RUNNING":
             self._client.update_run(self.run_id, status="RUNNING")
-        self._catch_up(workdir / workdir_names.METRICS_FILE)
+        self._catch_up(workdir / workdir_names.METRICS_LOG_FILE)
 
     def _catch_up(self, metrics_file: epath.Path) -> None:
         """Logs the records of metrics.jsonl MLflow lacks: those a killed run still had queued

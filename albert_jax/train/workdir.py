@@ -37,14 +37,14 @@ CHECKPOINTS_SUBDIR = "checkpoints"
 BEST_SUBDIR = "best"
 BEST_FILE = "best.json"
 SEEDS_FILE = "seeds.json"
-METRICS_FILE = "metrics.jsonl"
+METRICS_LOG_FILE = "metrics.jsonl"  # one JSON record a line: train and eval metrics by step
 TENSORBOARD_SUBDIR = "tensorboard"
 PROFILE_SUBDIR = "tensorboard/plugins/profile"  # jax.profiler's layout under a log dir
 MLFLOW_RUN_FILE = "mlflow_run_id"
 WANDB_RUN_FILE = "wandb_run_id"
 WANDB_SUBDIR = "wandb"
 PREDICTIONS_SUBDIR = "predictions"
-SPLIT_METRICS_FILE = "metrics.json"  # in predictions/<split>/
+SCORES_FILE = "metrics.json"  # in predictions/<split>/: the scores of one evaluate or predict
 LOCK_FILE = "run.lock"
 
 
