@@ -176,6 +176,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
 
 def _train(config: ml_collections.ConfigDict, workdir: epath.Path,
            task: Task) -> dict[str, dict[str, float]]:
+    """The run itself, under the workdir's lock. One function from config to last checkpoint
+    (as big_vision's train.py), over the ~80 lines wanted: the order of its banners is what a
+    resume relies on (the checkpoint found before anything is written, the config written only
+    once data and model work, metrics.jsonl cut back before the writer opens), and split into
+    pieces that order would hide behind calls."""
     # --- The newest intact checkpoint, before anything is written (none intact: stop) ---
     checkpointer = checkpoint.Checkpointer(workdir / workdir_names.CHECKPOINTS_SUBDIR,
                                            max_to_keep=config.keep_checkpoints,
