@@ -33,7 +33,6 @@ BINARY=(
   termcolor==3.3.0                 # TFDS
   toml==0.10.2                     # TFDS
   portpicker==1.6.0                # grain
-  tensorboardX==2.6.5              # train/metrics.py (the fine-tuning run of the predict part)
   google-crc32c==1.9.0             # data/shard_copy.py (imported by the CLI and the pipeline)
   transformers==4.57.6             # the HuggingFace side (setup.cfg: transformers<5)
   tokenizers==0.22.2               # transformers 4.57

@@ -3,7 +3,7 @@ split. A task passes its class count and names its metrics (GLUE: its spec row, 
 
 The numbers are those of scikit-learn (`accuracy_score`, `f1_score`, `matthews_corrcoef`,
 `mean_squared_error`) and SciPy (`pearsonr`, `spearmanr`), written with NumPy/SciPy so that
-scikit-learn stays a test-only dependency. Degenerate inputs (one class only, constant
+scikit-learn stays a test-only dependency; SciPy is imported where a correlation is computed. Degenerate inputs (one class only, constant
 predictions) give 0.0, never NaN, so the checkpoint selection of SPEC 8.1 always has a number to
 compare.
 """
@@ -13,7 +13,6 @@ from typing import Sequence
 
 import numpy as np
 import numpy.typing as npt
-import scipy.stats
 
 # The metrics of each family, in report order. `class_scores` and `real_scores` compute any of
 # them by name; a task's spec row (GLUE) or class (own data) picks its own.
@@ -215,10 +214,12 @@ def _pearson(predictions: np.ndarray, labels: np.ndarray) -> float:
     # SciPy returns NaN (with a warning) for a constant side; no correlation is 0.0 here.
     if _is_constant(predictions) or _is_constant(labels):
         return 0.0
+    import scipy.stats  # here: a second of import at every command's start, for regression only
     return float(scipy.stats.pearsonr(predictions, labels).statistic)
 
 
 def _spearman(predictions: np.ndarray, labels: np.ndarray) -> float:
     if _is_constant(predictions) or _is_constant(labels):
         return 0.0
+    import scipy.stats
     return float(scipy.stats.spearmanr(predictions, labels).statistic)

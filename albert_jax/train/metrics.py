@@ -2,10 +2,10 @@
 
 Each record is added to the end of its files at once (`files.append`: on a gs:// workdir, a
 compose onto the object), so a run killed at any moment keeps every record written before it.
-The event files are tensorboardX's protocol buffers in TensorBoard's record framing, written
-here rather than by tensorboardX's SummaryWriter: on gs:// that uploads the whole file again at
-every flush, from a background thread that ends at its first failed upload (an outage), after
-which the run blocks once its queue of 10 events is full.
+The event files' records are encoded by train/tensorboard_events.py, not written by
+tensorboardX's SummaryWriter: on gs:// that uploads the whole file again at every flush, from a
+background thread that ends at its first failed upload (an outage), after which the run blocks
+once its queue of 10 events is full.
 """
 from __future__ import annotations
 
@@ -14,25 +14,15 @@ import json
 import math
 import os
 import socket
-import struct
 import time
 from typing import Any, Callable, Mapping, Sequence
 
 import jax
 from etils import epath
-from tensorboardX import record_writer, summary
-from tensorboardX.proto import event_pb2
 
 from albert_jax import files
+from albert_jax.train import tensorboard_events
 from albert_jax.train import workdir as workdir_names
-
-
-def _framed(event: event_pb2.Event) -> bytes:
-    """One record of an event file: length, its checksum, the event, its checksum."""
-    data = event.SerializeToString()
-    header = struct.pack("Q", len(data))
-    return (header + struct.pack("I", record_writer.masked_crc32c(header)) + data
-            + struct.pack("I", record_writer.masked_crc32c(data)))
 
 
 class MetricWriter(abc.ABC):
@@ -80,17 +70,15 @@ class TensorBoardWriter(MetricWriter):
         self._events = directory / (
             f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}.{os.getpid()}")
         now = time.time()
-        files.append(self._events, _framed(event_pb2.Event(
-            wall_time=now, step=start_step, file_version="brain.Event:2")) + _framed(
-            event_pb2.Event(wall_time=now, step=start_step, session_log=event_pb2.SessionLog(
-                status=event_pb2.SessionLog.START))))
+        files.append(self._events, tensorboard_events.file_version_record(now, start_step)
+                     + tensorboard_events.session_start_record(now, start_step))
 
     def write_scalars(self, step: int, scalars: Mapping[str, float],
                       split: str | None = None) -> None:
         now = time.time()
         events = b"".join(
-            _framed(event_pb2.Event(wall_time=now, step=int(step), summary=summary.scalar(
-                f"{split}/{key}" if split else key, value)))
+            tensorboard_events.scalar_record(now, int(step), f"{split}/{key}" if split else key,
+                                             value)
             for key, value in scalars.items() if math.isfinite(value))
         if events:
             files.append(self._events, events)
