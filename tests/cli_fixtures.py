@@ -2,14 +2,19 @@
 
   result = cli("finetune", "--config=...", f"--workdir={tmp_path}")    # a CompletedProcess
   flags = config_flags(build_demo_pretraining_data(tmp_path, environment))  # --config=...
+
+The data and the pretraining run most files share are the session fixtures of conftest.py
+(`demo_pretraining_data`, `pretrained_tiny`), made once per test run by `made_once`.
 """
 from __future__ import annotations
 
+import fcntl
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from albert_jax.data import corpus
 
@@ -84,11 +89,33 @@ def build_demo_pretraining_data(root: Path, environment: dict[str, str] | None =
     return settings
 
 
-def pretrain_tiny(root: Path, steps: int = 6) -> Path:
-    """A pretraining workdir of the tiny model (`steps` steps, batch 8) on 300 demo documents,
-    with its own tokenizer (vocab 400): root/workdir."""
-    settings = build_demo_pretraining_data(root, num_documents=300,
-                                           changes={"data.dupe_factor": 1})
+def made_once(name: str, tmp_path_factory, make: Callable[[Path], Any]) -> Any:
+    """`make(folder)` once per test run, whichever pytest-xdist worker asks first; the others
+    wait for it and get the same result (what `make` returns must be JSON: paths as str).
+
+    The folder lies in the temporary root the workers share. Tests read what it holds and never
+    write into it."""
+    shared = tmp_path_factory.getbasetemp()
+    if "PYTEST_XDIST_WORKER" in os.environ:
+        shared = shared.parent  # .../pytest-N/popen-gwK -> .../pytest-N
+    folder, result = shared / name, shared / f"{name}.json"
+    with open(shared / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not result.exists():
+            folder.mkdir()
+            result.write_text(json.dumps(make(folder)))
+        return json.loads(result.read_text())
+
+
+def demo_pretraining_settings(root: Path) -> dict[str, Any]:
+    """The shared data (conftest.py `demo_pretraining_data`): 300 demo documents, each made
+    into examples once (data.dupe_factor=1)."""
+    return build_demo_pretraining_data(root, num_documents=300, changes={"data.dupe_factor": 1})
+
+
+def pretrain_tiny(root: Path, settings: dict[str, Any], steps: int = 6) -> Path:
+    """A pretraining workdir of the tiny model (`steps` steps, batch 8) on the data of
+    `settings` (vocab 400), its tokenizer copied in: root/workdir."""
     result = cli("pretrain", *config_flags(settings), "--config.model=tiny",
                  f"--config.total_steps={steps}", "--config.model_overrides.vocab_size=400",
                  "--config.batch_size=8", "--config.eval_batch_size=8",

@@ -14,8 +14,11 @@ import shutil
 import tempfile
 import uuid
 
+from pathlib import Path
+
 import pytest
 
+from tests.cli_fixtures import demo_pretraining_settings, made_once, pretrain_tiny
 from tests.storage_emulator import StorageEmulator
 
 # LLVM's optimisations of the CPU code cost much of a tiny program's compile and save little of
@@ -55,3 +58,21 @@ def storage_emulator(tmp_path_factory):
 def bucket(storage_emulator) -> str:
     """A fresh folder of the emulator's bucket for one test: `gs://<bucket>/<unique name>`."""
     return f"gs://{storage_emulator.bucket}/{uuid.uuid4().hex[:12]}"
+
+
+# ---------------------------------------------------------------------------------------------
+# What most end-to-end files start from, made once per test run by the real CLI and shared by
+# the xdist workers (cli_fixtures.made_once). Read them; never write into them.
+
+@pytest.fixture(scope="session")
+def demo_pretraining_data(tmp_path_factory) -> dict:
+    """The settings (`cli_fixtures.config_flags` makes the flags) of a tokenizer (vocab 400)
+    and a dataset (seq 64) built from 300 demo documents."""
+    return made_once("demo_pretraining_data", tmp_path_factory, demo_pretraining_settings)
+
+
+@pytest.fixture(scope="session")
+def pretrained_tiny(tmp_path_factory, demo_pretraining_data) -> Path:
+    """A pretraining workdir of the tiny model, 6 steps on `demo_pretraining_data`."""
+    return Path(made_once("pretrained_tiny", tmp_path_factory,
+                          lambda root: str(pretrain_tiny(root, demo_pretraining_data))))

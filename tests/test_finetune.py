@@ -1,4 +1,4 @@
-"""Fine-tuning end to end: every GLUE task, AX and RACE from a pretraining workdir and from a
+"""Fine-tuning end to end: a GLUE task (MNLI with AX) from a pretraining workdir, RACE from a
 converted HuggingFace checkpoint, the best dev checkpoint, leaderboard files that parse back,
 resume after SIGKILL, and one-line errors for bad input."""
 import csv
@@ -19,14 +19,8 @@ from albert_jax.finetune import glue, race, run as finetune_run
 from configs import glue as glue_config, race as race_config, squad as squad_config
 import squad_fixtures
 from finetune_fixtures import write_glue_task, write_race
-from cli_fixtures import CLI, REPO, cli, pretrain_tiny
+from cli_fixtures import CLI, REPO, cli
 
-
-
-@pytest.fixture(scope="module")
-def pretrained(tmp_path_factory) -> Path:
-    """A pretraining workdir of the tiny model (6 steps) with its own tokenizer."""
-    return pretrain_tiny(tmp_path_factory.mktemp("pretrained"))
 
 
 def small_config(module, arg: str, data_path: Path, init_from: Path, **overrides):
@@ -51,39 +45,28 @@ def eval_records(workdir: Path, split: str = "dev") -> dict[int, dict]:
     return {record["step"]: record for record in records if record.get("split") == split}
 
 
-@pytest.mark.parametrize("task", glue.TASKS)
-def test_glue_task_from_a_pretraining_workdir(task, pretrained, tmp_path, capsys):
-    data_path = Path(write_glue_task(str(tmp_path / "glue_data"), task, num_train=12, num_dev=6,
-                                     num_test=5, seed=1))
-    if task == "qqp":  # The official train.tsv has short lines, which QQP skips.
-        for name in ("train.tsv", "dev.tsv"):
-            with (data_path / name).open("a", encoding="utf-8") as file:
-                file.write('"\tWas Muhammad a real historical figure?\t0\n')
+def test_glue_mnli_from_a_pretraining_workdir(pretrained_tiny, tmp_path):
+    """One GLUE task end to end (MNLI: two dev sets, three test sets with AX); every task's
+    reader, labels, metrics, selection metric and submission file have their unit tests
+    (test_glue_data.py, test_finetune_metrics.py, test_registry.py)."""
+    data_path = Path(write_glue_task(str(tmp_path / "glue_data"), "mnli", num_train=12,
+                                     num_dev=6, num_test=5, seed=1))
     workdir = tmp_path / "run"
-    finetune_run.finetune(small_config(glue_config, f"task={task}", data_path, pretrained),
+    finetune_run.finetune(small_config(glue_config, "task=mnli", data_path, pretrained_tiny),
                           str(workdir))
-    # What each file gave, beside the run: header + 12 (6) rows, then the short line.
+    # What each file gave: 12 (6) rows, none skipped.
     summary = json.loads((workdir / "data_summary.json").read_text())
-    eval_splits = ["dev", "dev_mismatched"] if task == "mnli" else ["dev"]
-    assert sorted(summary) == sorted(["train", *eval_splits])
-    assert summary["train"]["examples"] == 12
-    assert [summary[split]["examples"] for split in eval_splits] == [6] * len(eval_splits)
-    skipped = {split: (record["skipped"], record["first_skipped_lines"])
-               for split, record in summary.items()}
-    if task == "qqp":
-        assert skipped == {"train": (1, [14]), "dev": (1, [8])}
-        out = capsys.readouterr().out
-        assert (f"{data_path / 'train.tsv'}: skipped 1 line with too few columns, as the "
-                f"reference does for QQP: line 14") in out
-    else:
-        assert list(skipped.values()) == [(0, [])] * len(summary)
+    assert sorted(summary) == ["dev", "dev_mismatched", "train"]
+    assert [summary[split]["examples"] for split in ("train", "dev", "dev_mismatched")] == [
+        12, 6, 6]
+    assert [(record["skipped"], record["first_skipped_lines"])
+            for record in summary.values()] == [(0, [])] * 3
     # The best dev checkpoint is the step with the best selection metric, and best.json says so.
     best = json.loads((workdir / "best.json").read_text())
     records = eval_records(workdir)
     assert sorted(records) == [2, 4]
-    metric = {"cola": "mcc", "stsb": "pearson"}.get(task, "accuracy")
-    assert best["metric"] == metric
-    values = {step: record[metric] for step, record in records.items()}
+    assert best["metric"] == "accuracy"
+    values = {step: record["accuracy"] for step, record in records.items()}
     assert best["value"] == max(values.values()) and values[best["step"]] == best["value"]
     assert (workdir / "best" / str(best["step"])).is_dir()
     # The contract's "step and the metrics of the best checkpoint", at the top level of best.json.
@@ -93,37 +76,30 @@ def test_glue_task_from_a_pretraining_workdir(task, pretrained, tmp_path, capsys
 
     finetune_run.evaluate(str(workdir), "dev")
     metrics = json.loads((workdir / "predictions" / "dev" / "metrics.json").read_text())
-    assert metrics[metric] == pytest.approx(best["value"])  # the best checkpoint's dev score
+    assert metrics["accuracy"] == pytest.approx(best["value"])  # the best checkpoint's dev score
+    assert "dev_mismatched" in metrics and eval_records(workdir, "dev_mismatched")
     # `albert-jax predict` on the task's own dev file gives what evaluate gave.
-    dev_file = data_path / ("dev_matched.tsv" if task == "mnli" else "dev.tsv")
-    predicted = finetune_run.predict(str(workdir), str(dev_file), str(tmp_path / "dev.jsonl"))
+    predicted = finetune_run.predict(str(workdir), str(data_path / "dev_matched.tsv"),
+                                     str(tmp_path / "dev.jsonl"))
     assert_same_records(Path(predicted), workdir / "predictions" / "dev" / "predictions.jsonl")
 
     finetune_run.evaluate(str(workdir), "test")
-    sets = glue.read_eval_sets(task, str(data_path), "test")
-    assert sets
+    sets = glue.read_eval_sets("mnli", str(data_path), "test")
+    assert {eval_set.submission_file for eval_set in sets} == {"MNLI-m.tsv", "MNLI-mm.tsv",
+                                                               "AX.tsv"}
     for eval_set in sets:
         rows = read_tsv(workdir / "predictions" / "test" / eval_set.submission_file)
         assert rows[0] == ["index", "prediction"]
         assert [row[0] for row in rows[1:]] == [example.id for example in eval_set.examples]
-        labels = glue.labels("mnli" if eval_set.name == "ax" else task)
-        for _, prediction in rows[1:]:
-            if labels is None:
-                float(prediction)
-            else:
-                assert prediction in labels
-    if task == "mnli":
-        assert {eval_set.submission_file for eval_set in sets} == {"MNLI-m.tsv", "MNLI-mm.tsv",
-                                                                   "AX.tsv"}
-        assert "dev_mismatched" in metrics and eval_records(workdir, "dev_mismatched")
+        assert all(prediction in glue.labels("mnli") for _, prediction in rows[1:])
 
 
-def test_race_from_a_converted_huggingface_checkpoint(pretrained, tmp_path):
+def test_race_from_a_converted_huggingface_checkpoint(pretrained_tiny, tmp_path):
     hf = tmp_path / "hf"
-    converted = cli("convert", "--from=orbax", f"--path={pretrained}", "--to=huggingface",
+    converted = cli("convert", "--from=orbax", f"--path={pretrained_tiny}", "--to=huggingface",
                     f"--output={hf}")
     assert converted.returncode == 0, converted.stderr[-3000:]
-    shutil.copy(pretrained / "spiece.model", hf / "spiece.model")
+    shutil.copy(pretrained_tiny / "spiece.model", hf / "spiece.model")
     data_path = Path(write_race(str(tmp_path), articles_per_level=2, questions_per_article=2,
                                 seed=3))
     workdir = tmp_path / "race"
@@ -159,10 +135,10 @@ def assert_same_records(predicted: Path, evaluated: Path) -> None:
                 assert value == other[key], key
 
 
-def test_seeds_report_each_and_the_median(pretrained, tmp_path):
+def test_seeds_report_each_and_the_median(pretrained_tiny, tmp_path):
     data_path = Path(write_glue_task(str(tmp_path / "glue_data"), "rte", num_train=8, num_dev=5,
                                      num_test=2, seed=2))
-    record = finetune_run.finetune(small_config(glue_config, "task=rte", data_path, pretrained,
+    record = finetune_run.finetune(small_config(glue_config, "task=rte", data_path, pretrained_tiny,
                                                 seeds=3, total_steps=2), str(tmp_path / "rte"))
     accuracies = sorted(run["metrics"]["dev"]["accuracy"] for run in record["runs"])
     assert [run["seed"] for run in record["runs"]] == [12345, 12346, 12347]
@@ -170,13 +146,13 @@ def test_seeds_report_each_and_the_median(pretrained, tmp_path):
     assert json.loads((tmp_path / "rte" / "seeds.json").read_text())["median"] == record["median"]
 
 
-def test_sigkill_then_resume_gives_the_uninterrupted_result(pretrained, tmp_path):
+def test_sigkill_then_resume_gives_the_uninterrupted_result(pretrained_tiny, tmp_path):
     data_path = Path(write_glue_task(str(tmp_path / "glue_data"), "sst2", num_train=40,
                                      num_dev=8, num_test=2, seed=4))
 
     def flags(workdir: Path, total_steps: int) -> list[str]:
         return ["finetune", "--config=configs/glue.py:task=sst2,runlocal",
-                f"--config.data.path={data_path}", f"--config.init_from={pretrained}",
+                f"--config.data.path={data_path}", f"--config.init_from={pretrained_tiny}",
                 f"--workdir={workdir}", "--config.seq_len=32", "--config.batch_size=8",
                 f"--config.total_steps={total_steps}", "--config.eval_every_steps=5",
                 "--config.checkpoint_every_steps=5", "--config.log_every_steps=1",
@@ -210,7 +186,7 @@ def test_sigkill_then_resume_gives_the_uninterrupted_result(pretrained, tmp_path
     assert again.returncode == 0 and "Training is done" in again.stdout
 
 
-def test_bad_input_gets_one_line_errors(pretrained, tmp_path):
+def test_bad_input_gets_one_line_errors(pretrained_tiny, tmp_path):
     data_path = Path(write_glue_task(str(tmp_path / "glue_data"), "rte", num_train=4, num_dev=2,
                                      num_test=2, seed=5))
     def error_of(config_flag: str, *flags: str) -> str:
@@ -226,7 +202,7 @@ def test_bad_input_gets_one_line_errors(pretrained, tmp_path):
     message = error_of("--config=configs/glue.py:task=rte,runlocal")
     assert "has no tokenizer" in message and "--config.tokenizer" in message
     no_tokenizer = tmp_path / "no_tokenizer"
-    shutil.copytree(pretrained, no_tokenizer)
+    shutil.copytree(pretrained_tiny, no_tokenizer)
     (no_tokenizer / "spiece.model").unlink()
     config = json.loads((no_tokenizer / "config.json").read_text())
     config["data"]["tokenizer"] = str(tmp_path / "gone.model")
@@ -239,15 +215,15 @@ def test_bad_input_gets_one_line_errors(pretrained, tmp_path):
     tokenizer.train((" ".join(document) for _, document in
                      zip(range(200), corpus.demo_documents())), str(other), 300)
     message = error_of("--config=configs/glue.py:task=rte,runlocal",
-                       f"--config.init_from={pretrained}", f"--config.tokenizer={other}")
+                       f"--config.init_from={pretrained_tiny}", f"--config.tokenizer={other}")
     assert "300 pieces" in message and "vocab_size=400" in message
     (data_path / "train.tsv").write_text("index\tsentence1\tsentence2\tlabel\n0\ta\tb\tmaybe\n")
     message = error_of("--config=configs/glue.py:task=rte,runlocal",
-                       f"--config.init_from={pretrained}")
+                       f"--config.init_from={pretrained_tiny}")
     assert "train.tsv" in message and "maybe" in message
     (data_path / "train.tsv").write_text("index\tsentence1\tsentence2\tlabel\n0\ta\tb\n")
     message = error_of("--config=configs/glue.py:task=rte,runlocal",
-                       f"--config.init_from={pretrained}")
+                       f"--config.init_from={pretrained_tiny}")
     assert "train.tsv" in message and ":2" in message or "line 2" in message
 
 
@@ -255,23 +231,23 @@ def _shapes(tree) -> dict:
     return {key: (tuple(value.shape), np.dtype(value.dtype)) for key, value in tree.items()}
 
 
-def test_train_batch_spec_is_the_batch_the_iterator_yields(pretrained, tmp_path):
+def test_train_batch_spec_is_the_batch_the_iterator_yields(pretrained_tiny, tmp_path):
     """What `albert-jax plan` compiles for (Task.train_batch_spec) is, key for key, the shape
     and dtype of a real train batch: pretraining, GLUE classification, STS-B, RACE, SQuAD."""
-    saved = ml_collections.ConfigDict(json.loads((pretrained / "config.json").read_text()))
+    saved = ml_collections.ConfigDict(json.loads((pretrained_tiny / "config.json").read_text()))
     tasks = [pretraining.PretrainingTask(saved, config_lib.model_config(saved))]
     for task in ("mrpc", "stsb"):
         data_path = write_glue_task(str(tmp_path / task), task, num_train=12, num_dev=6, seed=1)
         tasks.append(finetune_run.build_task(small_config(glue_config, f"task={task}",
-                                                          Path(data_path), pretrained)))
+                                                          Path(data_path), pretrained_tiny)))
     race_path = write_race(str(tmp_path / "race"), articles_per_level=2, questions_per_article=2)
     tasks.append(finetune_run.build_task(small_config(race_config, "", Path(race_path),
-                                                      pretrained, max_qa_length=8)))
+                                                      pretrained_tiny, max_qa_length=8)))
     for version in ("1.1", "2.0"):
         config = squad_config.get_config(f"version={version},runlocal")
         config.data.train_file = config.data.dev_file = squad_fixtures.write_squad_file(
             tmp_path, f"v{version}", "train")
-        config.init_from, config.seq_len, config.batch_size = str(pretrained), 64, 8
+        config.init_from, config.seq_len, config.batch_size = str(pretrained_tiny), 64, 8
         tasks.append(finetune_run.build_task(config))
     for task in tasks:
         batch = next(iter(task.train_iterator()))

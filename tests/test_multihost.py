@@ -41,10 +41,8 @@ from albert_jax import config as config_lib, distributed  # noqa: E402
 from albert_jax.model import AlbertForPreTraining  # noqa: E402
 from albert_jax.train import checkpoint, loop, optim, sharding, state as state_lib  # noqa: E402
 from cli_fixtures import (  # noqa: E402
-    build_demo_pretraining_data, config_flags, run_config, run_python_processes)
+    CLI, REPO, config_flags, run_config, run_python_processes)
 
-REPO = Path(__file__).resolve().parents[1]
-CLI = [sys.executable, "-m", "albert_jax.cli"]
 STEPS = 4
 # The run, typed; written as --config.KEY=VALUE for the CLI and set directly for the reference.
 RUN = {"model": "tiny", "batch_size": 8, "log_every_steps": 1, "total_steps": STEPS,
@@ -55,13 +53,6 @@ DATA_8 = {"mesh.data": 8, "mesh.fsdp": 1}  # the other mesh: one process's 8 dev
 # Every metric a train record holds that depends on the params and the batch.
 COMPARED = ("loss", "masked_lm_loss", "sentence_order_loss", "masked_lm_accuracy",
             "sentence_order_accuracy", "grad_norm", "param_norm")
-
-
-@pytest.fixture(scope="module")
-def data_settings(tmp_path_factory) -> dict:
-    """Tokenizer + dataset built by the real CLI from 300 demo documents (seq 64, vocab 400)."""
-    return build_demo_pretraining_data(tmp_path_factory.mktemp("multihost_data"),
-                                       num_documents=300)
 
 
 def train_records(workdir: Path) -> list[dict]:
@@ -134,33 +125,33 @@ def finish(launched: subprocess.Popen, log: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def two_hosts(data_settings, tmp_path_factory) -> tuple[Path, str, Path]:
+def two_hosts(demo_pretraining_data, tmp_path_factory) -> tuple[Path, str, Path]:
     """(workdir, output) of STEPS steps on 2 processes x 4 devices (data=2 x fsdp=4), and the
     workdir of the same run in this process on 8 devices, computed while the processes run."""
     assert jax.device_count() == 8, "the reference needs 8 devices (XLA_FLAGS set too late?)"
     root = tmp_path_factory.mktemp("two_hosts")
-    launched = launch_two_processes({**data_settings, **RUN}, root / "two_hosts",
+    launched = launch_two_processes({**demo_pretraining_data, **RUN}, root / "two_hosts",
                                     root / "two_hosts.log")
     try:
-        train_in_this_process(run_config({**data_settings, **RUN}), root / "reference")
+        train_in_this_process(run_config({**demo_pretraining_data, **RUN}), root / "reference")
     finally:
         output = finish(launched, root / "two_hosts.log")
     return root / "two_hosts", output, root / "reference"
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(data_settings, tmp_path_factory) -> Path:
+def uninterrupted(demo_pretraining_data, tmp_path_factory) -> Path:
     """One run of 2 x STEPS steps in this process on data=8, checkpoints at STEPS and 2 x STEPS:
     what a run resumed at STEPS on any process count and mesh must compute."""
     workdir = tmp_path_factory.mktemp("uninterrupted") / "run"
     train_in_this_process(
-        run_config({**data_settings, **RUN, **DATA_8, "total_steps": 2 * STEPS}), workdir)
+        run_config({**demo_pretraining_data, **RUN, **DATA_8, "total_steps": 2 * STEPS}), workdir)
     return workdir
 
 
-def test_two_processes_train_as_one_eight_device_job(data_settings, two_hosts):
+def test_two_processes_train_as_one_eight_device_job(demo_pretraining_data, two_hosts):
     workdir, output, reference = two_hosts
-    config = run_config({**data_settings, **RUN})
+    config = run_config({**demo_pretraining_data, **RUN})
 
     for process in range(2):
         assert (f"[{process}] multihost: process {process} of 2, 4 local / 8 global cpu devices "
@@ -194,11 +185,11 @@ def test_two_processes_train_as_one_eight_device_job(data_settings, two_hosts):
 
 
 def test_two_process_checkpoint_resumes_in_one_process_on_another_mesh(
-        data_settings, two_hosts, uninterrupted, tmp_path, capsys):
+        demo_pretraining_data, two_hosts, uninterrupted, tmp_path, capsys):
     """2 processes on data=2 x fsdp=4 saved step STEPS; this process resumes on data=8."""
     workdir = tmp_path / "run"
     shutil.copytree(two_hosts[0], workdir)
-    config = run_config({**data_settings, **RUN, **DATA_8, "total_steps": 2 * STEPS})
+    config = run_config({**demo_pretraining_data, **RUN, **DATA_8, "total_steps": 2 * STEPS})
     # Right after the restore onto the other mesh: the uninterrupted run's state at STEPS.
     assert_same_state(restored_state(workdir, config), restored_state(uninterrupted, config))
     capsys.readouterr()
@@ -216,13 +207,13 @@ def test_two_process_checkpoint_resumes_in_one_process_on_another_mesh(
 
 
 def test_one_process_checkpoint_resumes_in_two_processes_on_another_mesh(
-        data_settings, uninterrupted, tmp_path):
+        demo_pretraining_data, uninterrupted, tmp_path):
     """This process saves step STEPS on data=8; 2 processes resume on data=2 x fsdp=4."""
     workdir = tmp_path / "run"
-    train_in_this_process(run_config({**data_settings, **RUN, **DATA_8}), workdir)
+    train_in_this_process(run_config({**demo_pretraining_data, **RUN, **DATA_8}), workdir)
     log = tmp_path / "two_hosts.log"
     output = finish(launch_two_processes(
-        {**data_settings, **RUN, "total_steps": 2 * STEPS}, workdir, log), log)
+        {**demo_pretraining_data, **RUN, "total_steps": 2 * STEPS}, workdir, log), log)
 
     for process in range(2):
         assert f"[{process}] Resuming from the checkpoint at step {STEPS} in {workdir}." in output
@@ -232,7 +223,7 @@ def test_one_process_checkpoint_resumes_in_two_processes_on_another_mesh(
                           "process saved the same position in the global batch stream, so the "
                           "run goes on with the batches an uninterrupted run would see."]
     assert_same_records(train_records(workdir), train_records(uninterrupted))
-    config = run_config({**data_settings, **RUN, **DATA_8, "total_steps": 2 * STEPS})
+    config = run_config({**demo_pretraining_data, **RUN, **DATA_8, "total_steps": 2 * STEPS})
     assert_same_state(restored_state(workdir, config, 2 * STEPS),
                       restored_state(uninterrupted, config, 2 * STEPS))
     for process in range(2):

@@ -8,8 +8,6 @@ batch 256 x 64 its activations dominate the temporaries, as at the paper's batch
 import importlib.util
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
@@ -18,9 +16,9 @@ from albert_jax.data import dataset_settings
 from albert_jax.errors import ConfigError
 from albert_jax.train import flops, plan, sharding
 from configs import glue, pretrain, race, squad
+from cli_fixtures import cli
 from test_builder import build_small_dataset  # (tests/ is on sys.path under pytest)
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def pretrain_config(data: int, fsdp: int, num_microbatches: int = 1, batch_size: int = 256):
@@ -100,11 +98,9 @@ def test_fine_tuning_steps_compile(config):
 def test_cli_json_reports_a_config_that_does_not_fit_and_the_lever_that_fits():
     # 0.05 GiB per device: the activations of 32 sequences per device do not fit; remat or
     # microbatches do.
-    result = subprocess.run(
-        [sys.executable, "-m", "albert_jax.cli", "plan", "--config=configs/pretrain.py:model=tiny",
-         "--devices=8", "--hbm_gib=0.05", "--config.batch_size=256", "--config.seq_len=64",
-         "--config.data.max_predictions=8", "--json"],
-        cwd=REPO, capture_output=True, text=True, timeout=600)
+    result = cli("plan", "--config=configs/pretrain.py:model=tiny", "--devices=8",
+                 "--hbm_gib=0.05", "--config.batch_size=256", "--config.seq_len=64",
+                 "--config.data.max_predictions=8", "--json")
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
     for key in ("devices", "topology", "mesh", "param_bytes_per_device",
@@ -132,11 +128,10 @@ def test_cli_plans_from_its_own_compile_with_a_warm_compilation_cache(tmp_path):
                        JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
     reports = []
     for _ in range(2):
-        result = subprocess.run(
-            [sys.executable, "-m", "albert_jax.cli", "plan", "--config=configs/pretrain.py:model=tiny",
-             "--devices=8", "--hbm_gib=0.01", "--config.batch_size=64", "--config.seq_len=32",
-             "--config.data.max_predictions=4", "--nolevers", "--json"],
-            cwd=REPO, env=environment, capture_output=True, text=True, timeout=600)
+        result = cli("plan", "--config=configs/pretrain.py:model=tiny", "--devices=8",
+                     "--hbm_gib=0.01", "--config.batch_size=64", "--config.seq_len=32",
+                     "--config.data.max_predictions=4", "--nolevers", "--json",
+                     environment=environment)
         assert result.returncode == 0, result.stderr[-3000:]
         reports.append(json.loads(result.stdout.strip().splitlines()[-1]))
     first, second = reports
@@ -153,10 +148,9 @@ def test_cli_prints_the_local_disk_a_host_needs_for_shards_in_a_bucket(tmp_path)
     settings = {"data.corpus": config.data.corpus, "data.tokenizer": config.data.tokenizer,
                 "data.dir": config.data.dir, "data.vocab_size": 200, "seq_len": 64,
                 "data.dupe_factor": 2, "data.eval_fraction": 0.1, "batch_size": 16}
-    result = subprocess.run(
-        [sys.executable, "-m", "albert_jax.cli", "plan", "--config=configs/pretrain.py:runlocal",
-         *(f"--config.{key}={value}" for key, value in settings.items()),
-         "--devices=8", "--nolevers"], cwd=REPO, capture_output=True, text=True, timeout=600)
+    result = cli("plan", "--config=configs/pretrain.py:runlocal",
+                 *(f"--config.{key}={value}" for key, value in settings.items()),
+                 "--devices=8", "--nolevers")
     assert result.returncode == 0, result.stderr[-3000:]
     # One CPU host: the whole train split and the eval split.
     assert (f"with data.dir=gs://..., each of 1 host(s) copies up to "
@@ -165,9 +159,7 @@ def test_cli_prints_the_local_disk_a_host_needs_for_shards_in_a_bucket(tmp_path)
 
 
 def test_cli_needs_a_target():
-    result = subprocess.run(
-        [sys.executable, "-m", "albert_jax.cli", "plan", "--config=configs/pretrain.py:model=tiny"],
-        cwd=REPO, capture_output=True, text=True, timeout=300)
+    result = cli("plan", "--config=configs/pretrain.py:model=tiny")
     assert result.returncode != 0
     assert "needs one of --topology" in result.stderr and "Traceback" not in result.stderr
 
@@ -236,12 +228,10 @@ def test_a_libtpu_held_by_another_process_is_one_line(monkeypatch):
 
 def tpu_plan(batch_size: int, *flags: str) -> dict:
     """`albert-jax plan --topology=v5e:2x2 --json` of the tiny model at seq 512."""
-    result = subprocess.run(
-        [sys.executable, "-m", "albert_jax.cli", "plan", "--config=configs/pretrain.py:model=tiny",
-         "--topology=v5e:2x2", f"--config.batch_size={batch_size}", "--config.seq_len=512",
-         "--config.model_overrides.max_position_embeddings=512", "--nolevers", "--json", *flags],
-        cwd=REPO, capture_output=True, text=True, timeout=600,
-        env=dict(os.environ, ALLOW_MULTIPLE_LIBTPU_LOAD="1"))
+    result = cli("plan", "--config=configs/pretrain.py:model=tiny", "--topology=v5e:2x2",
+                 f"--config.batch_size={batch_size}", "--config.seq_len=512",
+                 "--config.model_overrides.max_position_embeddings=512", "--nolevers", "--json",
+                 *flags, environment=dict(os.environ, ALLOW_MULTIPLE_LIBTPU_LOAD="1"))
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
 

@@ -53,6 +53,14 @@ def test_every_glue_row_is_a_task_of_its_family(name):
     assert registry.get(name).__name__ == f"{name.capitalize()}Task"
 
 
+@pytest.mark.parametrize("name", glue.TASKS)
+def test_a_glue_task_keeps_the_checkpoint_the_reference_keeps(name):
+    # SPEC 8.1: the best dev checkpoint by matthew_corr (CoLA), pearson (STS-B), else accuracy.
+    config = _load_config(f"glue.py:task={name}")
+    expected = {"cola": "mcc", "stsb": "pearson"}.get(name, "accuracy")
+    assert registry.get(name).selection_metric(config) == expected
+
+
 def test_the_families():
     assert issubclass(registry.get("race"), MultipleChoiceTask)
     assert issubclass(registry.get("multiple_choice"), MultipleChoiceTask)

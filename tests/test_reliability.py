@@ -31,10 +31,8 @@ import pytest
 from albert_jax.model import get_config
 from albert_jax.train import checkpoint, integrity, optim, state as state_lib, workdir_lock
 from albert_jax.train import workdir as workdir_names
-from cli_fixtures import build_demo_pretraining_data, config_flags
+from cli_fixtures import CLI, REPO, config_flags
 
-REPO = Path(__file__).resolve().parents[1]
-CLI = [sys.executable, "-m", "albert_jax.cli"]
 SETTINGS = {"model": "tiny", "batch_size": 8, "total_steps": 24, "log_every_steps": 1,
             "checkpoint_every_steps": 4, "keep_checkpoints": 3, "eval_every_steps": 1000,
             "eval_steps": 0, "eval_batch_size": 8, "optim.schedule": "constant",
@@ -281,9 +279,8 @@ def environment() -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def data_flags(tmp_path_factory, environment) -> list[str]:
-    return config_flags(build_demo_pretraining_data(tmp_path_factory.mktemp("reliability_data"),
-                                                    environment))
+def data_flags(demo_pretraining_data) -> list[str]:
+    return config_flags(demo_pretraining_data)
 
 
 def pretrain_flags(data_flags: list[str], workdir: Path, **overrides) -> list[str]:

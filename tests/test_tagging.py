@@ -28,7 +28,7 @@ from albert_jax.finetune import entities, fill_mask, run as finetune_run
 from albert_jax.finetune import tagging_data, tagging_features
 from albert_jax.finetune.demo import demo_sentences
 from albert_jax.finetune.tagging_task import OwnTaggingTask
-from cli_fixtures import cli, pretrain_tiny
+from cli_fixtures import cli
 from configs import custom as custom_config
 
 # --- The entity rule of the tagging data ---------------------------------------------------------
@@ -173,9 +173,9 @@ def test_bad_jsonl_is_one_line_naming_the_line(tmp_path):
 # --- Pieces and windows ----------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def spm(pretrained) -> str:
+def spm(pretrained_tiny) -> str:
     """The pretraining run's tokenizer (vocab 400, trained on demo documents)."""
-    return str(pretrained / "spiece.model")
+    return str(pretrained_tiny / "spiece.model")
 
 
 @pytest.mark.parametrize("label_all_pieces", [False, True])
@@ -224,20 +224,14 @@ SMALL = ["--config.seq_len=32", "--config.batch_size=8", "--config.eval_batch_si
          "--config.checkpoint_every_steps=2", "--config.log_every_steps=2"]
 
 
-@pytest.fixture(scope="module")
-def pretrained(tmp_path_factory) -> Path:
-    """A pretraining workdir of the tiny model (4 steps) with its own tokenizer."""
-    return pretrain_tiny(tmp_path_factory.mktemp("pretrained"), steps=4)
-
-
 def _tagged(sentences: list[str]) -> tuple[list[list[str]], list[list[str]]]:
     words = [sentence.split() for sentence in sentences]
     return words, [determiner_tags(w) for w in words]
 
 
 @pytest.fixture(scope="module")
-def ner_run(tmp_path_factory, pretrained) -> Path:
-    """A finished tagging run on CoNLL files, fine-tuned from `pretrained`; its dev set holds a
+def ner_run(tmp_path_factory, pretrained_tiny) -> Path:
+    """A finished tagging run on CoNLL files, fine-tuned from `pretrained_tiny`; its dev set holds a
     sentence longer than a row (windows)."""
     root = tmp_path_factory.mktemp("ner")
     sentences = demo_sentences(min_words=6, max_words=14)
@@ -250,7 +244,7 @@ def ner_run(tmp_path_factory, pretrained) -> Path:
     write_conll(root / "new.conll", dev_words, docstart=False)  # no tags: predict's input
     workdir = root / "run"
     result = cli("finetune", "--config=configs/custom.py:kind=token_classification,runlocal",
-                 f"--config.init_from={pretrained}", f"--workdir={workdir}",
+                 f"--config.init_from={pretrained_tiny}", f"--workdir={workdir}",
                  f"--config.data.train_file={root / 'train.conll'}",
                  f"--config.data.dev_file={root / 'dev.conll'}", "--config.data.doc_stride=8",
                  *SMALL)
@@ -318,13 +312,13 @@ def test_huggingface_export_tags_as_we_do(ner_run, tmp_path):
     assert compared >= 5
 
 
-def test_a_dev_tag_training_never_saw_is_one_line_and_writes_nothing(tmp_path, pretrained):
+def test_a_dev_tag_training_never_saw_is_one_line_and_writes_nothing(tmp_path, pretrained_tiny):
     words = [["the", "red", "car"], ["a", "dog"]]
     write_conll(tmp_path / "train.conll", words, [["O", "B-DEF", "I-DEF"], ["O", "B-INDEF"]])
     write_conll(tmp_path / "dev.conll", words, [["O", "B-DEF", "I-DEF"], ["O", "B-ANIMAL"]])
     workdir = tmp_path / "run"
     result = cli("finetune", "--config=configs/custom.py:kind=token_classification,runlocal",
-                 f"--config.init_from={pretrained}", f"--workdir={workdir}",
+                 f"--config.init_from={pretrained_tiny}", f"--workdir={workdir}",
                  f"--config.data.train_file={tmp_path / 'train.conll'}",
                  f"--config.data.dev_file={tmp_path / 'dev.conll'}", *SMALL)
     assert result.returncode != 0
@@ -356,11 +350,11 @@ FILL_MASK_TEXTS = ["Return the [MASK] of the file.", "Create a new [MASK] object
                    "[MASK] the list, then sort it."]
 
 
-def test_fill_mask_equals_the_huggingface_pipeline(pretrained, tmp_path):
+def test_fill_mask_equals_the_huggingface_pipeline(pretrained_tiny, tmp_path):
     (tmp_path / "masked.jsonl").write_text("".join(json.dumps({"text": text}) + "\n"
                                                    for text in FILL_MASK_TEXTS))
     output = tmp_path / "masked.predictions.jsonl"
-    result = cli("predict", f"--workdir={pretrained}", f"--input={tmp_path / 'masked.jsonl'}",
+    result = cli("predict", f"--workdir={pretrained_tiny}", f"--input={tmp_path / 'masked.jsonl'}",
                  "--top_k=4", f"--output={output}")
     assert result.returncode == 0, result.stderr[-3000:]
     records = _jsonl(output)
@@ -368,12 +362,12 @@ def test_fill_mask_equals_the_huggingface_pipeline(pretrained, tmp_path):
     assert [len(record["masks"]) for record in records] == [1, 2, 1]
 
     exported = tmp_path / "hf"
-    formats.convert(source="orbax", target="huggingface", path=str(pretrained),
+    formats.convert(source="orbax", target="huggingface", path=str(pretrained_tiny),
                     output=str(exported), config_path=None)  # what `albert-jax convert` runs
     assert json.loads((exported / "config.json").read_text())["architectures"] == [
         "AlbertForPreTraining"]  # the MLM head is in it
     model = transformers.AlbertForMaskedLM.from_pretrained(exported).eval()
-    tokenizer = transformers.AlbertTokenizer(str(pretrained / "spiece.model"))
+    tokenizer = transformers.AlbertTokenizer(str(pretrained_tiny / "spiece.model"))
     pipeline = transformers.pipeline("fill-mask", model=model, tokenizer=tokenizer, top_k=4)
     for record in records:
         theirs = pipeline(record["text"])
@@ -386,10 +380,10 @@ def test_fill_mask_equals_the_huggingface_pipeline(pretrained, tmp_path):
                 [entry["token"] for entry in their_mask])
 
 
-def test_fill_mask_input_errors(pretrained, tmp_path):
+def test_fill_mask_input_errors(pretrained_tiny, tmp_path):
     (tmp_path / "plain.txt").write_text("no mask here\n")
     with pytest.raises(ValueError, match=re.escape("plain.txt:1: no [MASK] in the text")):
-        finetune_run.predict(str(pretrained), str(tmp_path / "plain.txt"),
+        finetune_run.predict(str(pretrained_tiny), str(tmp_path / "plain.txt"),
                              str(tmp_path / "out.jsonl"))
     assert not (tmp_path / "out.jsonl").exists()
     assert fill_mask.MASK == "[MASK]"

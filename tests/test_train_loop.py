@@ -6,7 +6,6 @@ and a finished run that reports it is done.
 import json
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -15,16 +14,14 @@ from etils import epath
 
 from albert_jax import config as config_lib
 from albert_jax.train import loop
-from cli_fixtures import build_demo_pretraining_data, config_flags
+from cli_fixtures import CLI, REPO, config_flags
 from configs import pretrain as pretrain_config
 
-REPO = Path(__file__).resolve().parents[1]
-CLI = [sys.executable, "-m", "albert_jax.cli"]
 
 
 @pytest.fixture(scope="module")
-def data_flags(tmp_path_factory) -> list[str]:
-    return config_flags(build_demo_pretraining_data(tmp_path_factory.mktemp("pretrain_data")))
+def data_flags(demo_pretraining_data) -> list[str]:
+    return config_flags(demo_pretraining_data)
 
 
 def run_flags(data_flags: list[str], workdir: Path, **overrides) -> list[str]:

@@ -17,7 +17,7 @@ from mlflow.tracking import MlflowClient
 from albert_jax.data import tokenizer as tokenizer_lib
 from albert_jax.finetune.demo import demo_sentences
 from albert_jax.train import workdir as workdir_names
-from cli_fixtures import CLI, REPO, build_demo_pretraining_data, cli, config_flags
+from cli_fixtures import CLI, REPO, cli, config_flags
 
 # Measured, so they differ between a run and its resumed re-run of the same steps.
 TIMING = ("steps_per_second", "examples_per_second", "tokens_per_second", "mfu", "eta_seconds")
@@ -187,9 +187,8 @@ def test_an_unknown_tracker_is_one_line(task_files, tmp_path):
 
 
 @pytest.mark.slow
-def test_profile_of_steps_3_to_5_of_a_pretraining_run(tmp_path):
-    settings = build_demo_pretraining_data(tmp_path, num_documents=300,
-                                           changes={"data.dupe_factor": 1})
+def test_profile_of_steps_3_to_5_of_a_pretraining_run(tmp_path, demo_pretraining_data):
+    settings = demo_pretraining_data
     workdir = tmp_path / "workdir"
 
     def pretrain(steps: int) -> subprocess.CompletedProcess:
