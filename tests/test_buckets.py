@@ -13,12 +13,10 @@ from albert_jax.finetune import registry, run as finetune_run
 from albert_jax.train import buckets, validation
 from configs import glue as glue_config
 from configs import squad as squad_config
-import test_finetune
 from cli_fixtures import run_python_processes
 from finetune_fixtures import write_glue_task
 from test_finetune import small_config
 
-pretrained = test_finetune.pretrained  # the fixture: a tiny pretraining workdir
 
 GLUE_FIELDS = ("input_ids", "segment_ids", "input_mask")
 
@@ -114,7 +112,7 @@ def train_losses(workdir: Path) -> list[float]:
             and "loss" in record]
 
 
-def test_a_bucketed_run_gives_the_padded_runs_results(pretrained, tmp_path, monkeypatch):
+def test_a_bucketed_run_gives_the_padded_runs_results(pretrained_tiny, tmp_path, monkeypatch):
     """SST-2 (single sentences) at seq_len 64 with buckets (16, 32, 48) against the same run
     padded to 64: the same losses and dev metrics (fp32 rounding apart), with batches that did
     run shorter."""
@@ -130,7 +128,7 @@ def test_a_bucketed_run_gives_the_padded_runs_results(pretrained, tmp_path, monk
 
     results = {}
     for name, length_buckets in (("padded", ()), ("bucketed", (16, 32, 48))):
-        config = small_config(glue_config, "task=sst2", data_path, pretrained,
+        config = small_config(glue_config, "task=sst2", data_path, pretrained_tiny,
                               seq_len=64, length_buckets=length_buckets)
         monkeypatch.setattr(buckets, "trim", recording_trim)
         lengths_run.clear()

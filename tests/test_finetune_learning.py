@@ -1,6 +1,6 @@
 """Fine-tuning learns from real text: a sentence-pair task and a RACE-format task, both built from
 the sentences of the stdlib docstrings (`corpus.demo_documents`), go from chance to well above
-it from scratch in about a CPU minute each.
+it from scratch in about half a CPU minute each, through the command line on one CPU device.
 
 The pair task is clause order, the sentence-order objective of SPEC 4 at the scale of one
 sentence: a sentence is cut in two and the halves come in order (label 1) or swapped (label 0).
@@ -19,7 +19,7 @@ from albert_jax.data import tokenizer as tokenizer_lib
 from albert_jax.finetune import run as finetune_run
 from albert_jax.finetune.demo import demo_sentences
 from albert_jax.finetune.task import real_rows
-from configs import custom as custom_config, glue as glue_config, race as race_config
+from cli_fixtures import cli, one_device_environment
 
 _VOCAB_SIZE = 1000
 _MRPC_HEADER = "#1 ID\t#2 ID\t#1 String\t#2 String"
@@ -90,26 +90,29 @@ def write_race_continuation_task(directory: Path, pools: dict[str, list[str]], n
     return directory / "RACE"
 
 
-def _from_scratch(config, data_path: Path, tokenizer: str, steps: int):
-    """The tiny model (E=16, H=32, 2 layers), lr 1e-3, batch 32, no dropout."""
-    if "path" in config.data:
-        config.data.path = str(data_path)
-    config.tokenizer, config.init_from = tokenizer, ""
-    config.model_overrides.vocab_size = _VOCAB_SIZE
-    config.batch_size, config.eval_batch_size, config.seq_len = 32, 64, 48
-    config.total_steps, config.optim.lr, config.optim.warmup_steps = steps, 1e-3, steps // 10
-    config.dropout = config.classifier_dropout = 0.0
-    config.eval_every_steps = config.checkpoint_every_steps = steps // 2
-    config.log_every_steps = steps // 4
-    return config
+def finetune_from_scratch(config: str, workdir: Path, tokenizer: str, steps: int,
+                          *flags: str) -> dict:
+    """`albert-jax finetune --config=CONFIG` of the tiny model (E=16, H=32, 2 layers) from
+    scratch, lr 1e-3, batch 32, no dropout, on one CPU device; its best.json."""
+    result = cli("finetune", f"--config={config}", f"--workdir={workdir}",
+                 f"--config.tokenizer={tokenizer}", "--config.init_from=",
+                 f"--config.model_overrides.vocab_size={_VOCAB_SIZE}",
+                 "--config.batch_size=32", "--config.eval_batch_size=64", "--config.seq_len=48",
+                 f"--config.total_steps={steps}", "--config.optim.lr=1e-3",
+                 f"--config.optim.warmup_steps={steps // 10}", "--config.dropout=0.0",
+                 "--config.classifier_dropout=0.0", f"--config.eval_every_steps={steps // 2}",
+                 f"--config.checkpoint_every_steps={steps // 2}",
+                 f"--config.log_every_steps={steps // 4}", *flags,
+                 environment=one_device_environment())
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads((workdir / "best.json").read_text())
 
 
 def test_pair_task_from_real_text_reaches_90_percent(spm_model, sentence_pools, tmp_path):
     steps = 600
     data_path = write_clause_order_task(tmp_path, sentence_pools, num_train=steps * 32)
-    config = _from_scratch(glue_config.get_config("task=mrpc,runlocal"), data_path, spm_model,
-                           steps)
-    best = finetune_run.finetune(config, str(tmp_path / "run"))
+    best = finetune_from_scratch("configs/glue.py:task=mrpc,runlocal", tmp_path / "run",
+                                 spm_model, steps, f"--config.data.path={data_path}")
     assert best["accuracy"] > 0.90, best
 
 
@@ -117,9 +120,8 @@ def test_race_format_task_from_real_text_is_well_above_chance(spm_model, sentenc
                                                               tmp_path):
     steps = 400
     data_path = write_race_continuation_task(tmp_path, sentence_pools, num_train=steps * 32)
-    config = _from_scratch(race_config.get_config("runlocal"), data_path, spm_model, steps)
-    config.max_qa_length = 32
-    best = finetune_run.finetune(config, str(tmp_path / "run"))
+    best = finetune_from_scratch("configs/race.py:runlocal", tmp_path / "run", spm_model, steps,
+                                 f"--config.data.path={data_path}", "--config.max_qa_length=32")
     # Chance is 25 %; ruling out the two first-half distractors alone gives 50 % (measured: 51.5 %).
     assert best["accuracy"] > 0.40, best
     assert min(best["accuracy_middle"], best["accuracy_high"]) > 0.35, best
@@ -152,13 +154,12 @@ def test_own_three_class_task_from_real_text_is_well_above_chance(spm_model, sen
                                                                   tmp_path):
     steps = 400
     paths = write_three_way_task(tmp_path, sentence_pools, num_train=steps * 32)
-    config = custom_config.get_config("kind=classification,runlocal")
-    config.data.train_file, config.data.dev_file = str(paths["train"]), str(paths["dev"])
-    config.data.text_a, config.data.text_b = "first", "second"
-    config.selection_metric = "macro_f1"
-    config = _from_scratch(config, Path(), spm_model, steps)
-    config.length_buckets = (32,)  # below seq_len 48: predict's order matters (below)
-    best = finetune_run.finetune(config, str(tmp_path / "run"))
+    best = finetune_from_scratch(
+        "configs/custom.py:kind=classification,runlocal", tmp_path / "run", spm_model, steps,
+        f"--config.data.train_file={paths['train']}", f"--config.data.dev_file={paths['dev']}",
+        "--config.data.text_a=first", "--config.data.text_b=second",
+        "--config.selection_metric=macro_f1",
+        "--config.length_buckets=(32,)")  # below seq_len 48: predict's order matters (below)
     # Chance is 1/3; the echoed pairs alone (identical halves) give 1/3 + a coin flip on the
     # rest, 2/3; above that the model tells the order of the halves.
     assert best["accuracy"] > 0.75 and best["macro_f1"] > 0.7, best

@@ -31,7 +31,7 @@ import pytest
 from albert_jax.model import get_config
 from albert_jax.train import checkpoint, integrity, optim, state as state_lib, workdir_lock
 from albert_jax.train import workdir as workdir_names
-from cli_fixtures import CLI, REPO, config_flags
+from cli_fixtures import CLI, REPO, config_flags, made_once
 
 SETTINGS = {"model": "tiny", "batch_size": 8, "total_steps": 24, "log_every_steps": 1,
             "checkpoint_every_steps": 4, "keep_checkpoints": 3, "eval_every_steps": 1000,
@@ -331,10 +331,14 @@ def verify(workdir: Path, environment: dict[str, str]) -> subprocess.CompletedPr
 
 @pytest.fixture(scope="module")
 def straight(data_flags, environment, tmp_path_factory) -> Path:
-    """The uninterrupted run (24 steps, checkpoints every 4, the newest 3 kept)."""
-    workdir = tmp_path_factory.mktemp("straight") / "run"
-    result = run(pretrain_flags(data_flags, workdir), environment)
-    assert result.returncode == 0, result.stderr[-3000:]
+    """The uninterrupted run (24 steps, checkpoints every 4, the newest 3 kept), made once per
+    test run (test_workdir_bucket.py compares with it too): copy it before changing it."""
+    def make(root: Path) -> str:
+        result = run(pretrain_flags(data_flags, root / "run"), environment)
+        assert result.returncode == 0, result.stderr[-3000:]
+        return str(root / "run")
+
+    workdir = Path(made_once("straight_pretraining_run", tmp_path_factory, make))
     assert [record["step"] for record in logged(workdir)] == list(range(1, 25))
     return workdir
 

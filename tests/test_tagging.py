@@ -10,7 +10,6 @@ are entities of type DEF, after "a"/"an" of type INDEF, up to a stop word or the
 the model has to read the word before it (and the run's start) from context.
 """
 import json
-import os
 import random
 import re
 import warnings
@@ -29,7 +28,7 @@ from albert_jax.finetune import entities, fill_mask, run as finetune_run
 from albert_jax.finetune import tagging_data, tagging_features
 from albert_jax.finetune.demo import demo_sentences
 from albert_jax.finetune.tagging_task import OwnTaggingTask
-from cli_fixtures import cli
+from cli_fixtures import cli, one_device_environment
 from configs import custom as custom_config
 
 # --- The entity rule of the tagging data ---------------------------------------------------------
@@ -231,7 +230,7 @@ def _tagged(sentences: list[str]) -> tuple[list[list[str]], list[list[str]]]:
 
 
 # The run learns the determiner entities of real text: 1,200 steps of batch 32, on one CPU
-# device (on the eight fake devices of the tests' own process the same steps took 61 s, not 26).
+# device (cli_fixtures.one_device_environment).
 LEARNING = ["--config.seq_len=32", "--config.batch_size=32", "--config.eval_batch_size=64",
             "--config.total_steps=1200", "--config.optim.lr=2e-3",
             "--config.optim.warmup_steps=120", "--config.dropout=0.0",
@@ -253,13 +252,11 @@ def ner_run(tmp_path_factory, pretrained_tiny) -> Path:
     write_conll(root / "dev.conll", dev_words, dev_tags)
     write_conll(root / "new.conll", dev_words, docstart=False)  # no tags: predict's input
     workdir = root / "run"
-    one_device = dict(os.environ, XLA_FLAGS=os.environ["XLA_FLAGS"].replace(
-        "--xla_force_host_platform_device_count=8", "--xla_force_host_platform_device_count=1"))
     result = cli("finetune", "--config=configs/custom.py:kind=token_classification,runlocal",
                  f"--config.init_from={pretrained_tiny}", f"--workdir={workdir}",
                  f"--config.data.train_file={root / 'train.conll'}",
                  f"--config.data.dev_file={root / 'dev.conll'}", "--config.data.doc_stride=8",
-                 *LEARNING, environment=one_device)
+                 *LEARNING, environment=one_device_environment())
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Initialised the backbone from" in result.stdout
     return workdir
