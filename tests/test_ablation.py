@@ -240,6 +240,7 @@ class _Killed(Exception):
     pass
 
 
+@pytest.mark.slow
 def test_a_killed_row_resumes_and_a_finished_row_is_skipped(tmp_path, monkeypatch,
                                                             capsys) -> None:
     text = "\n\n".join("\n".join(document) for _, document in

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 import sys
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from cli_fixtures import REPO, one_device_environment
 PARTS = ("equality", "loss", "pretraining", "torch", "finetune", "predict", "plan")
 
 
@@ -34,9 +33,9 @@ def _numbers(part_name: str, part: dict) -> list:
 @pytest.mark.slow
 def test_smoke_run_measures_every_part_or_says_why_not(tmp_path):
     output = tmp_path / "accelerator_check.json"
-    process = subprocess.run(
+    process = subprocess.run(  # one device, as the one GPU the check is lent
         [sys.executable, "benchmarks/accelerator_check.py", "--smoke", f"--output={output}"],
-        cwd=REPO, capture_output=True, text=True, timeout=600)
+        cwd=REPO, capture_output=True, text=True, timeout=600, env=one_device_environment())
     assert process.returncode == 0, process.stderr[-3000:]
     data = json.loads(output.read_text())
     assert data["smoke"] is True and data["platform"] == "cpu"

@@ -1,5 +1,6 @@
 """The task file of docs/adding-a-task.md, copied out of the page and run as its commands run it:
-finetune with `--config.task=FILE:Sentiment`, then predict, on a tiny model from scratch."""
+finetune with `--config.task=FILE:Sentiment`, then predict, evaluate and export, on a tiny model
+from scratch."""
 import csv
 import json
 import re
@@ -57,3 +58,11 @@ def test_the_documented_task_file_runs_through_the_command_line(tmp_path):
     assert len(predictions) == 9
     assert all(set(record["probabilities"]) == {"negative", "neutral", "positive"}
                for record in predictions)
+    # evaluate and the HuggingFace export find the task by its file too (the workdir names it).
+    assert cli("evaluate", f"--workdir={workdir}").returncode == 0
+    assert {"accuracy", "negative_recall"} <= set(
+        json.loads((workdir / "predictions" / "dev" / "metrics.json").read_text()))
+    assert cli("convert", "--from=orbax", f"--path={workdir}", "--to=huggingface",
+               f"--output={tmp_path / 'hf'}").returncode == 0
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert config["id2label"] == {"0": "negative", "1": "neutral", "2": "positive"}

@@ -146,6 +146,7 @@ def test_seeds_report_each_and_the_median(pretrained_tiny, tmp_path):
     assert json.loads((tmp_path / "rte" / "seeds.json").read_text())["median"] == record["median"]
 
 
+@pytest.mark.slow
 def test_sigkill_then_resume_gives_the_uninterrupted_result(pretrained_tiny, tmp_path):
     data_path = Path(write_glue_task(str(tmp_path / "glue_data"), "sst2", num_train=40,
                                      num_dev=8, num_test=2, seed=4))

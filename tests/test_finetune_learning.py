@@ -108,6 +108,7 @@ def finetune_from_scratch(config: str, workdir: Path, tokenizer: str, steps: int
     return json.loads((workdir / "best.json").read_text())
 
 
+@pytest.mark.slow
 def test_pair_task_from_real_text_reaches_90_percent(spm_model, sentence_pools, tmp_path):
     steps = 600
     data_path = write_clause_order_task(tmp_path, sentence_pools, num_train=steps * 32)
@@ -116,6 +117,7 @@ def test_pair_task_from_real_text_reaches_90_percent(spm_model, sentence_pools, 
     assert best["accuracy"] > 0.90, best
 
 
+@pytest.mark.slow
 def test_race_format_task_from_real_text_is_well_above_chance(spm_model, sentence_pools,
                                                               tmp_path):
     steps = 400
@@ -150,6 +152,7 @@ def write_three_way_task(directory: Path, pools: dict[str, list[str]], num_train
     return paths
 
 
+@pytest.mark.slow
 def test_own_three_class_task_from_real_text_is_well_above_chance(spm_model, sentence_pools,
                                                                   tmp_path):
     steps = 400

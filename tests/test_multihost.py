@@ -149,6 +149,7 @@ def uninterrupted(demo_pretraining_data, tmp_path_factory) -> Path:
     return workdir
 
 
+@pytest.mark.slow
 def test_two_processes_train_as_one_eight_device_job(demo_pretraining_data, two_hosts):
     workdir, output, reference = two_hosts
     config = run_config({**demo_pretraining_data, **RUN})
@@ -184,6 +185,7 @@ def test_two_processes_train_as_one_eight_device_job(demo_pretraining_data, two_
             reference, STEPS, "process_0-of-1.json")
 
 
+@pytest.mark.slow
 def test_two_process_checkpoint_resumes_in_one_process_on_another_mesh(
         demo_pretraining_data, two_hosts, uninterrupted, tmp_path, capsys):
     """2 processes on data=2 x fsdp=4 saved step STEPS; this process resumes on data=8."""
@@ -206,6 +208,7 @@ def test_two_process_checkpoint_resumes_in_one_process_on_another_mesh(
         uninterrupted, 2 * STEPS, "process_0-of-1.json")
 
 
+@pytest.mark.slow
 def test_one_process_checkpoint_resumes_in_two_processes_on_another_mesh(
         demo_pretraining_data, uninterrupted, tmp_path):
     """This process saves step STEPS on data=8; 2 processes resume on data=2 x fsdp=4."""

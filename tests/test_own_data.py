@@ -1,6 +1,7 @@
 """Your own data through the command line: fine-tune, evaluate, predict and export a
-classification, a regression and a multiple-choice task written by the test; a task of the
-user's own by file path; one-line errors that leave the workdir empty; a killed predict."""
+classification, a regression and a multiple-choice task written by the test; one-line errors
+that leave the workdir empty; a killed predict. (A task of the user's own by file path:
+test_docs_task_file.py; options as columns: test_custom_data.py.)"""
 import csv
 import json
 import os
@@ -188,7 +189,7 @@ def _choice_rows(count: int, seed: int) -> list[dict]:
     return rows
 
 
-def test_multiple_choice_with_options_as_a_list_and_as_columns(tmp_path, spm):
+def test_multiple_choice(tmp_path, spm):
     (tmp_path / "train.jsonl").write_text("".join(json.dumps(row) + "\n"
                                                   for row in _choice_rows(16, 0)))
     dev = _choice_rows(9, 1)
@@ -208,61 +209,6 @@ def test_multiple_choice_with_options_as_a_list_and_as_columns(tmp_path, spm):
                f"--output={exported}").returncode == 0
     assert json.loads((exported / "config.json").read_text())["architectures"] == [
         "AlbertForMultipleChoice"]
-
-    # Options as columns: the same data, one column per option.
-    with (tmp_path / "train_columns.csv").open("w", encoding="utf-8", newline="") as file:
-        writer = csv.writer(file)
-        writer.writerow(["context", "question", "a", "b", "c", "label"])
-        for row in _choice_rows(16, 0):
-            writer.writerow([row["context"], row["question"], *row["options"],
-                             row["options"][row["label"]]])  # the answer as its text
-    result = _finetune("multiple_choice", tmp_path / "columns", spm,
-                       f"--config.data.train_file={tmp_path / 'train_columns.csv'}",
-                       f"--config.data.dev_file={tmp_path / 'train_columns.csv'}",
-                       "--config.data.options=a,b,c", "--config.total_steps=2")
-    assert result.returncode == 0, result.stderr[-3000:]
-
-
-MY_TASK = '''
-from albert_jax.finetune.custom_task import CustomClassificationTask
-
-
-class Sentiment(CustomClassificationTask):
-    """A task of the user's own: a fixed label set, whatever the training file holds."""
-
-    name = "sentiment"
-
-    def label_list(self):
-        return ("negative", "neutral", "positive", "unseen")
-'''
-
-
-def test_a_task_of_your_own_by_file_path(tmp_path, spm):
-    (tmp_path / "my_task.py").write_text(MY_TASK)
-    rows = [{"text": row["text"], "label": ("negative", "neutral", "positive")[n % 3]}
-            for n, row in enumerate(_classification_rows(24, 0))]
-    _write_csv(tmp_path / "train.csv", rows)
-    workdir = tmp_path / "run"
-    result = _finetune("classification", workdir, spm,
-                       f"--config.task={tmp_path / 'my_task.py'}:Sentiment",
-                       f"--config.data.train_file={tmp_path / 'train.csv'}",
-                       f"--config.data.dev_file={tmp_path / 'train.csv'}")
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "sentiment: 24 training examples" in result.stdout
-    assert json.loads((workdir / "labels.json").read_text()) == [
-        "negative", "neutral", "positive", "unseen"]
-    assert cli("evaluate", f"--workdir={workdir}").returncode == 0
-    assert {"accuracy", "macro_f1", "mcc"} <= set(
-        json.loads((workdir / "predictions" / "dev" / "metrics.json").read_text()))
-    result = cli("predict", f"--workdir={workdir}", f"--input={tmp_path / 'train.csv'}",
-                 "--output=-")
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert set(json.loads(result.stdout.splitlines()[0])["probabilities"]) == {
-        "negative", "neutral", "positive", "unseen"}
-    assert cli("convert", "--from=orbax", f"--path={workdir}", "--to=huggingface",
-               f"--output={tmp_path / 'hf'}").returncode == 0
-    config = json.loads((tmp_path / "hf" / "config.json").read_text())
-    assert config["id2label"]["3"] == "unseen"
 
 
 @pytest.mark.parametrize("kind, train_rows, dev_rows, message", [

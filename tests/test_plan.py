@@ -95,6 +95,7 @@ def test_fine_tuning_steps_compile(config):
     assert result["param_bytes_per_device"] > 0 and result["opt_state_bytes_per_device"] > 0
 
 
+@pytest.mark.slow
 def test_cli_json_reports_a_config_that_does_not_fit_and_the_lever_that_fits():
     # 0.05 GiB per device: the activations of 32 sequences per device do not fit; remat or
     # microbatches do.

@@ -343,6 +343,7 @@ def straight(data_flags, environment, tmp_path_factory) -> Path:
     return workdir
 
 
+@pytest.mark.slow
 def test_resume_falls_back_past_damaged_checkpoints_and_verify_names_them(
         straight, data_flags, environment, tmp_path):
     workdir = tmp_path / "run"
@@ -470,6 +471,7 @@ def collect_lines(stream, lines: list[str]) -> None:
         lines.append(line)
 
 
+@pytest.mark.slow
 def test_five_sigkills_then_a_resume_end_bit_identical_to_a_straight_run(
         straight, data_flags, environment, tmp_path):
     workdir = tmp_path / "run"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import squad_fixtures
-from cli_fixtures import CLI, REPO, cli
+from cli_fixtures import CLI, REPO, cli, one_device_environment
 from albert_jax.errors import ConfigError
 from albert_jax.finetune import registry, run as finetune_run, squad_eval, squad_postprocess
 from configs import squad as squad_config
@@ -114,24 +114,29 @@ def check_prediction_files(directory: Path, dataset: dict, n_best_size: int,
 
 @pytest.fixture(scope="module")
 def v1_runs(data, tmp_path_factory) -> tuple[Path, Path]:
+    """The straight run and the killed and resumed one, on one CPU device (a run that learns:
+    cli_fixtures.one_device_environment)."""
     root = tmp_path_factory.mktemp("v1")
-    straight = cli(*cli_flags("1.1", data, root / "straight", 200))
+    one_device = one_device_environment()
+    straight = cli(*cli_flags("1.1", data, root / "straight", 200), environment=one_device)
     assert straight.returncode == 0, straight.stderr[-3000:]
     killed = root / "killed"
     process = subprocess.Popen(CLI + cli_flags("1.1", data, killed, 1000), cwd=REPO,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                               env=one_device, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
     while not (killed / "checkpoints" / "100").is_dir():
         assert process.poll() is None and time.time() < deadline
         time.sleep(0.1)
     process.send_signal(signal.SIGKILL)
     process.wait()
-    resumed = cli(*cli_flags("1.1", data, killed, 200))
+    resumed = cli(*cli_flags("1.1", data, killed, 200), environment=one_device)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "Resuming from the checkpoint at step" in resumed.stdout
     return root / "straight", killed
 
 
+@pytest.mark.slow
 def test_v1_overfits_and_evaluate_writes_its_files(v1_runs, data, monkeypatch, tmp_path):
     workdir, _ = v1_runs
     calls = []
@@ -181,6 +186,7 @@ def check_predict(workdir: Path, dev_file: Path, predictions: dict, tmp_path: Pa
     return predicted
 
 
+@pytest.mark.slow
 def test_v1_sigkill_then_resume_gives_the_straight_result(v1_runs, data):
     straight, killed = v1_runs
     assert records(killed) == records(straight)  # every train and dev record, bit-exact
@@ -193,6 +199,7 @@ def test_v1_sigkill_then_resume_gives_the_straight_result(v1_runs, data):
 # v2.0 in process
 # ----------------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_v2_overfits_and_evaluate_writes_its_files(data, tmp_path):
     workdir = tmp_path / "v2"
     finetune_run.finetune(small_config("2.0", data, 200), str(workdir))

@@ -262,6 +262,7 @@ def ner_run(tmp_path_factory, pretrained_tiny) -> Path:
     return workdir
 
 
+@pytest.mark.slow
 def test_evaluate_and_predict_agree_and_f1_is_seqeval_s(ner_run):
     root = ner_run.parent
     assert json.loads((ner_run / "labels.json").read_text()) == [
@@ -294,6 +295,7 @@ def test_evaluate_and_predict_agree_and_f1_is_seqeval_s(ner_run):
         (r["id"], r["tokens"], r["tags"]) for r in evaluated]
 
 
+@pytest.mark.slow
 def test_huggingface_export_tags_as_we_do(ner_run, tmp_path):
     exported = tmp_path / "hf"
     finetune_run.export_huggingface(str(ner_run), str(exported))
@@ -413,6 +415,7 @@ def _unigram_baseline(train: list[tuple[list[str], list[str]]],
     return entities.entity_scores([tags for _, tags in dev], guess)
 
 
+@pytest.mark.slow
 def test_tagging_learns_the_determiner_entities_from_real_text(ner_run):
     root = ner_run.parent
     columns = tagging_data.TagColumns()

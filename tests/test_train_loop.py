@@ -61,6 +61,7 @@ def start_and_wait(flags: list[str], workdir: Path, until_step: int,
     return process
 
 
+@pytest.mark.slow
 def test_sigkill_then_resume_gives_the_losses_of_an_uninterrupted_run(data_flags, tmp_path):
     straight = pretrain(run_flags(data_flags, tmp_path / "straight"))
     assert straight.returncode == 0, straight.stderr[-3000:]
