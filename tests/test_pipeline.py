@@ -246,6 +246,7 @@ def test_missing_dataset_says_how_to_build_it(config, tmp_path):
         config.data.dir = data_dir
 
 
+@pytest.mark.slow
 def test_worker_processes_give_the_same_batches(config):
     config.data.masking = "dynamic"
     iterators = []

@@ -41,6 +41,7 @@ def state_bytes(measurement):
     return measurement.param_bytes_per_device + measurement.opt_state_bytes_per_device
 
 
+@pytest.mark.slow
 def test_fsdp_keeps_activations_split_by_batch(measured):
     # Before the activation constraints, fsdp=8 held the whole global batch on every device:
     # temporaries 1.9x those of data=8 on this model (7-8x on albert-base at batch 256 x 512).

@@ -173,9 +173,9 @@ def test_bad_jsonl_is_one_line_naming_the_line(tmp_path):
 # --- Pieces and windows ----------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def spm(pretrained_tiny) -> str:
-    """The pretraining run's tokenizer (vocab 400, trained on demo documents)."""
-    return str(pretrained_tiny / "spiece.model")
+def spm(demo_pretraining_data) -> str:
+    """The tokenizer of the shared pretraining data (vocab 400, trained on demo documents)."""
+    return str(demo_pretraining_data["data.tokenizer"])
 
 
 @pytest.mark.parametrize("label_all_pieces", [False, True])

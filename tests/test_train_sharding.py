@@ -8,9 +8,12 @@ import textwrap
 import jax
 import ml_collections
 import numpy as np
+import pytest
 from test_step import pretraining_task, synthetic_batch
 
 from albert_jax.train import optim, sharding, state as state_lib, step as step_lib
+
+pytestmark = pytest.mark.slow  # the train step compiled for seven meshes: 50 s
 
 SCRIPT = textwrap.dedent("""
     import os
@@ -22,6 +25,8 @@ SCRIPT = textwrap.dedent("""
     sys.path.insert(0, os.path.dirname(os.path.dirname(sys.argv[1])))  # the checkout: configs/
     from test_step import pretraining_task, synthetic_batch
     from albert_jax.train import optim, sharding, state as state_lib, step as step_lib
+
+pytestmark = pytest.mark.slow  # the train step compiled for seven meshes: 50 s
 
     task = pretraining_task(seq_len=16, max_predictions=4)
     model = task.model

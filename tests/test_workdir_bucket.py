@@ -241,7 +241,7 @@ else:
 def test_two_starts_at_the_same_moment_one_takes_the_lock_in_a_bucket(bucket):
     for attempt in range(2):
         workdir = f"{bucket}/race{attempt}"
-        start = time.time() + 8  # both children have imported jax by then
+        start = time.time() + 5  # both children have imported the lock module by then
         children = [subprocess.Popen([sys.executable, "-c", RACE_SCRIPT, workdir, str(start)],
                                      cwd=REPO, stdout=subprocess.PIPE, text=True)
                     for _ in range(2)]
