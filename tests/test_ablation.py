@@ -201,6 +201,7 @@ def _hand_made_batch(labels: list[int], seq_len: int = 16) -> dict[str, np.ndarr
             "next_sentence_labels": np.asarray(labels, np.int32)[:, None]}
 
 
+@pytest.mark.slow
 def test_an_nsp_head_is_scored_on_sop_data_with_the_sop_labels(tmp_path) -> None:
     # The NSP model's head, made by hand: its logits are [3, 0] for every pair, i.e. label 0,
     # "in order / is next", what an NSP model says of two sentences of one document in either

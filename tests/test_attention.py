@@ -105,6 +105,7 @@ def test_splash_under_shard_map_runs_the_kernel_per_device():
     assert f"[4,4,{SEQ},{SEQ}]" not in program.replace(" ", "")
 
 
+@pytest.mark.slow
 def test_a_sharded_train_step_with_splash_equals_xla():
     """Pretraining steps on a data x fsdp x tensor mesh: same losses and parameters."""
     optim_config = ml_collections.ConfigDict(dict(

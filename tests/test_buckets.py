@@ -112,6 +112,7 @@ def train_losses(workdir: Path) -> list[float]:
             and "loss" in record]
 
 
+@pytest.mark.slow
 def test_a_bucketed_run_gives_the_padded_runs_results(pretrained_tiny, tmp_path, monkeypatch):
     """SST-2 (single sentences) at seq_len 64 with buckets (16, 32, 48) against the same run
     padded to 64: the same losses and dev metrics (fp32 rounding apart), with batches that did

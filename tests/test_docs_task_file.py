@@ -6,6 +6,8 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 from albert_jax.data import tokenizer as tokenizer_lib
 from albert_jax.finetune.demo import demo_sentences
 from cli_fixtures import REPO, cli
@@ -34,6 +36,7 @@ def _write_csv(path: Path, labels: list[str], first: int) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_the_documented_task_file_runs_through_the_command_line(tmp_path):
     (tmp_path / "my_task.py").write_text(_task_file(), encoding="utf-8")
     spm = tokenizer_lib.train(demo_sentences(), str(tmp_path / "spm.model"), vocab_size=200)

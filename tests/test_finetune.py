@@ -94,6 +94,7 @@ def test_glue_mnli_from_a_pretraining_workdir(pretrained_tiny, tmp_path):
         assert all(prediction in glue.labels("mnli") for _, prediction in rows[1:])
 
 
+@pytest.mark.slow
 def test_race_from_a_converted_huggingface_checkpoint(pretrained_tiny, tmp_path):
     hf = tmp_path / "hf"
     converted = cli("convert", "--from=orbax", f"--path={pretrained_tiny}", "--to=huggingface",
@@ -135,6 +136,7 @@ def assert_same_records(predicted: Path, evaluated: Path) -> None:
                 assert value == other[key], key
 
 
+@pytest.mark.slow
 def test_seeds_report_each_and_the_median(pretrained_tiny, tmp_path):
     data_path = Path(write_glue_task(str(tmp_path / "glue_data"), "rte", num_train=8, num_dev=5,
                                      num_test=2, seed=2))

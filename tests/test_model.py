@@ -739,6 +739,7 @@ def test_bfloat16_compute_keeps_float32_params_and_logits() -> None:
         assert 0 < difference < 0.04 * float(np.max(np.abs(value))), (name, difference)
 
 
+@pytest.mark.slow
 def test_bfloat16_gradients_follow_float32_and_run_bfloat16_dots() -> None:
     config32 = get_config("tiny", num_hidden_layers=2)
     config16 = get_config("tiny", num_hidden_layers=2, dtype="bfloat16")

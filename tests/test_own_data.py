@@ -151,6 +151,7 @@ def _regression_rows(count: int, seed: int) -> list[dict]:
              "score": round(float(rng.uniform(0, 5)), 2)} for _ in range(count)]
 
 
+@pytest.mark.slow
 def test_regression_jsonl(tmp_path, spm):
     for name, seed, count in (("train", 0, 32), ("dev", 1, 11)):
         (tmp_path / f"{name}.jsonl").write_text("".join(
@@ -189,6 +190,7 @@ def _choice_rows(count: int, seed: int) -> list[dict]:
     return rows
 
 
+@pytest.mark.slow
 def test_multiple_choice(tmp_path, spm):
     (tmp_path / "train.jsonl").write_text("".join(json.dumps(row) + "\n"
                                                   for row in _choice_rows(16, 0)))

@@ -49,6 +49,7 @@ def test_fsdp_keeps_activations_split_by_batch(measured):
     assert data / 1.2 <= fsdp <= 1.2 * data, (data, fsdp)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fsdp", [2, 4, 8])
 def test_fsdp_divides_the_train_state_and_does_not_grow_temporaries(measured, fsdp):
     one, split = measured[(8, 1, 1)], measured[(8 // fsdp, fsdp, 1)]
@@ -58,6 +59,7 @@ def test_fsdp_divides_the_train_state_and_does_not_grow_temporaries(measured, fs
     assert split.temp_bytes_per_device <= 1.2 * one.temp_bytes_per_device
 
 
+@pytest.mark.slow
 def test_microbatches_divide_temporaries(measured):
     # Each of 4 microbatches is split over all 8 devices: a quarter of the activations at a
     # time (before: the split was gathered and each pass did the whole per-device work).
@@ -121,6 +123,7 @@ def test_cli_json_reports_a_config_that_does_not_fit_and_the_lever_that_fits():
     assert all(option["fits"] for option in report["also_fits_with"])
 
 
+@pytest.mark.slow
 def test_cli_plans_from_its_own_compile_with_a_warm_compilation_cache(tmp_path):
     # Pods often set JAX_COMPILATION_CACHE_DIR. A program loaded from that cache carries no
     # memory report, so a second plan of the same config would lose its largest buffers (and,
@@ -142,6 +145,7 @@ def test_cli_plans_from_its_own_compile_with_a_warm_compilation_cache(tmp_path):
     assert second["peak_bytes_per_device"] == first["peak_bytes_per_device"]
 
 
+@pytest.mark.slow
 def test_cli_prints_the_local_disk_a_host_needs_for_shards_in_a_bucket(tmp_path):
     config = build_small_dataset(tmp_path, num_documents=150)
     dataset_dir = dataset_settings.dataset_dir(config)

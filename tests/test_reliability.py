@@ -510,6 +510,7 @@ def test_five_sigkills_then_a_resume_end_bit_identical_to_a_straight_run(
     assert_params_identical(workdir, straight)
 
 
+@pytest.mark.slow
 def test_a_bad_value_leaves_the_workdir_as_it_was(data_flags, environment, tmp_path):
     """A typo or an impossible value is one line, and neither a workdir holding a run
     nor a new one is touched (so the corrected command is not refused as incompatible)."""

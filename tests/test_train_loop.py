@@ -89,6 +89,7 @@ def test_sigkill_then_resume_gives_the_losses_of_an_uninterrupted_run(data_flags
             assert got[step][key] == expected[step][key], (step, key)  # bit-exact on CPU
 
 
+@pytest.mark.slow
 def test_sigterm_saves_a_checkpoint_and_exits_cleanly(data_flags, tmp_path):
     workdir = tmp_path / "preempted"
     process = start_and_wait(run_flags(data_flags, workdir, total_steps=1000,
