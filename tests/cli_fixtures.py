@@ -11,6 +11,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -110,6 +111,7 @@ def made_once(name: str, tmp_path_factory, make: Callable[[Path], Any]) -> Any:
     with open(shared / f"{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
         if not result.exists():
+            shutil.rmtree(folder, ignore_errors=True)  # a worker that failed before left it
             folder.mkdir()
             result.write_text(json.dumps(make(folder)))
         return json.loads(result.read_text())
@@ -121,11 +123,11 @@ def demo_pretraining_settings(root: Path) -> dict[str, Any]:
     return build_demo_pretraining_data(root, num_documents=300, changes={"data.dupe_factor": 1})
 
 
-def pretrain_tiny(root: Path, settings: dict[str, Any], steps: int = 6) -> Path:
-    """A pretraining workdir of the tiny model (`steps` steps, batch 8) on the data of
-    `settings` (vocab 400), its tokenizer copied in: root/workdir."""
+def pretrain_tiny(root: Path, settings: dict[str, Any]) -> Path:
+    """A pretraining workdir of the tiny model (6 steps, batch 8) on the data of `settings`
+    (vocab 400), its tokenizer copied in: root/workdir."""
     result = cli("pretrain", *config_flags(settings), "--config.model=tiny",
-                 f"--config.total_steps={steps}", "--config.model_overrides.vocab_size=400",
+                 "--config.total_steps=6", "--config.model_overrides.vocab_size=400",
                  "--config.batch_size=8", "--config.eval_batch_size=8",
                  f"--workdir={root / 'workdir'}")
     assert result.returncode == 0, result.stderr[-3000:]
