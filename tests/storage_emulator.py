@@ -21,6 +21,7 @@ handler table (the clients are not touched):
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import socket
 import subprocess
@@ -142,9 +143,24 @@ def _move(request, response, storage, *args, **kwargs):
     response.json(moved)
 
 
+def _write_metadata_atomically(storage) -> None:
+    """`Storage._write_config_to_file`, written beside the file and renamed over it. The
+    emulator rewrites its whole metadata file at every change; stopped in the middle of that
+    write (the outage tests stop it), it left a cut file it could not start from again."""
+    data = {"buckets": storage.buckets, "objects": storage.objects,
+            "resumable": storage.resumable, "bucket_iam_policies": storage.bucket_iam_policies,
+            "soft_deleted": storage.soft_deleted}
+    path = storage._store._disk_path(".meta")
+    partial = path.with_name(".meta.partial")
+    partial.write_bytes(json.dumps(data, indent=2).encode("utf-8"))
+    os.replace(partial, path)
+
+
 def _serve(port: int, data_dir: str) -> None:
-    from gcp_storage_emulator import server, settings
+    from gcp_storage_emulator import server, settings, storage
     from gcp_storage_emulator.handlers import objects
+
+    storage.Storage._write_config_to_file = _write_metadata_atomically
 
     wrapped = {objects.download: _with_generation_header(objects.download)}
     for handler in (objects.insert, objects.compose, objects.delete, objects.xml_upload):

@@ -5,6 +5,9 @@ import urllib.request
 
 import pytest
 from etils import epath
+from gcp_storage_emulator import storage
+
+import storage_emulator as emulator_server
 
 
 def test_objects_survive_a_restart_of_the_emulator(storage_emulator, bucket):
@@ -15,6 +18,17 @@ def test_objects_survive_a_restart_of_the_emulator(storage_emulator, bucket):
     storage_emulator.start()
     assert path.read_text() == "kept"
     assert [p.name for p in path.parent.iterdir()] == ["notes.txt"]
+
+
+def test_the_metadata_file_is_replaced_whole_never_cut(tmp_path):
+    # The emulator rewrites its metadata at every change; stopped mid-write it must still start.
+    first = storage.Storage(data_dir=str(tmp_path))
+    first.buckets = {"b": {"name": "b"}}
+    first.objects = {"b": {"x" * 300: {"size": "1"}}}
+    emulator_server._write_metadata_atomically(first)
+    again = storage.Storage(data_dir=str(tmp_path))
+    assert (again.buckets, again.objects) == (first.buckets, first.objects)
+    assert not list(tmp_path.rglob(".meta.partial"))
 
 
 def test_a_create_if_absent_is_refused_once_the_object_exists(storage_emulator, bucket):

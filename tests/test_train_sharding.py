@@ -26,8 +26,6 @@ SCRIPT = textwrap.dedent("""
     from test_step import pretraining_task, synthetic_batch
     from albert_jax.train import optim, sharding, state as state_lib, step as step_lib
 
-pytestmark = pytest.mark.slow  # the train step compiled for seven meshes: 50 s
-
     task = pretraining_task(seq_len=16, max_predictions=4)
     model = task.model
     optim_config = ml_collections.ConfigDict(dict(
