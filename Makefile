@@ -37,4 +37,4 @@ demo: $(VENV)/.installed-core
 		--input=$(DEMO_WORKDIR)-paraphrase/new_pairs.jsonl --output=-
 
 test: $(VENV)/.installed-test
-	$(VENV)/bin/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder tests
+	$(VENV)/bin/python -m pytest -q -n 2 --dist loadfile tests

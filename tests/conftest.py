@@ -37,15 +37,6 @@ os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
 os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
 
 
-def pytest_collection_modifyitems(items):
-    """The files holding slow tests first, each file's tests in their order. `make test` hands
-    out whole files in this order (xdist --dist loadfile --no-loadscope-reorder); xdist's own
-    order, the files with the most tests first, left the long one-test files to the end, where
-    one ran alone while the other worker had nothing left."""
-    with_slow_tests = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.path not in with_slow_tests)  # stable
-
-
 # ---------------------------------------------------------------------------------------------
 # A Cloud Storage server on the loopback, for every test that names a gs:// path: one per
 # pytest process, its address in os.environ so the CLI subprocesses of a test reach it too.
