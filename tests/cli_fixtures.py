@@ -25,15 +25,27 @@ CLI = [sys.executable, "-m", "albert_jax.cli"]
 
 def cli(*arguments: str, timeout: int = 600,
         environment: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """`albert-jax ARGUMENTS` in a subprocess from the repository root, output captured."""
+    """`albert-jax ARGUMENTS` in a subprocess from the repository root, output captured; on
+    one CPU device unless `environment` says otherwise (`one_device_environment`)."""
     return subprocess.run(CLI + list(arguments), cwd=REPO, capture_output=True, text=True,
-                          timeout=timeout, env=environment or dict(os.environ))
+                          timeout=timeout, env=environment or one_device_environment())
+
+
+def start_cli(*arguments: str, environment: dict[str, str] | None = None,
+              **popen_options: Any) -> subprocess.Popen:
+    """`albert-jax ARGUMENTS` started from the repository root and left running (to be killed,
+    or raced against another); as `cli`, on one CPU device unless `environment` says otherwise."""
+    return subprocess.Popen(CLI + list(arguments), cwd=REPO,
+                            env=environment or one_device_environment(), **popen_options)
 
 
 def one_device_environment() -> dict[str, str]:
-    """This process's environment with one CPU device instead of the tests' eight fake ones:
-    for the runs that learn, where the eight cost over twice the time of a step (a tagging run
-    of 1,200 steps: 61 s on eight, 26 s on one)."""
+    """This process's environment with one CPU device instead of the tests' eight fake ones: the
+    environment of the tests' command-line runs, as on a user's CPU machine. Eight cost time
+    there: a 12-step pretraining run with three checkpoints takes 5.9 s on eight and 4.4 s on
+    one, a tagging run of 1,200 steps 61 s and 26 s. Steps and checkpoints on a mesh have their
+    own tests (test_train_sharding, test_checkpoint, test_multihost's processes, `plan
+    --devices`)."""
     return dict(os.environ, XLA_FLAGS=os.environ["XLA_FLAGS"].replace(
         "--xla_force_host_platform_device_count=8", "--xla_force_host_platform_device_count=1"))
 

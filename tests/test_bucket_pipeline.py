@@ -18,7 +18,7 @@ from etils import epath
 
 from albert_jax.data import corpus
 from albert_jax.finetune.demo import demo_sentences
-from cli_fixtures import CLI, DEMO_DATA, REPO, cli
+from cli_fixtures import DEMO_DATA, REPO, cli, start_cli
 
 pytestmark = pytest.mark.slow
 
@@ -66,8 +66,8 @@ def records(metrics_file: epath.Path) -> list[dict]:
 def kill_after_first_checkpoint(arguments: list[str], checkpoints: epath.Path) -> None:
     """Starts `albert-jax ARGUMENTS` and SIGKILLs it once a step past the first checkpoint has
     trained (so a later checkpoint's upload may be under way)."""
-    process = subprocess.Popen(CLI + arguments, cwd=REPO, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True)
+    process = start_cli(*arguments, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                        text=True)
     output: list[str] = []
     reader = threading.Thread(target=lambda: output.extend(process.stdout), daemon=True)
     reader.start()

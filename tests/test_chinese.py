@@ -26,7 +26,7 @@ from albert_jax.finetune import pretrained as pretrained_lib
 from albert_jax.finetune import registry
 from albert_jax.model import AlbertForPreTraining
 from albert_jax.train import checkpoint
-from cli_fixtures import cli, one_device_environment
+from cli_fixtures import cli
 from configs import custom as custom_config
 from test_convert_tf import _reference_variables, _write
 from test_own_data import _write_csv
@@ -139,7 +139,7 @@ def test_pretrained_wordpiece_model_finetunes_a_chinese_pair_task(pretrained, pa
                  f"--config.data.train_file={pair_task['train']}",
                  f"--config.data.dev_file={pair_task['dev']}", "--config.data.text_a=text_a",
                  "--config.data.text_b=text_b", "--config.data.id=id", f"--workdir={workdir}",
-                 *FINETUNE, environment=one_device_environment())
+                 *FINETUNE)
     assert result.returncode == 0, result.stderr[-3000:]
     assert (workdir / "vocab.txt").exists()
     best = json.loads((workdir / "best.json").read_text())

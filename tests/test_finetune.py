@@ -19,7 +19,7 @@ from albert_jax.finetune import glue, race, run as finetune_run
 from configs import glue as glue_config, race as race_config, squad as squad_config
 import squad_fixtures
 from finetune_fixtures import write_glue_task, write_race
-from cli_fixtures import CLI, REPO, cli
+from cli_fixtures import cli, start_cli
 
 
 
@@ -164,8 +164,8 @@ def test_sigkill_then_resume_gives_the_uninterrupted_result(pretrained_tiny, tmp
     straight = cli(*flags(tmp_path / "straight", 20))
     assert straight.returncode == 0, straight.stderr[-3000:]
     workdir = tmp_path / "killed"
-    process = subprocess.Popen(CLI + flags(workdir, 1000), cwd=REPO, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
+    process = start_cli(*flags(workdir, 1000), stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
     while not (workdir / "checkpoints" / "10").is_dir():
         assert process.poll() is None and time.time() < deadline

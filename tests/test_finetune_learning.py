@@ -19,7 +19,7 @@ from albert_jax.data import tokenizer as tokenizer_lib
 from albert_jax.finetune import run as finetune_run
 from albert_jax.finetune.demo import demo_sentences
 from albert_jax.finetune.task import real_rows
-from cli_fixtures import cli, one_device_environment
+from cli_fixtures import cli
 
 _VOCAB_SIZE = 1000
 _MRPC_HEADER = "#1 ID\t#2 ID\t#1 String\t#2 String"
@@ -102,8 +102,7 @@ def finetune_from_scratch(config: str, workdir: Path, tokenizer: str, steps: int
                  f"--config.optim.warmup_steps={steps // 10}", "--config.dropout=0.0",
                  "--config.classifier_dropout=0.0", f"--config.eval_every_steps={steps // 2}",
                  f"--config.checkpoint_every_steps={steps // 2}",
-                 f"--config.log_every_steps={steps // 4}", *flags,
-                 environment=one_device_environment())
+                 f"--config.log_every_steps={steps // 4}", *flags)
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads((workdir / "best.json").read_text())
 

@@ -17,7 +17,7 @@ import transformers
 
 from albert_jax.data import tokenizer as tokenizer_lib
 from albert_jax.finetune.demo import demo_sentences
-from cli_fixtures import CLI, REPO, cli
+from cli_fixtures import cli, start_cli
 
 LABELS = ("très bien", "not good", "so, so")  # spaces, non-ASCII, a comma inside a label
 SMALL = ["--config.seq_len=32", "--config.batch_size=8", "--config.eval_batch_size=8",
@@ -241,9 +241,9 @@ def test_a_killed_predict_leaves_no_output(classification, tmp_path):
     rows = _classification_rows(60000, seed=3)
     big = _write_csv(tmp_path / "big.csv", rows)
     output = tmp_path / "big.predictions.jsonl"
-    process = subprocess.Popen([*CLI, "predict", f"--workdir={classification}",
-                                f"--input={big}", f"--output={output}"], cwd=REPO,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    process = start_cli("predict", f"--workdir={classification}", f"--input={big}",
+                        f"--output={output}", stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                        text=True)
     for line in process.stdout:  # killed once it has written a first chunk
         if "predict: 4096/" in line:
             break

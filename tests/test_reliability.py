@@ -31,7 +31,7 @@ import pytest
 from albert_jax.model import get_config
 from albert_jax.train import checkpoint, integrity, optim, state as state_lib, workdir_lock
 from albert_jax.train import workdir as workdir_names
-from cli_fixtures import CLI, REPO, config_flags, made_once
+from cli_fixtures import CLI, REPO, config_flags, made_once, one_device_environment
 
 SETTINGS = {"model": "tiny", "batch_size": 8, "total_steps": 24, "log_every_steps": 1,
             "checkpoint_every_steps": 4, "keep_checkpoints": 3, "eval_every_steps": 1000,
@@ -274,8 +274,9 @@ def test_live_locks_are_refused_and_stale_ones_taken_over(tmp_path, caplog):
 
 @pytest.fixture(scope="module")
 def environment() -> dict[str, str]:
-    """The subprocesses' environment, with the run's JAX compilation cache (conftest.py)."""
-    return dict(os.environ)
+    """The subprocesses' environment: one CPU device, the run's JAX compilation cache
+    (conftest.py)."""
+    return one_device_environment()
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import squad_fixtures
-from cli_fixtures import CLI, REPO, cli, one_device_environment
+from cli_fixtures import cli, start_cli
 from albert_jax.errors import ConfigError
 from albert_jax.finetune import registry, run as finetune_run, squad_eval, squad_postprocess
 from configs import squad as squad_config
@@ -114,23 +114,20 @@ def check_prediction_files(directory: Path, dataset: dict, n_best_size: int,
 
 @pytest.fixture(scope="module")
 def v1_runs(data, tmp_path_factory) -> tuple[Path, Path]:
-    """The straight run and the killed and resumed one, on one CPU device (a run that learns:
-    cli_fixtures.one_device_environment)."""
+    """The straight run and the killed and resumed one."""
     root = tmp_path_factory.mktemp("v1")
-    one_device = one_device_environment()
-    straight = cli(*cli_flags("1.1", data, root / "straight", 200), environment=one_device)
+    straight = cli(*cli_flags("1.1", data, root / "straight", 200))
     assert straight.returncode == 0, straight.stderr[-3000:]
     killed = root / "killed"
-    process = subprocess.Popen(CLI + cli_flags("1.1", data, killed, 1000), cwd=REPO,
-                               env=one_device, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
+    process = start_cli(*cli_flags("1.1", data, killed, 1000), stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
     while not (killed / "checkpoints" / "100").is_dir():
         assert process.poll() is None and time.time() < deadline
         time.sleep(0.1)
     process.send_signal(signal.SIGKILL)
     process.wait()
-    resumed = cli(*cli_flags("1.1", data, killed, 200), environment=one_device)
+    resumed = cli(*cli_flags("1.1", data, killed, 200))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "Resuming from the checkpoint at step" in resumed.stdout
     return root / "straight", killed

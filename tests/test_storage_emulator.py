@@ -21,7 +21,7 @@ def test_objects_survive_a_restart_of_the_emulator(storage_emulator, bucket):
 
 
 def test_the_metadata_file_is_replaced_whole_never_cut(tmp_path):
-    # The emulator rewrites its metadata at every change; stopped mid-write it must still start.
+    # The emulator writes its metadata when it is stopped; cut short, the old file must stay.
     first = storage.Storage(data_dir=str(tmp_path))
     first.buckets = {"b": {"name": "b"}}
     first.objects = {"b": {"x" * 300: {"size": "1"}}}

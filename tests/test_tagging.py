@@ -28,7 +28,7 @@ from albert_jax.finetune import entities, fill_mask, run as finetune_run
 from albert_jax.finetune import tagging_data, tagging_features
 from albert_jax.finetune.demo import demo_sentences
 from albert_jax.finetune.tagging_task import OwnTaggingTask
-from cli_fixtures import cli, one_device_environment
+from cli_fixtures import cli
 from configs import custom as custom_config
 
 # --- The entity rule of the tagging data ---------------------------------------------------------
@@ -256,7 +256,7 @@ def ner_run(tmp_path_factory, pretrained_tiny) -> Path:
                  f"--config.init_from={pretrained_tiny}", f"--workdir={workdir}",
                  f"--config.data.train_file={root / 'train.conll'}",
                  f"--config.data.dev_file={root / 'dev.conll'}", "--config.data.doc_stride=8",
-                 *LEARNING, environment=one_device_environment())
+                 *LEARNING)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Initialised the backbone from" in result.stdout
     return workdir

@@ -14,7 +14,7 @@ from etils import epath
 
 from albert_jax import config as config_lib
 from albert_jax.train import loop
-from cli_fixtures import CLI, REPO, config_flags
+from cli_fixtures import cli, config_flags, start_cli
 from configs import pretrain as pretrain_config
 
 
@@ -35,7 +35,7 @@ def run_flags(data_flags: list[str], workdir: Path, **overrides) -> list[str]:
 
 
 def pretrain(flags: list[str], timeout: int = 600) -> subprocess.CompletedProcess:
-    return subprocess.run(CLI + flags, cwd=REPO, capture_output=True, text=True, timeout=timeout)
+    return cli(*flags, timeout=timeout)
 
 
 def logged(workdir: Path) -> dict[int, dict]:
@@ -49,8 +49,7 @@ def logged(workdir: Path) -> dict[int, dict]:
 
 def start_and_wait(flags: list[str], workdir: Path, until_step: int,
                    until_checkpoint: int | None = None) -> subprocess.Popen:
-    process = subprocess.Popen(CLI + flags, cwd=REPO, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True)
+    process = start_cli(*flags, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.time() + 600
     checkpoint = workdir / "checkpoints" / str(until_checkpoint)
     while (max(logged(workdir), default=0) < until_step

@@ -17,7 +17,7 @@ from mlflow.tracking import MlflowClient
 from albert_jax.data import tokenizer as tokenizer_lib
 from albert_jax.finetune.demo import demo_sentences
 from albert_jax.train import workdir as workdir_names
-from cli_fixtures import CLI, REPO, cli, config_flags
+from cli_fixtures import REPO, cli, config_flags, one_device_environment, start_cli
 
 # Measured, so they differ between a run and its resumed re-run of the same steps.
 TIMING = ("steps_per_second", "examples_per_second", "tokens_per_second", "mfu", "eta_seconds")
@@ -80,8 +80,7 @@ def test_mlflow_has_every_step_once_after_a_sigkill_and_resume(task_files, basel
                                     "--config.report_to=tensorboard,mlflow",
                                     f"--config.mlflow.tracking_uri={store}",
                                     "--config.mlflow.experiment=watching")
-    process = subprocess.Popen(CLI + arguments, cwd=REPO, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
+    process = start_cli(*arguments, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     metrics = workdir / workdir_names.METRICS_LOG_FILE
     deadline = time.time() + 300
     while time.time() < deadline and process.poll() is None:  # killed past a checkpoint
@@ -123,7 +122,7 @@ def test_mlflow_has_every_step_once_after_a_sigkill_and_resume(task_files, basel
 @pytest.mark.slow
 def test_wandb_offline_continues_the_same_run(task_files, tmp_path):
     workdir = tmp_path / "run"
-    environment = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+    environment = {**one_device_environment(), "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
     for steps in (2, 4):  # a finished run, then the same workdir trained further
         result = cli(*_finetune_arguments(task_files, workdir, steps, "--config.report_to=wandb",
                                           "--config.wandb.tags=(demo,)"), environment=environment)
@@ -150,7 +149,7 @@ def init(**kwargs):
 def test_a_tracker_that_raises_changes_nothing_but_one_warning(task_files, baseline, tmp_path):
     (tmp_path / "stand_in" / "wandb").mkdir(parents=True)
     (tmp_path / "stand_in" / "wandb" / "__init__.py").write_text(FAILING_WANDB)
-    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(
+    environment = {**one_device_environment(), "PYTHONPATH": os.pathsep.join(
         [str(tmp_path / "stand_in"), os.environ.get("PYTHONPATH", "")])}
     workdir = tmp_path / "run"
     result = cli(*_finetune_arguments(task_files, workdir, STEPS,
