@@ -17,8 +17,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
-import transformers
 
 from albert_jax.data import corpus
 from albert_jax.data.tokenizer import Tokenizer
@@ -224,6 +222,9 @@ def test_convert_keeps_the_vocabulary_and_init_from_finds_it(released, pair_task
 
 
 def test_huggingface_export_gives_our_ids_and_logits(released):
+    import torch  # here, not at the top: every xdist worker collects this file
+    import transformers
+
     exported = released["root"] / "huggingface"
     hf_tokenizer = transformers.AutoTokenizer.from_pretrained(exported)
     ours = Tokenizer.load(str(released["directory"] / "vocab_chinese.txt"))

@@ -1,17 +1,14 @@
 """SQuAD v1.1 and v2.0 end to end: a tiny model trained from scratch overfits the fixture file
 (tests/squad_fixtures.py: accents, Korean, Chinese, a context of several windows), evaluated
-on that same file; the files `albert-jax evaluate` writes; the best checkpoint; resume after
-SIGKILL; clear errors for a missing file and for data of the other SQuAD version."""
+on that same file; the files `albert-jax evaluate` writes; the best checkpoint; clear errors
+for a missing file and for data of the other SQuAD version."""
 import json
-import signal
-import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 import squad_fixtures
-from cli_fixtures import cli, start_cli
+from cli_fixtures import cli
 from albert_jax.errors import ConfigError
 from albert_jax.finetune import registry, run as finetune_run, squad_eval, squad_postprocess
 from configs import squad as squad_config
@@ -109,33 +106,21 @@ def check_prediction_files(directory: Path, dataset: dict, n_best_size: int,
 
 
 # ----------------------------------------------------------------------------------------------
-# v1.1 through the CLI: a straight run, a run killed by SIGKILL and resumed.
+# v1.1 through the CLI. A run killed and resumed gives the straight run's records: the loop and
+# the base task's train iterator are every task's (test_finetune.py, test_train_loop.py).
 # ----------------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def v1_runs(data, tmp_path_factory) -> tuple[Path, Path]:
-    """The straight run and the killed and resumed one."""
-    root = tmp_path_factory.mktemp("v1")
-    straight = cli(*cli_flags("1.1", data, root / "straight", 200))
-    assert straight.returncode == 0, straight.stderr[-3000:]
-    killed = root / "killed"
-    process = start_cli(*cli_flags("1.1", data, killed, 1000), stdout=subprocess.DEVNULL,
-                        stderr=subprocess.DEVNULL)
-    deadline = time.time() + 300
-    while not (killed / "checkpoints" / "100").is_dir():
-        assert process.poll() is None and time.time() < deadline
-        time.sleep(0.1)
-    process.send_signal(signal.SIGKILL)
-    process.wait()
-    resumed = cli(*cli_flags("1.1", data, killed, 200))
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "Resuming from the checkpoint at step" in resumed.stdout
-    return root / "straight", killed
+def v1_run(data, tmp_path_factory) -> Path:
+    workdir = tmp_path_factory.mktemp("v1") / "run"
+    result = cli(*cli_flags("1.1", data, workdir, 200))
+    assert result.returncode == 0, result.stderr[-3000:]
+    return workdir
 
 
 @pytest.mark.slow
-def test_v1_overfits_and_evaluate_writes_its_files(v1_runs, data, monkeypatch, tmp_path):
-    workdir, _ = v1_runs
+def test_v1_overfits_and_evaluate_writes_its_files(v1_run, data, monkeypatch, tmp_path):
+    workdir = v1_run
     calls = []
     search = squad_postprocess.postprocess_v1
     monkeypatch.setattr(squad_postprocess, "postprocess_v1",
@@ -181,15 +166,6 @@ def check_predict(workdir: Path, dev_file: Path, predictions: dict, tmp_path: Pa
             assert mine[key] == pytest.approx(theirs[key], abs=1e-5)
             assert 0 <= mine[key] <= 1
     return predicted
-
-
-@pytest.mark.slow
-def test_v1_sigkill_then_resume_gives_the_straight_result(v1_runs, data):
-    straight, killed = v1_runs
-    assert records(killed) == records(straight)  # every train and dev record, bit-exact
-    assert read_json(killed / "best.json") == read_json(straight / "best.json")
-    again = cli(*cli_flags("1.1", data, killed, 200))
-    assert again.returncode == 0 and "Training is done" in again.stdout
 
 
 # ----------------------------------------------------------------------------------------------

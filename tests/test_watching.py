@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 import pytest
-from mlflow.tracking import MlflowClient
 
 from albert_jax.data import tokenizer as tokenizer_lib
 from albert_jax.finetune.demo import demo_sentences
@@ -72,6 +71,8 @@ def baseline(task_files, tmp_path_factory) -> Path:
 @pytest.mark.slow
 def test_mlflow_has_every_step_once_after_a_sigkill_and_resume(task_files, baseline, tmp_path):
     workdir = tmp_path / "run"
+    from mlflow.tracking import MlflowClient  # here: every xdist worker collects this file
+
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(store)
     client.search_experiments()  # the store's tables exist before the run (a kill while MLflow
