@@ -1,6 +1,7 @@
 """Corpus readers (SPEC 1.2 input format) and the demo corpus."""
 import gzip
 import importlib.util
+import json
 import re
 
 import pytest
@@ -183,9 +184,19 @@ def test_demo_corpus_is_large_multi_sentence_english(demo):
     assert common / len(words) > 0.2
 
 
-def test_demo_corpus_is_deterministic(demo):
+def test_demo_corpus_is_deterministic(demo, tmp_path, monkeypatch):
     assert list(corpus.demo_documents()) == demo  # Cached: the same, and a fresh copy.
     assert demo[0] is not next(corpus.demo_documents())
+    monkeypatch.setattr(corpus, "DEMO_CACHE_DIR", str(tmp_path / "cache"))
     corpus._demo_corpus.cache_clear()
-    assert list(corpus.demo_documents()) == demo  # Rebuilt from the stdlib sources.
+    assert list(corpus.demo_documents()) == demo  # Rebuilt from the stdlib sources...
+    (cache_file,) = (tmp_path / "cache").iterdir()
+    corpus._demo_corpus.cache_clear()
+    assert list(corpus.demo_documents()) == demo  # ... and read back from the cache file.
     assert list(read_documents("demo")) == demo
+
+    cache_file.write_text(cache_file.read_text()[:1000])  # cut short: built again, and rewritten
+    corpus._demo_corpus.cache_clear()
+    assert list(corpus.demo_documents()) == demo
+    assert json.loads(cache_file.read_text()) == [list(document) for document in demo]
+    corpus._demo_corpus.cache_clear()  # later tests read the machine's own cache again

@@ -21,9 +21,12 @@ import functools
 import contextlib
 import glob
 import gzip
+import hashlib
 import io
+import json
 import os
 import re
+import sys
 import sysconfig
 import warnings
 from typing import IO, Iterator
@@ -281,8 +284,44 @@ _MIN_SENTENCE_WORDS = 3
 _MIN_PROSE_FRACTION = 0.9  # of a sentence's characters in _PROSE_CHARS; code falls below it
 
 
+# Where a built demo corpus is kept for the next process: building it takes ~5 s, and `make demo`
+# alone starts three processes that read it.
+DEMO_CACHE_DIR = os.path.join("~", ".cache", "albert_jax", "demo_corpus")
+
+
 @functools.cache
 def _demo_corpus() -> tuple[tuple[str, ...], ...]:
+    """The demo documents: from DEMO_CACHE_DIR if a process with the same Python and the same
+    code of this module built them before, else built and left there (a cache file that cannot
+    be read is built again; a folder that cannot be written only costs the next process ~5 s)."""
+    path = _demo_cache_path()
+    try:
+        with open(path, encoding="utf-8") as file:
+            cached = json.load(file)
+        if isinstance(cached, list) and all(isinstance(document, list) for document in cached):
+            return tuple(tuple(document) for document in cached)
+    except (OSError, ValueError):
+        pass
+    documents = _build_demo_corpus()
+    with contextlib.suppress(OSError):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        partial = f"{path}.{os.getpid()}.partial"  # renamed over: a reader sees all or nothing
+        with open(partial, "w", encoding="utf-8") as file:
+            json.dump(documents, file)
+        os.replace(partial, path)
+    return documents
+
+
+def _demo_cache_path() -> str:
+    """DEMO_CACHE_DIR's file for this Python (version, standard library) and this module's code."""
+    with open(__file__, "rb") as file:
+        code = file.read()
+    key = hashlib.sha256(b"\0".join((sys.version.encode(),
+                                      sysconfig.get_paths()["stdlib"].encode(), code)))
+    return os.path.join(os.path.expanduser(DEMO_CACHE_DIR), f"{key.hexdigest()[:16]}.json")
+
+
+def _build_demo_corpus() -> tuple[tuple[str, ...], ...]:
     root = sysconfig.get_paths()["stdlib"]
     documents = []
     for directory, subdirectories, names in os.walk(root):
@@ -304,7 +343,8 @@ def demo_documents() -> Iterator[list[str]]:
     reference text in `pydoc_data/topics.py`) is one document. Doctests, reST markup, tables,
     indented blocks and code-like sentences are dropped. Same output on every call with the same
     Python (CPython 3.11.7: 3,890 documents, 17,346 sentences, 1.4 MB of text, enough for a
-    SentencePiece vocabulary of at most 6,607 pieces; cached after the first call, ~5 s).
+    SentencePiece vocabulary of at most 6,607 pieces; built in ~5 s, then kept in memory and in
+    DEMO_CACHE_DIR for later processes).
     """
     for document in _demo_corpus():
         yield list(document)
