@@ -31,7 +31,7 @@ import pytest
 from albert_jax.model import get_config
 from albert_jax.train import checkpoint, integrity, optim, state as state_lib, workdir_lock
 from albert_jax.train import workdir as workdir_names
-from cli_fixtures import CLI, REPO, config_flags, made_once, one_device_environment
+from cli_fixtures import CLI, REPO, config_flags, made_once, one_device_environment, start_cli
 
 SETTINGS = {"model": "tiny", "batch_size": 8, "total_steps": 24, "log_every_steps": 1,
             "checkpoint_every_steps": 4, "keep_checkpoints": 3, "eval_every_steps": 1000,
@@ -396,8 +396,8 @@ def test_no_intact_checkpoint_is_one_line_and_touches_nothing(
 def two_concurrent_starts(flags: list[str], environment: dict[str, str]) -> tuple[int, str]:
     """Two runs of `flags` started together, of which exactly one trains: (its pid, the other's
     error line)."""
-    starts = [subprocess.Popen(CLI + flags, cwd=REPO, env=environment, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    starts = [start_cli(*flags, environment=environment, stdout=subprocess.PIPE,
+                        stderr=subprocess.PIPE, text=True) for _ in range(2)]
     results = [subprocess.CompletedProcess(process.args, process.wait(timeout=600),
                                            *process.communicate()) for process in starts]
     assert sorted(result.returncode for result in results) == [0, 1], [
@@ -484,8 +484,8 @@ def test_five_sigkills_then_a_resume_end_bit_identical_to_a_straight_run(
     targets = [rng.randint(1, 2), *sorted(rng.sample(range(5, 18), 4))]
     takeovers = 0
     for kill, target in enumerate(targets):
-        process = subprocess.Popen(CLI + flags, cwd=REPO, env=environment,
-                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        process = start_cli(*flags, environment=environment, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
         output: list[str] = []
         reader = threading.Thread(target=collect_lines, args=(process.stdout, output), daemon=True)
         reader.start()

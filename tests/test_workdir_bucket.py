@@ -24,10 +24,11 @@ from tensorboardX.proto import event_pb2
 from albert_jax import files
 from albert_jax.train import checkpoint, integrity, metrics as metrics_lib, workdir_lock
 from albert_jax.train import workdir as workdir_names
+from cli_fixtures import start_cli
 from finetune_fixtures import write_glue_task
 # data_flags, environment, straight: that file's module fixtures (data, the straight local run),
 # made again for this module.
-from test_reliability import (CLI, HOST, REPO, assert_params_identical, collect_lines,
+from test_reliability import (HOST, REPO, assert_params_identical, collect_lines,
                               data_flags, environment, hold_lock_in_a_child, logged,
                               pretrain_flags, run, small_state, straight, two_concurrent_starts,
                               verify)
@@ -267,8 +268,8 @@ def in_flight_checkpoint(workdir: str) -> int | None:
 def test_a_run_killed_during_a_checkpoint_upload_resumes_bit_identical_to_a_local_run(
         straight, data_flags, environment, bucket):
     flags = pretrain_flags(data_flags, bucket)
-    process = subprocess.Popen(CLI + flags, cwd=REPO, env=environment, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True)
+    process = start_cli(*flags, environment=environment, stdout=subprocess.PIPE,
+                        stderr=subprocess.STDOUT, text=True)
     output: list[str] = []
     reader = threading.Thread(target=collect_lines, args=(process.stdout, output), daemon=True)
     reader.start()
@@ -313,9 +314,8 @@ def test_a_run_killed_during_a_checkpoint_upload_resumes_bit_identical_to_a_loca
 @pytest.mark.slow
 def test_a_run_cut_off_from_the_bucket_for_20_seconds_carries_on(
         straight, data_flags, environment, bucket, storage_emulator):
-    process = subprocess.Popen(CLI + pretrain_flags(data_flags, bucket), cwd=REPO,
-                               env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True)
+    process = start_cli(*pretrain_flags(data_flags, bucket), environment=environment,
+                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     output: list[str] = []
     reader = threading.Thread(target=collect_lines, args=(process.stdout, output), daemon=True)
     reader.start()
