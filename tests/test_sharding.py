@@ -181,4 +181,6 @@ def test_train_state_shardings_follow_params():
         assert leaf.shape == target.shape and leaf.dtype == target.dtype
         assert leaf.sharding == target.sharding
     assert int(state.step) == 0
-    assert "attention/query/kernel" in state_lib.param_table(model, mesh, pretraining.init_inputs(SEQ_LEN, MAX_PREDICTIONS))
+    boxed = state_lib.boxed_abstract_state(model, optimizer,
+                                           pretraining.init_inputs(SEQ_LEN, MAX_PREDICTIONS))
+    assert "attention/query/kernel" in state_lib.param_table(boxed.params, mesh)

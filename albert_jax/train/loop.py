@@ -206,10 +206,11 @@ def _train(config: ml_collections.ConfigDict, workdir: epath.Path,
     # --- Model, optimizer, abstract state ---
     optimizer, learning_rate_fn = optim.make_optimizer(config.optim, config.total_steps)
     init_inputs = task.init_inputs()
+    boxed_state = state_lib.boxed_abstract_state(task.model, optimizer, init_inputs)
     abstract_state, state_shardings = state_lib.abstract_train_state(
-        task.model, optimizer, mesh, init_inputs)
+        task.model, optimizer, mesh, init_inputs, boxed=boxed_state)
     if is_main:
-        print(state_lib.param_table(task.model, mesh, init_inputs), flush=True)
+        print(state_lib.param_table(boxed_state.params, mesh), flush=True)
         # Written only now that the data and the model are known to work with this config.
         files.write_atomically(workdir / workdir_names.CONFIG_FILE, config_lib.to_json(config))
 
@@ -219,7 +220,8 @@ def _train(config: ml_collections.ConfigDict, workdir: epath.Path,
         best = record.get("best")
         print(f"Resuming from the checkpoint at step {latest} in {workdir}.", flush=True)
     else:
-        state, best = _initial_state(config, task, optimizer, mesh, init_inputs), None
+        state = _initial_state(config, task, optimizer, mesh, init_inputs, state_shardings)
+        best = None
     step = int(state.step)
     if is_main:  # a fresh start too: a run killed before its first checkpoint logged steps
         _truncate_metrics(workdir / workdir_names.METRICS_LOG_FILE, after_step=step)
@@ -322,10 +324,12 @@ def _summary(best: dict[str, Any] | None, eval_metrics: dict[str, dict[str, floa
 
 
 def _initial_state(config: ml_collections.ConfigDict, task: Task, optimizer: Any,
-                   mesh: jax.sharding.Mesh, init_inputs: tuple[jax.Array, ...]) -> Any:
+                   mesh: jax.sharding.Mesh, init_inputs: tuple[jax.Array, ...],
+                   state_shardings: Any) -> Any:
     """A new run's state, born sharded, with the task's initial weights (e.g. init_from)."""
     state = state_lib.init_train_state(task.model, optimizer, mesh,
-                                       jax.random.PRNGKey(config.seed), init_inputs)
+                                       jax.random.PRNGKey(config.seed), init_inputs,
+                                       shardings=state_shardings)
     return state.replace(params=task.initial_params(state.params))
 
 

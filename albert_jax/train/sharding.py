@@ -201,14 +201,17 @@ def param_shardings(boxed_tree: Any, mesh: jax.sharding.Mesh,
 
 
 def init_sharded(init_fn: Callable[..., Any], mesh: jax.sharding.Mesh, *args: Any,
-                 rules: tuple[tuple[str, Any], ...] = LOGICAL_RULES) -> Any:
+                 rules: tuple[tuple[str, Any], ...] = LOGICAL_RULES,
+                 shardings: Any = None) -> Any:
     """Runs `init_fn(*args)` (which returns a boxed tree) so every array is born sharded.
 
-    The shardings come from `jax.eval_shape(init_fn, *args)`, and the init is one jit with those
-    `out_shardings`: no device ever holds a full unsharded copy. Returns the unboxed tree. The
-    values equal an unsharded init (the threefry PRNG is partitionable).
+    The shardings (unless given: `param_shardings` of the same tree) come from
+    `jax.eval_shape(init_fn, *args)`, and the init is one jit with those `out_shardings`: no
+    device ever holds a full unsharded copy. Returns the unboxed tree. The values equal an
+    unsharded init (the threefry PRNG is partitionable).
     """
-    shardings = param_shardings(jax.eval_shape(init_fn, *args), mesh, rules)
+    if shardings is None:
+        shardings = param_shardings(jax.eval_shape(init_fn, *args), mesh, rules)
     return jax.jit(lambda *inputs: unbox(init_fn(*inputs)), out_shardings=shardings)(*args)
 
 

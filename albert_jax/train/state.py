@@ -7,6 +7,8 @@ the embedding tables split over fsdp too). The optimizer state is built from the
 so Adam's moments inherit the parameters' logical names and are sharded like them; step
 counters are plain and replicated.
 
+  boxed_abstract_state: the boxed shape tree, from one trace of `model.init` (a trace of the
+                        model costs about 0.3 s on a CPU: a run makes this one and reuses it).
   abstract_train_state: the shape/dtype/sharding of every leaf, nothing allocated; the target
                         that Orbax restores onto (so a checkpoint restores onto any mesh).
   init_train_state:     one jit with those out_shardings, so params are born sharded.
@@ -52,13 +54,21 @@ def boxed_abstract_params(model: nn.Module, inputs: tuple[jax.Array, ...]) -> An
     return jax.eval_shape(lambda rng: model.init(rng, *inputs)["params"], jax.random.key(0))
 
 
+def boxed_abstract_state(model: nn.Module, optimizer: optax.GradientTransformation,
+                         inputs: tuple[jax.Array, ...]) -> TrainState:
+    """The TrainState of jax.ShapeDtypeStruct with boxed params and moments (their logical axis
+    names); nothing allocated. `inputs`: `model.init`'s."""
+    return jax.eval_shape(_boxed_init(model, optimizer, inputs), jax.random.key(0))
+
+
 def abstract_train_state(model: nn.Module, optimizer: optax.GradientTransformation,
-                         mesh: jax.sharding.Mesh, inputs: tuple[jax.Array, ...]
-                         ) -> tuple[TrainState, TrainState]:
+                         mesh: jax.sharding.Mesh, inputs: tuple[jax.Array, ...],
+                         boxed: TrainState | None = None) -> tuple[TrainState, TrainState]:
     """(abstract state, shardings): a TrainState of jax.ShapeDtypeStruct with `.sharding` set,
-    and the same tree of NamedSharding (for jit in/out_shardings). `inputs`: `model.init`'s."""
-    init = _boxed_init(model, optimizer, inputs)
-    boxed = jax.eval_shape(init, jax.random.key(0))
+    and the same tree of NamedSharding (for jit in/out_shardings). `inputs`: `model.init`'s;
+    `boxed`: their `boxed_abstract_state` where the caller has it already (no second trace)."""
+    if boxed is None:
+        boxed = boxed_abstract_state(model, optimizer, inputs)
     shardings = sharding.param_shardings(boxed, mesh, sharding.STATE_RULES)
     abstract = jax.tree.map(
         lambda leaf, leaf_sharding: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype,
@@ -68,13 +78,16 @@ def abstract_train_state(model: nn.Module, optimizer: optax.GradientTransformati
 
 
 def init_train_state(model: nn.Module, optimizer: optax.GradientTransformation,
-                     mesh: jax.sharding.Mesh, rng: jax.Array, inputs: tuple[jax.Array, ...]
-                     ) -> TrainState:
-    """A fresh TrainState (step 0), every array born with its sharding on `mesh`."""
+                     mesh: jax.sharding.Mesh, rng: jax.Array, inputs: tuple[jax.Array, ...],
+                     shardings: TrainState | None = None) -> TrainState:
+    """A fresh TrainState (step 0), every array born with its sharding on `mesh`: `shardings`
+    (`abstract_train_state`'s) where the caller has them, else worked out here."""
     init = _boxed_init(model, optimizer, inputs)
-    return sharding.init_sharded(init, mesh, rng, rules=sharding.STATE_RULES)
+    return sharding.init_sharded(init, mesh, rng, rules=sharding.STATE_RULES,
+                                 shardings=shardings)
 
 
-def param_table(model: nn.Module, mesh: jax.sharding.Mesh, inputs: tuple[jax.Array, ...]) -> str:
-    """sharding.debug_table of the model's params on `mesh`, laid out as in the train state."""
-    return sharding.debug_table(boxed_abstract_params(model, inputs), mesh, sharding.STATE_RULES)
+def param_table(boxed_params: Any, mesh: jax.sharding.Mesh) -> str:
+    """sharding.debug_table of the boxed params (`boxed_abstract_state(...).params`) on `mesh`,
+    laid out as in the train state."""
+    return sharding.debug_table(boxed_params, mesh, sharding.STATE_RULES)
