@@ -25,7 +25,7 @@ from albert_jax.finetune import custom_data, registry, scores, tables
 from albert_jax.finetune.classification import ClassificationTask, RegressionTask
 from albert_jax.finetune.multiple_choice import MultipleChoiceTask
 from albert_jax.finetune.pretrained import Pretrained
-from albert_jax.finetune.task import real_rows
+from albert_jax.finetune.task import own_file_splits, real_rows
 from albert_jax.model import ModelConfig
 from albert_jax.train import workdir as workdir_names
 
@@ -72,8 +72,7 @@ class _CustomData:
                  tokenizer: Tokenizer | None, pretrained: Pretrained | None,
                  run_dir: epath.Path | None = None) -> None:
         self.config = config
-        self.eval_splits = ("dev",)
-        self.test_splits = ("test",) if config.data.test_file else ()
+        self.eval_splits, self.test_splits = own_file_splits(config)
         self._splits: dict[str, list[Any]] = {}
         self._from_training_data(run_dir)  # what shapes the model: labels, option count
         super().__init__(config, model_config, tokenizer, pretrained, run_dir)

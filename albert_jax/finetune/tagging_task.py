@@ -22,6 +22,7 @@ from albert_jax.data.tokenizer import Tokenizer
 from albert_jax.errors import ConfigError
 from albert_jax.finetune import custom_data, registry, tagging_data
 from albert_jax.finetune.pretrained import Pretrained
+from albert_jax.finetune.task import own_file_splits
 from albert_jax.finetune.token_classification import SELECTION_METRICS, TokenClassificationTask
 from albert_jax.model import ModelConfig
 from albert_jax.train import workdir as workdir_names
@@ -85,8 +86,7 @@ class OwnTaggingTask(TokenClassificationTask):
                  tokenizer: Tokenizer | None, pretrained: Pretrained | None,
                  run_dir: epath.Path | None = None) -> None:
         self.config = config
-        self.eval_splits = ("dev",)
-        self.test_splits = ("test",) if config.data.test_file else ()
+        self.eval_splits, self.test_splits = own_file_splits(config)
         self.selection = Selection("dev", config.selection_metric)
         self.columns = tagging_data.TagColumns(tokens=config.data.tokens, tags=config.data.tags,
                                                id=config.data.id,

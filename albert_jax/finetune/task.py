@@ -76,6 +76,12 @@ def real_rows(predictions: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {key: value[keep] for key, value in predictions.items()}
 
 
+def own_file_splits(config: ml_collections.ConfigDict) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(eval splits, test splits) of a task on the user's own files: dev, and test where
+    config.data.test_file names one."""
+    return ("dev",), (("test",) if config.data.test_file else ())
+
+
 def _do_lower_case(config: ml_collections.ConfigDict) -> bool:
     """config.data.do_lower_case; True for a run saved before the key existed."""
     return bool(config.data.get("do_lower_case", True))

@@ -178,12 +178,16 @@ class AlbertForPreTraining(nn.Module):
         return mlm_logits, sop_logits
 
 
-class AlbertForSequenceClassification(nn.Module):
-    """GLUE (SPEC 8.2): pooled -> dropout -> dense; num_labels=1 is regression (STS-B)."""
+class _Classifier(nn.Module):
+    """The fields of a backbone with a `classifier` head of `num_labels` outputs."""
 
     config: ModelConfig
     num_labels: int
     classifier_dropout: float = 0.1
+
+
+class AlbertForSequenceClassification(_Classifier):
+    """GLUE (SPEC 8.2): pooled -> dropout -> dense; num_labels=1 is regression (STS-B)."""
 
     @nn.compact
     def __call__(self, input_ids: jax.Array, segment_ids: jax.Array,
@@ -196,14 +200,10 @@ class AlbertForSequenceClassification(nn.Module):
                                     name="classifier")(pooled, deterministic)
 
 
-class AlbertForTokenClassification(nn.Module):
+class AlbertForTokenClassification(_Classifier):
     """Tagging (HuggingFace's AlbertForTokenClassification): every position's hidden state ->
     dropout -> dense -> logits [batch, seq, num_labels], float32. Params: {albert, classifier:
     {dense}} (the pooler is computed and unused, as the export leaves it out)."""
-
-    config: ModelConfig
-    num_labels: int
-    classifier_dropout: float = 0.1
 
     @nn.compact
     def __call__(self, input_ids: jax.Array, segment_ids: jax.Array,
