@@ -3,10 +3,10 @@
 #               on a paraphrase task made from the same text, then predict on new pairs
 #               (offline, CPU)
 #   make test   install with the test extra, then run the test suite (two workers, one file each:
-#               module fixtures stay in one process; 9 min 51 s of pytest in a fresh clone,
-#               1,324 tests, on the 2-core machine on 2026-11-27; `pytest -m "not slow" -n 2
-#               --dist loadfile tests` is the 3.4-minute inner loop; benchmarks/RESULTS.md has
-#               the per-file times)
+#               module fixtures stay in one process; 9 min 51 s to 10 min 28 s of pytest in a
+#               fresh clone, 1,324 tests, on the 2-core machine on 2026-11-27; `pytest -m "not
+#               slow" -n 2 --dist loadfile tests` is the 3.4-minute inner loop;
+#               benchmarks/RESULTS.md has the per-file times)
 PYTHON ?= python3
 VENV ?= .venv
 DEMO_CONFIG ?= configs/pretrain.py:runlocal
