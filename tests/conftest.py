@@ -35,8 +35,10 @@ OLD_FUSION_EMITTERS = "--xla_cpu_use_fusion_emitters=false"
 
 
 def _xla_accepts(flag: str) -> bool:
-    probe = subprocess.run([sys.executable, "-c", "import jax; jax.numpy.zeros(1).block_until_ready()"],
-                           env=dict(os.environ, XLA_FLAGS=flag), capture_output=True)
+    """Whether a process with XLA_FLAGS=`flag` runs a program (an unknown flag aborts it)."""
+    probe = subprocess.run(
+        [sys.executable, "-c", "import jax; jax.numpy.zeros(1).block_until_ready()"],
+        env=dict(os.environ, XLA_FLAGS=flag), capture_output=True)
     return probe.returncode == 0
 
 

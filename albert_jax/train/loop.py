@@ -207,8 +207,7 @@ def _train(config: ml_collections.ConfigDict, workdir: epath.Path,
     optimizer, learning_rate_fn = optim.make_optimizer(config.optim, config.total_steps)
     init_inputs = task.init_inputs()
     boxed_state = state_lib.boxed_abstract_state(task.model, optimizer, init_inputs)
-    abstract_state, state_shardings = state_lib.abstract_train_state(
-        task.model, optimizer, mesh, init_inputs, boxed=boxed_state)
+    abstract_state, state_shardings = state_lib.shard_abstract_state(boxed_state, mesh)
     if is_main:
         print(state_lib.param_table(boxed_state.params, mesh), flush=True)
         # Written only now that the data and the model are known to work with this config.

@@ -9,8 +9,9 @@ counters are plain and replicated.
 
   boxed_abstract_state: the boxed shape tree, from one trace of `model.init` (a trace of the
                         model costs about 0.3 s on a CPU: a run makes this one and reuses it).
-  abstract_train_state: the shape/dtype/sharding of every leaf, nothing allocated; the target
-                        that Orbax restores onto (so a checkpoint restores onto any mesh).
+  shard_abstract_state: the shape/dtype/sharding of every leaf of that tree on a mesh, nothing
+                        allocated; the target that Orbax restores onto (so a checkpoint
+                        restores onto any mesh). abstract_train_state: both steps at once.
   init_train_state:     one jit with those out_shardings, so params are born sharded.
 """
 from __future__ import annotations
@@ -61,20 +62,24 @@ def boxed_abstract_state(model: nn.Module, optimizer: optax.GradientTransformati
     return jax.eval_shape(_boxed_init(model, optimizer, inputs), jax.random.key(0))
 
 
-def abstract_train_state(model: nn.Module, optimizer: optax.GradientTransformation,
-                         mesh: jax.sharding.Mesh, inputs: tuple[jax.Array, ...],
-                         boxed: TrainState | None = None) -> tuple[TrainState, TrainState]:
-    """(abstract state, shardings): a TrainState of jax.ShapeDtypeStruct with `.sharding` set,
-    and the same tree of NamedSharding (for jit in/out_shardings). `inputs`: `model.init`'s;
-    `boxed`: their `boxed_abstract_state` where the caller has it already (no second trace)."""
-    if boxed is None:
-        boxed = boxed_abstract_state(model, optimizer, inputs)
+def shard_abstract_state(boxed: TrainState, mesh: jax.sharding.Mesh
+                         ) -> tuple[TrainState, TrainState]:
+    """(abstract state, shardings) of `boxed` (a `boxed_abstract_state`) on `mesh`: a TrainState
+    of jax.ShapeDtypeStruct with `.sharding` set, and the same tree of NamedSharding (for jit
+    in/out_shardings)."""
     shardings = sharding.param_shardings(boxed, mesh, sharding.STATE_RULES)
     abstract = jax.tree.map(
         lambda leaf, leaf_sharding: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype,
                                                          sharding=leaf_sharding),
         sharding.unbox(boxed), shardings)
     return abstract, shardings
+
+
+def abstract_train_state(model: nn.Module, optimizer: optax.GradientTransformation,
+                         mesh: jax.sharding.Mesh, inputs: tuple[jax.Array, ...]
+                         ) -> tuple[TrainState, TrainState]:
+    """`shard_abstract_state` of the model's `boxed_abstract_state`. `inputs`: `model.init`'s."""
+    return shard_abstract_state(boxed_abstract_state(model, optimizer, inputs), mesh)
 
 
 def init_train_state(model: nn.Module, optimizer: optax.GradientTransformation,
