@@ -65,7 +65,9 @@ def preprocess_text(text: str, lower: bool = True) -> str:
 
     Unlike HuggingFace's AlbertTokenizer it does not rewrite ``/'' quotes (the reference does not).
     """
-    text = " ".join(text.strip().split())
+    text = " ".join(text.split())
+    if text.isascii():  # NFKD leaves ASCII as it is and it has no combining marks.
+        return text.lower() if lower else text
     text = unicodedata.normalize("NFKD", text)
     text = "".join(char for char in text if not unicodedata.combining(char))
     return text.lower() if lower else text
@@ -388,12 +390,27 @@ class SentencePieceTokenizer(Tokenizer):
     def encode(self, text: str) -> np.ndarray:
         """Token ids of one sentence, int32 [num_pieces]; same pieces as `pieces(text)`."""
         ids = np.asarray(self._sp.encode(preprocess_text(text, self.lower)), dtype=np.int32)
-        # Fast path: no piece needs the digit-comma rule. An unknown piece maps to unk_id whatever
-        # its text, so a text with <unk> takes the exact slow path as well.
-        if ids.size and (self._comma_split[ids].any() or (ids == self.unk_id).any()):
-            ids = np.asarray([self._sp.piece_to_id(piece) for piece in self.pieces(text)],
-                             dtype=np.int32)
-        return ids
+        if not ids.size:
+            return ids
+        # An unknown piece maps to unk_id whatever its text (which may end in a digit and a
+        # comma): a text with <unk> takes the exact path, through the pieces' texts.
+        if (ids == self.unk_id).any():
+            return np.asarray([self._sp.piece_to_id(piece) for piece in self.pieces(text)],
+                              dtype=np.int32)
+        if not self._comma_split[ids].any():
+            return ids
+        # Only the digit-comma pieces change (`pieces`: re-encoded, then the comma).
+        new_ids = []
+        for piece_id in ids.tolist():
+            if not self._comma_split[piece_id]:
+                new_ids.append(piece_id)
+                continue
+            piece = self._sp.id_to_piece(piece_id)
+            sub_pieces = self._sp.encode(piece[:-1].replace(SPIECE_UNDERLINE, ""), out_type=str)
+            new_ids.extend(self._sp.piece_to_id(sub_piece) for sub_piece, _, _ in
+                           self._apply_comma_rule(piece, [(sub, 0, 0) for sub in sub_pieces]))
+            new_ids.append(self._sp.piece_to_id(piece[-1]))
+        return np.asarray(new_ids, dtype=np.int32)
 
     def encode_with_offsets(self, text: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Token ids of `text` and the characters of the ORIGINAL `text` each token covers.
