@@ -44,12 +44,14 @@ def _varint(value: int) -> bytes:
 _TABLE_SIZE = 1 << 16
 _TABLE_CODES = np.zeros(_TABLE_SIZE, np.uint32)
 _TABLE_KEEP = np.zeros(_TABLE_SIZE, np.uint32)
+_TABLE_LENGTHS = np.zeros(_TABLE_SIZE, np.int64)
 _values = np.arange(_TABLE_SIZE, dtype=np.uint32)
 for _group in range(3):  # byte _group: 7 bits, and 0x80 if a further group follows
     _has_group = (_values >> 7 * _group != 0) | (_group == 0)
     _byte = (_values >> 7 * _group & 0x7F) | (_values >> 7 * (_group + 1) != 0) << 7
     _TABLE_CODES |= np.where(_has_group, _byte, 0).astype(np.uint32) << 8 * _group
     _TABLE_KEEP |= _has_group.astype(np.uint32) << 8 * _group
+    _TABLE_LENGTHS += _has_group
 del _values, _group, _has_group, _byte
 _SHORT_VARINTS = [_varint(value) for value in range(1 << 12)]  # lengths and tags
 
@@ -88,39 +90,67 @@ def packed_varints(values: np.ndarray) -> bytes:
     return groups[present].tobytes()
 
 
-def _feature(values: np.ndarray) -> bytes:
-    """The bytes of one Feature message holding `values`."""
-    if values.dtype.kind == "f":
-        field, payload = _FLOAT_LIST, values.astype("<f4", copy=False).ravel().tobytes()
-    elif values.dtype.kind in "iub":
-        field, payload = _INT64_LIST, packed_varints(values)
-    else:
-        raise TypeError(f"no tf.Example list for dtype {values.dtype}")
-    return _length_delimited(field, _length_delimited(1, payload) if payload else b"")
-
-
 class ExampleEncoder:
     """Encodes dicts of arrays of the given shapes and dtypes as tf.Example bytes.
 
     spec: {name: (shape, dtype)}. Calling it with a dict of exactly those names, shapes and
-    dtypes returns the serialized Example; anything else raises ValueError.
+    dtypes returns the serialized Example; anything else raises ValueError. The varints of all
+    integer features are made in one pass over their values, and each entry's framing (which
+    depends only on the length of its list's bytes) is cached.
     """
 
     def __init__(self, spec: Mapping[str, tuple[tuple[int, ...], type]]):
         self._spec = {name: (tuple(shape), np.dtype(dtype)) for name, (shape, dtype) in spec.items()}
+        for name, (_, dtype) in self._spec.items():
+            if dtype.kind not in "fiub":
+                raise TypeError(f"feature {name!r}: no tf.Example list for dtype {dtype}")
         self._names = sorted(self._spec)  # The map entries in key order (deterministic).
         self._keys = {name: _length_delimited(1, name.encode()) for name in self._names}
+        self._integer_names = [name for name in self._names if self._spec[name][1].kind != "f"]
+        sizes = [int(np.prod(self._spec[name][0])) for name in self._integer_names]
+        self._integer_bounds = np.cumsum([0] + sizes)  # where each feature's values start
+        self._headers: dict[str, dict[int, bytes]] = {name: {} for name in self._names}
 
     def __call__(self, features: Mapping[str, np.ndarray]) -> bytes:
         if features.keys() != self._spec.keys():
             raise ValueError(f"features {sorted(features)} are not {self._names}")
-        entries = []
-        for name in self._names:
+        for name, (shape, dtype) in self._spec.items():
             values = features[name]
-            shape, dtype = self._spec[name]
             if values.shape != shape or values.dtype != dtype:
                 raise ValueError(f"feature {name!r} is {values.dtype}{list(values.shape)}, "
                                  f"expected {dtype}{list(shape)}")
-            entry = self._keys[name] + _length_delimited(2, _feature(values))
-            entries.append(_length_delimited(1, entry))
+        payloads = dict(zip(self._integer_names, self._integer_payloads(features)))
+        entries = [self._entry(name, _INT64_LIST, payloads[name]) if name in payloads else
+                   self._entry(name, _FLOAT_LIST,
+                               features[name].astype("<f4", copy=False).ravel().tobytes())
+                   for name in self._names]
         return _length_delimited(1, b"".join(entries))
+
+    def _integer_payloads(self, features: Mapping[str, np.ndarray]) -> list[bytes]:
+        """The packed varints of each integer feature, in `_integer_names` order."""
+        arrays = [features[name].ravel() for name in self._integer_names]
+        if not self._integer_bounds[-1]:
+            return [b""] * len(arrays)
+        values = np.concatenate(arrays, dtype=np.int64, casting="unsafe")
+        largest = int(values.view(np.uint64).max())  # negative values count as huge
+        if largest < 0x80:  # One byte each: the value itself.
+            data, bounds = values.astype(np.uint8).tobytes(), self._integer_bounds.tolist()
+        elif largest < _TABLE_SIZE:
+            data = _TABLE_CODES.take(values).view(np.uint8)[
+                _TABLE_KEEP.take(values).view(np.bool_)].tobytes()
+            byte_ends = np.zeros(len(values) + 1, np.int64)
+            np.cumsum(_TABLE_LENGTHS.take(values), out=byte_ends[1:])
+            bounds = byte_ends[self._integer_bounds].tolist()
+        else:
+            return [packed_varints(array) for array in arrays]
+        return [data[start:end] for start, end in zip(bounds, bounds[1:])]
+
+    def _entry(self, name: str, field: int, payload: bytes) -> bytes:
+        """The map entry of feature `name` (a Feature with list `field`) holding `payload`."""
+        headers = self._headers[name]
+        header = headers.get(len(payload))
+        if header is None:
+            feature = _length_delimited(field, _length_delimited(1, payload) if payload else b"")
+            entry = _length_delimited(1, self._keys[name] + _length_delimited(2, feature))
+            header = headers[len(payload)] = entry[:len(entry) - len(payload)]
+        return header + payload

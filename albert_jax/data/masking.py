@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import functools
 from typing import Any, Collection, Mapping, NamedTuple
 
 import numpy as np
@@ -119,31 +120,41 @@ def choose_ngrams(word_starts: np.ndarray, word_ends: np.ndarray, rng: np.random
     an n-gram that would run past the last word is cut there), shortened while it would overshoot
     the budget, skipped if it still does or overlaps an earlier n-gram.
     """
-    cumulative = np.cumsum(ngram_probabilities(max_ngram, favor_shorter_ngram)).tolist()
+    cumulative = _cumulative_ngram_probabilities(max_ngram, favor_shorter_ngram)
     num_words = len(word_starts)
-    order = rng.permutation(num_words).tolist()
-    ngram_draws = rng.random(num_words).tolist()
-    # tokens_before[w]: tokens in words 0..w-1, so words [w, w + n) hold tokens_before[w + n] -
-    # tokens_before[w] tokens.
-    tokens_before = np.concatenate([[0], np.cumsum(word_ends - word_starts)]).tolist()
+    order = rng.permutation(num_words)
+    ngram_draws = rng.random(num_words)
+    word_lengths = (word_ends - word_starts).tolist()
     covered = [False] * num_words
     chosen: list[tuple[int, int]] = []
     num_selected = 0
-    for first_word, draw in zip(order, ngram_draws):
-        if num_selected >= budget:
-            break
-        # The reference's `cand_indexes[idx:idx + n]` stops at the last word.
-        n = min(bisect.bisect_right(cumulative, draw) + 1, max_ngram, num_words - first_word)
-        while n > 1 and num_selected + tokens_before[first_word + n] - tokens_before[first_word] \
-                > budget:
-            n -= 1
-        size = tokens_before[first_word + n] - tokens_before[first_word]
-        if num_selected + size > budget or any(covered[first_word:first_word + n]):
-            continue
-        covered[first_word:first_word + n] = [True] * n
-        chosen.append((first_word, n))
-        num_selected += size
+    # The loop ends once the budget is spent, usually after a few dozen of the words: they are
+    # made Python numbers a chunk at a time.
+    for chunk in range(0, num_words, _CHUNK_WORDS):
+        for first_word, draw in zip(order[chunk:chunk + _CHUNK_WORDS].tolist(),
+                                    ngram_draws[chunk:chunk + _CHUNK_WORDS].tolist()):
+            if num_selected >= budget:
+                return chosen
+            # The reference's `cand_indexes[idx:idx + n]` stops at the last word.
+            n = min(bisect.bisect_right(cumulative, draw) + 1, max_ngram, num_words - first_word)
+            size = sum(word_lengths[first_word:first_word + n])
+            while n > 1 and num_selected + size > budget:
+                n -= 1
+                size -= word_lengths[first_word + n]
+            if num_selected + size > budget or any(covered[first_word:first_word + n]):
+                continue
+            covered[first_word:first_word + n] = [True] * n
+            chosen.append((first_word, n))
+            num_selected += size
     return chosen
+
+
+_CHUNK_WORDS = 32
+
+
+@functools.cache
+def _cumulative_ngram_probabilities(max_ngram: int, favor_shorter_ngram: bool) -> list[float]:
+    return np.cumsum(ngram_probabilities(max_ngram, favor_shorter_ngram)).tolist()
 
 
 def mask_sequence(tokens: np.ndarray, boundary: np.ndarray, rng: np.random.Generator, *,
