@@ -74,8 +74,11 @@ def token_boundary(tokens: np.ndarray, word_start: np.ndarray,
 
 def _is_special(tokens: np.ndarray, special_ids: Collection[int]) -> np.ndarray:
     # bool [n]; a few comparisons beat np.isin's sort for the 2-3 special ids.
-    is_special = np.zeros(len(tokens), bool)
-    for special_id in special_ids:
+    if not special_ids:
+        return np.zeros(len(tokens), bool)
+    first, *others = special_ids
+    is_special = tokens == first
+    for special_id in others:
         is_special |= tokens == special_id
     return is_special
 
@@ -103,11 +106,17 @@ def whole_words(tokens: np.ndarray, boundary: np.ndarray,
     pieces after it. Special tokens belong to no word and end the word before them.
     """
     is_special = _is_special(tokens, special_ids)
-    previous_special = np.concatenate([[True], is_special[:-1]])
+    previous_special = np.empty_like(is_special)
+    previous_special[:1] = True
+    previous_special[1:] = is_special[:-1]
     starts_word = ~is_special & ((np.asarray(boundary) == 1) | previous_special)
-    word_starts = np.flatnonzero(starts_word)
-    word_breaks = np.concatenate([np.flatnonzero(starts_word | is_special), [len(tokens)]])
-    return word_starts, word_breaks[np.searchsorted(word_breaks, word_starts, side="right")]
+    # A word ends where the next word or special token starts, or at the end.
+    word_breaks = np.flatnonzero(starts_word | is_special)
+    next_breaks = np.empty_like(word_breaks)
+    next_breaks[:-1] = word_breaks[1:]
+    next_breaks[-1:] = len(tokens)
+    starts_at_break = starts_word[word_breaks]
+    return word_breaks[starts_at_break], next_breaks[starts_at_break]
 
 
 def choose_ngrams(word_starts: np.ndarray, word_ends: np.ndarray, rng: np.random.Generator, *,
@@ -210,19 +219,20 @@ def to_features(instance: Instance, masked: MaskedSequence, boundary: np.ndarray
         raise ValueError(f"example has {num_masked} predictions, more than "
                          f"max_predictions={max_predictions}")
 
-    def padded(values: np.ndarray, length: int, dtype: type = np.int32) -> np.ndarray:
+    def padded(values: np.ndarray | int, length: int, size: int, dtype: type = np.int32
+               ) -> np.ndarray:
         result = np.zeros(length, dtype)
-        result[:len(values)] = values
+        result[:size] = values
         return result
 
     return {
-        "input_ids": padded(masked.input_ids, seq_len),
-        "input_mask": padded(np.ones(num_tokens), seq_len),
-        "segment_ids": padded(instance.segment_ids, seq_len),
-        "token_boundary": padded(boundary, seq_len),
-        "masked_lm_positions": padded(masked.masked_lm_positions, max_predictions),
-        "masked_lm_ids": padded(masked.masked_lm_ids, max_predictions),
-        "masked_lm_weights": padded(np.ones(num_masked), max_predictions, np.float32),
+        "input_ids": padded(masked.input_ids, seq_len, num_tokens),
+        "input_mask": padded(1, seq_len, num_tokens),
+        "segment_ids": padded(instance.segment_ids, seq_len, num_tokens),
+        "token_boundary": padded(boundary, seq_len, num_tokens),
+        "masked_lm_positions": padded(masked.masked_lm_positions, max_predictions, num_masked),
+        "masked_lm_ids": padded(masked.masked_lm_ids, max_predictions, num_masked),
+        "masked_lm_weights": padded(1, max_predictions, num_masked, np.float32),
         "next_sentence_labels": np.array([instance.next_sentence_label], np.int32),
     }
 
