@@ -1,45 +1,43 @@
-"""Where a data build's CPU time goes: the split of `builder._BlockTask` (one block of documents
-in, serialized examples out) between tokenizing, instance creation, masking and serialization.
+"""Where a data build's CPU time goes: the split of `build_unit.block_examples` (one block of
+documents in, serialized examples out) between tokenizing, instance creation, masking and
+serialization.
 
   python benchmarks/profile_data_build.py --corpus='/tmp/bench_data_build/corpus_16mb/*.txt' \
       --tokenizer=/tmp/bench_data_build/spm8000.model [--blocks=8] [--seq_len=512] \
       [--dupe_factor=5] [--cprofile=30]
 
-Runs the first --blocks train blocks of the corpus in this process, stage by stage as
-`_BlockTask.__call__` does (same functions, same generator), timing each with process CPU time,
-checks that the examples equal `_BlockTask`'s own, and prints the split; --cprofile=N also prints
-cProfile's N functions of most own time over `_BlockTask` itself on the same blocks.
+Runs the first --blocks blocks of the corpus (`block_digests.corpus_blocks`) in this process,
+stage by stage as `block_examples` does (same functions, same generator), timing each with
+process CPU time, checks that the examples equal `block_examples`'s own, and prints the split;
+--cprofile=N also prints cProfile's N functions of most own time over `block_examples` itself.
 """
 from __future__ import annotations
 
 import argparse
-import cProfile
 import collections
-import itertools
+import cProfile
 import pstats
 import time
 
 import numpy as np
 
-from albert_jax.data import builder, corpus, instances, masking
-from block_digests import block_task  # (this folder)
+from albert_jax.data import build_unit, instances, masking
+from block_digests import block_work, corpus_blocks  # (this folder)
 
 
-def staged(task: builder._BlockTask, indexed_block: tuple[int, list[list[str]]],
-           seconds: collections.Counter) -> list[bytes]:
-    """`task(indexed_block).examples`, each stage's CPU time added to `seconds`."""
+def staged(settings, tokenizer, masking_settings, documents: list[list[str]],
+           seed_prefix: tuple[int, ...], seconds: collections.Counter) -> list[bytes]:
+    """`block_examples(...)[0]`, each stage's CPU time added to `seconds`."""
     clock = time.process_time
-    block_index, documents = indexed_block
-    tokenizer, settings = builder._WORKER_TOKENIZER[0], task.settings
     start = clock()
     tokenized = [encoded for document in documents
                  if (encoded := [ids for ids in map(tokenizer.encode, document) if ids.size])]
     seconds["tokenize"] += clock() - start
-    serialize = builder._example_serializer(settings.seq_len, settings.max_predictions)
+    serialize = build_unit._example_serializer(settings.seq_len, settings.max_predictions)
     examples = []
     for dupe_pass in range(settings.dupe_factor):
         rng = np.random.default_rng(np.random.SeedSequence(
-            [settings.seed, task.split_index, block_index, dupe_pass]))
+            [settings.seed, *seed_prefix, dupe_pass]))
         start = clock()
         pairs = instances.create_instances(
             tokenized, rng, max_seq_length=settings.seq_len,
@@ -51,8 +49,8 @@ def staged(task: builder._BlockTask, indexed_block: tuple[int, list[list[str]]],
         for instance in pairs:
             start = clock()
             boundary = masking.token_boundary(instance.tokens, tokenizer.word_start,
-                                              task.masking_settings.special_ids)
-            features = masking.mask_instance(instance, boundary, rng, task.masking_settings)
+                                              masking_settings.special_ids)
+            features = masking.mask_instance(instance, boundary, rng, masking_settings)
             middle = clock()
             examples.append(serialize(features))
             seconds["masking"] += middle - start
@@ -69,19 +67,20 @@ def main() -> None:
     parser.add_argument("--dupe_factor", type=int, default=5)
     parser.add_argument("--cprofile", type=int, default=0)
     arguments = parser.parse_args()
-    task, settings = block_task(arguments.corpus, arguments.tokenizer, arguments.seq_len,
-                                arguments.dupe_factor)
-    blocks = list(itertools.islice(enumerate(builder._document_blocks(
-        settings, "train", corpus.CorpusStats())), arguments.blocks))
+    work = block_work(arguments.corpus, arguments.tokenizer, arguments.seq_len,
+                      arguments.dupe_factor)
+    blocks = corpus_blocks(arguments.corpus, arguments.blocks)
     seconds: collections.Counter = collections.Counter()
-    examples = [example for block in blocks for example in staged(task, block, seconds)]
+    examples = [example for index, block in enumerate(blocks)
+                for example in staged(*work, block, (1, index), seconds)]
     start = time.process_time()
-    expected = [example for block in blocks for example in task(block).examples]
+    expected = [example for index, block in enumerate(blocks)
+                for example in build_unit.block_examples(*work, block, seed_prefix=(1, index))[0]]
     whole = time.process_time() - start
-    assert examples == expected, "the staged examples differ from _BlockTask's"
+    assert examples == expected, "the staged examples differ from block_examples'"
     total = sum(seconds.values())
     print(f"{len(blocks)} blocks, {len(examples)} examples, seq {arguments.seq_len}, dupe "
-          f"{arguments.dupe_factor}; _BlockTask {whole:.2f} CPU s "
+          f"{arguments.dupe_factor}; block_examples {whole:.2f} CPU s "
           f"({len(examples) / whole:,.0f} examples/CPU-s), stages {total:.2f} CPU s")
     print("| stage | CPU s | share | µs per example |\n|---|---:|---:|---:|")
     for stage in ("tokenize", "instance creation", "masking", "serialization"):
@@ -89,7 +88,8 @@ def main() -> None:
               f"{seconds[stage] / len(examples) * 1e6:.0f} |")
     if arguments.cprofile:
         profile = cProfile.Profile()
-        profile.runcall(lambda: [task(block) for block in blocks])
+        profile.runcall(lambda: [build_unit.block_examples(*work, block, seed_prefix=(1, index))
+                                 for index, block in enumerate(blocks)])
         pstats.Stats(profile).sort_stats("tottime").print_stats(arguments.cprofile)
 
 

@@ -3,7 +3,7 @@ from (main 52b2497): tokenizing, SPEC 1.3 instances, SPEC 1.4 masks and the tf.E
 fixed blocks of documents, over every path of the tokenizer (ASCII, accents, CJK, digit-comma
 pieces, unknown characters) and of instance creation (short targets, single-sentence documents,
 truncation). tests/golden/block_examples.txt holds one line per block, '<examples> <sha256>',
-written by that code (`block_digests` below run with it on the PYTHONPATH). The tokenizer is the
+written by that code (its `builder._BlockTask` in place of `build_unit.block_examples` below). The tokenizer is the
 committed tests/golden/block_examples.model (2.8 kB: 200 unigram pieces trained on these
 documents without "☃", so it has an <unk>, with the ALBERT special pieces plus "0," and "5,",
 which the digit-comma rule re-encodes, and identity normalization), so nothing here depends on
@@ -15,7 +15,7 @@ import pathlib
 
 import numpy as np
 
-from albert_jax.data import builder, masking
+from albert_jax.data import build_unit, masking
 from albert_jax.data.dataset_settings import DatasetSettings
 from albert_jax.data.tokenizer import Tokenizer
 
@@ -40,20 +40,22 @@ def documents() -> list[list[str]]:
 
 
 def block_digests(seq_len: int = 64, dupe_factor: int = 3) -> list[str]:
-    """'<examples> <sha256 of the length-prefixed examples>' of blocks of 20 documents."""
+    """'<examples> <sha256 of the length-prefixed examples>' of blocks of 20 documents, block b
+    seeded with (seed, 1, b, pass) as 52b2497's `builder._BlockTask` seeded block b of the train
+    split."""
     tokenizer = Tokenizer.load(str(GOLDEN / "block_examples.model"))
-    settings = DatasetSettings(name="golden", seq_len=seq_len, dupe_factor=dupe_factor, short_seq_prob=0.3)
+    settings = DatasetSettings(name="golden", seq_len=seq_len, dupe_factor=dupe_factor,
+                               short_seq_prob=0.3)
     metadata = dict(vocab_size=tokenizer.vocab_size, pad_id=tokenizer.pad_id,
                     cls_id=tokenizer.cls_id, sep_id=tokenizer.sep_id, mask_id=tokenizer.mask_id,
                     settings=settings.as_dict())
-    builder._set_worker_tokenizer(tokenizer)
-    task = builder._BlockTask(settings=settings,
-                              masking_settings=masking.MaskingSettings.from_metadata(metadata),
-                              split_index=1)
+    masking_settings = masking.MaskingSettings.from_metadata(metadata)
     all_documents = documents()
     lines = []
     for block_index in range(0, len(all_documents) // 20):
-        examples = task((block_index, all_documents[20 * block_index:20 * (block_index + 1)])).examples
+        examples, _ = build_unit.block_examples(
+            settings, tokenizer, masking_settings,
+            all_documents[20 * block_index:20 * (block_index + 1)], seed_prefix=(1, block_index))
         digest = hashlib.sha256()
         for example in examples:
             digest.update(len(example).to_bytes(8, "little") + example)

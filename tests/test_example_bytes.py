@@ -4,7 +4,7 @@ import pytest
 import tensorflow_datasets as tfds
 from tensorflow_datasets.core import example_serializer
 
-from albert_jax.data import builder, example_bytes
+from albert_jax.data import build_unit, example_bytes
 
 
 def _tfds_bytes(features: tfds.features.FeaturesDict, example: dict) -> bytes:
@@ -46,7 +46,7 @@ def test_random_examples_have_tfds_bytes():
 def test_pretraining_features_have_tfds_bytes():
     """The SPEC 1.5 features at seq 512 with realistic values (what `data build` writes)."""
     rng = np.random.default_rng(1)
-    features = builder.example_features(512, 20)
+    features = build_unit.example_features(512, 20)
     encode = example_bytes.ExampleEncoder(
         {name: (feature.shape, feature.np_dtype) for name, feature in features.items()})
     for _ in range(50):

@@ -10,6 +10,7 @@ PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "albert_jax"
 # ARCHITECTURE.md's table, lowest first: a unit imports only units of strictly lower rows.
 LAYERS = [
     {"errors", "files", "distributed"},
+    {"file_lock"},
     {"model", "data"},
     {"config"},
     {"train"},
