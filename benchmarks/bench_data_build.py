@@ -2,7 +2,8 @@
 create_pretraining_data.py (the reference) against `albert-jax data build`.
 
   python benchmarks/bench_data_build.py --reference_dir=DIR [--sizes_mb=16,48] [--workdir=DIR]
-      [--systems=reference,ours,beam] [--vocab_size=8000] [--seq_len=512] [--dupe_factor=5]
+      [--systems=reference,ours,beam] [--reference_sizes_mb=16] [--unit_mb=4]
+      [--vocab_size=8000] [--seq_len=512] [--dupe_factor=5]
 
 --reference_dir: a checkout of https://github.com/google-research/albert (its
 create_pretraining_data.py and tokenization.py are copied into a package `albert` and run as
@@ -21,7 +22,9 @@ What it does, all seeds fixed:
    tokenizer code (`tokenizer.train`, SPEC 2.1).
 3. Builds each corpus with each system in a fresh process, seq --seq_len, --dupe_factor passes,
    masked_lm_prob 0.15, 20 predictions, 3-grams, short_seq_prob 0.1, SOP; ours with
-   data.eval_fraction 0 (one split, like the reference):
+   data.eval_fraction 0 (one split, like the reference) and data.unit_bytes --unit_mb MiB (the
+   same config, so the same shards, for both of our rows); the reference at
+   --reference_sizes_mb only (it holds the whole corpus x dupe_factor in memory):
      reference  `python -m albert.create_pretraining_data` (random_seed 12345), one TFRecord file;
      ours       `builder.build_from_config(config, num_processes=1)`, what `albert-jax data build`
                 runs, in one process (no pool);
@@ -29,15 +32,19 @@ What it does, all seeds fixed:
                 direct_running_mode=multi_processing,direct_num_workers=2` (where the CLI has it).
    This process makes itself the child subreaper (prctl PR_SET_CHILD_SUBREAPER), so every process
    a build starts, reaped by it or orphaned, is waited for here: "CPU s" is user + sys of all of
-   them (getrusage of the children), "peak RSS" the largest of any one process (main or worker).
-   The command's own process also reports its RSS alone (`main`).
-Prints one row per (system, size): instances, CPU seconds, instances per CPU-second, the ratio
-to the reference of the same size, peak RSS of the main process and of the largest worker.
+   them (getrusage of the children). The command's process reports its own peak RSS ("main":
+   for the reference and ours with 1 process, the whole work) and that of the largest child it
+   reaped; with the orphans reaped here, "largest worker" is the largest other process.
+Prints one row per (system, size), medians over --repeats interleaved runs: instances, CPU
+seconds, wall seconds, instances per CPU-second, the ratio to the reference of the same size,
+peak RSS of the main process and of the largest worker.
 """
 from __future__ import annotations
 
 import argparse
+import collections
 import ctypes
+import functools
 import glob
 import gzip
 import json
@@ -45,9 +52,11 @@ import os
 import re
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import time
+from typing import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # configs/
 from albert_jax.data import corpus, tokenizer  # noqa: E402
@@ -136,27 +145,28 @@ def measured(command: list[str], log_path: str, env: dict[str, str]) -> dict:
         _, status, usage = os.wait4(process.pid, 0)
         process.returncode = os.waitstatus_to_exitcode(status)
     seconds = time.perf_counter() - start
-    cpu, rss = usage.ru_utime + usage.ru_stime, usage.ru_maxrss
+    cpu, orphan_rss = usage.ru_utime + usage.ru_stime, 0
     while True:  # Orphans reparented to us (we are the subreaper).
         try:
             _, _, orphan = os.wait4(-1, 0)
         except ChildProcessError:
             break
         cpu += orphan.ru_utime + orphan.ru_stime
-        rss = max(rss, orphan.ru_maxrss)
+        orphan_rss = max(orphan_rss, orphan.ru_maxrss)
     with open(log_path) as log:
         output = log.read()
     if process.returncode:
         sys.exit(f"{' '.join(command)} failed ({process.returncode}):\n{output[-4000:]}")
-    main_rss = re.search(r"MAIN_RSS_KB (\d+)", output)
-    return {"cpu_s": cpu, "wall_s": seconds, "peak_rss_mb": rss / 1024,
-            "main_rss_mb": int(main_rss.group(1)) / 1024 if main_rss else None, "output": output}
+    main_rss, children_rss = map(int, re.search(r"RSS_KB (\d+) (\d+)", output).groups())
+    return {"cpu_s": cpu, "wall_s": seconds, "main_rss_mb": main_rss / 1024,
+            "worker_rss_mb": max(children_rss, orphan_rss) / 1024, "output": output}
 
 
 def _rss_reporting(code: str) -> list[str]:
-    """`python -c code`, then print the process's own peak RSS (RUSAGE_SELF)."""
-    return [sys.executable, "-c", code + "\nimport resource\nprint('MAIN_RSS_KB', "
-            "resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"]
+    """`python -c code`, then print the peak RSS of the process itself and of the largest of
+    the child processes it reaped (its workers)."""
+    return [sys.executable, "-c", code + "\nimport resource\nprint('RSS_KB', *(resource."
+            "getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)))"]
 
 
 def run_reference(arguments, corpus_glob: str, model: str, workdir: str, env: dict) -> dict:
@@ -185,49 +195,47 @@ def _config_overrides(arguments, corpus_glob: str, model: str, data_dir: str) ->
     return {"seed": SEED, "seq_len": arguments.seq_len, "data.corpus": corpus_glob,
             "data.tokenizer": model, "data.vocab_size": arguments.vocab_size,
             "data.dir": data_dir, "data.dupe_factor": arguments.dupe_factor,
-            "data.eval_fraction": 0.0}
+            "data.eval_fraction": 0.0, "data.unit_bytes": int(arguments.unit_mb * 2**20)}
 
 
-def _instances(output: str) -> int:
-    return int(re.search(r"(\d+) examples in", output).group(1))
-
-
-def run_ours(arguments, corpus_glob: str, model: str, workdir: str, env: dict) -> dict:
-    data_dir = os.path.join(workdir, "ours")
+def _our_build(name: str, code: Callable[[dict], str], arguments, corpus_glob: str, model: str,
+               workdir: str, env: dict) -> dict:
+    """Runs `code(config overrides)` (a build into workdir/name), measured; then removes it."""
+    data_dir = os.path.join(workdir, name)
     shutil.rmtree(data_dir, ignore_errors=True)
-    code = ("from configs import pretrain\nfrom albert_jax.data import builder\n"
+    overrides = _config_overrides(arguments, corpus_glob, model, data_dir)
+    result = measured(_rss_reporting(code(overrides)), os.path.join(workdir, f"{name}.log"), env)
+    result["instances"] = int(re.search(r"(\d+) examples in", result["output"]).group(1))
+    shutil.rmtree(data_dir)
+    return result
+
+
+def _builder_code(overrides: dict) -> str:
+    """`builder.build_from_config(config, num_processes=1)`: what `data build` runs, inline."""
+    return ("from configs import pretrain\nfrom albert_jax.data import builder\n"
             "config = pretrain.get_config()\n"
-            f"for key, value in {_config_overrides(arguments, corpus_glob, model, data_dir)!r}"
-            ".items():\n"
+            f"for key, value in {overrides!r}.items():\n"
             "    *path, name = key.split('.')\n"
             "    node = config\n"
             "    for part in path:\n        node = node[part]\n"
             "    node[name] = value\n"
             "builder.build_from_config(config, num_processes=1)")
-    result = measured(_rss_reporting(code), os.path.join(workdir, "ours.log"), env)
-    result["instances"] = _instances(result["output"])
-    shutil.rmtree(data_dir)
-    return result
+
+
+def _beam_code(overrides: dict) -> str:
+    """`albert-jax data build --config=configs/pretrain.py --beam_pipeline_options=...`."""
+    config = os.path.join(os.path.dirname(HERE), "configs", "pretrain.py")
+    argv = (["albert-jax", "data", "build", f"--config={config}",
+             f"--beam_pipeline_options={BEAM_OPTIONS}"]
+            + [f"--config.{key}={value}" for key, value in overrides.items()])
+    # (sys.argv: ml_collections finds the --config.<key> overrides there)
+    return (f"import sys\nfrom albert_jax import cli\nsys.argv = {argv!r}\ntry:\n    cli.main()\n"
+            "except SystemExit as exit:\n    assert not exit.code, exit.code")
 
 
 def beam_available() -> bool:
     with open(os.path.join(os.path.dirname(HERE), "albert_jax", "cli.py")) as file:
         return "beam_pipeline_options" in file.read()
-
-
-def run_beam(arguments, corpus_glob: str, model: str, workdir: str, env: dict) -> dict:
-    data_dir = os.path.join(workdir, "beam")
-    shutil.rmtree(data_dir, ignore_errors=True)
-    overrides = _config_overrides(arguments, corpus_glob, model, data_dir)
-    command = ("from albert_jax import cli\nargv = ['albert-jax', 'data', "
-               f"'build', '--config={os.path.join(os.path.dirname(HERE), 'configs/pretrain.py')}', "
-               f"'--beam_pipeline_options={BEAM_OPTIONS}'] + "
-               f"{[f'--config.{key}={value}' for key, value in overrides.items()]!r}\n"
-               "try:\n    cli.main(argv)\nexcept SystemExit as exit:\n    assert not exit.code, exit.code")
-    result = measured(_rss_reporting(command), os.path.join(workdir, "beam.log"), env)
-    result["instances"] = _instances(result["output"])
-    shutil.rmtree(data_dir)
-    return result
 
 
 def main() -> None:
@@ -236,10 +244,15 @@ def main() -> None:
                         help="a checkout of github.com/google-research/albert")
     parser.add_argument("--sizes_mb", default="16,48")
     parser.add_argument("--systems", default="reference,ours,beam")
+    parser.add_argument("--reference_sizes_mb", default=None,
+                        help="sizes the reference runs at (default: the smallest of --sizes_mb)")
+    parser.add_argument("--unit_mb", type=float, default=4.0,
+                        help="data.unit_bytes of our builds, in MiB (units spread over workers)")
     parser.add_argument("--vocab_size", type=int, default=8000)
     parser.add_argument("--seq_len", type=int, default=512)
     parser.add_argument("--dupe_factor", type=int, default=5)
     parser.add_argument("--workdir", default="/tmp/bench_data_build")
+    parser.add_argument("--repeats", type=int, default=1, help="interleaved runs of each row")
     arguments = parser.parse_args()
     systems = arguments.systems.split(",")
     if "reference" in systems and not arguments.reference_dir:
@@ -251,6 +264,8 @@ def main() -> None:
     _become_subreaper()
     os.makedirs(arguments.workdir, exist_ok=True)
     sizes = sorted(map(float, arguments.sizes_mb.split(",")))
+    reference_sizes = (set(map(float, arguments.reference_sizes_mb.split(",")))
+                       if arguments.reference_sizes_mb else {sizes[0]})
     corpora = {size: write_corpus(os.path.join(arguments.workdir, f"corpus_{size:g}mb"), size)
                for size in sizes}
     model = os.path.join(arguments.workdir, f"spm{arguments.vocab_size}.model")
@@ -260,31 +275,40 @@ def main() -> None:
     repo = os.path.dirname(HERE)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [repo] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
-    runners = {"reference": run_reference, "ours": run_ours, "beam": run_beam}
-    rows = []
-    for size in sizes:
-        corpus_bytes = sum(os.path.getsize(path) for path in glob.glob(corpora[size]))
-        for system in systems:
-            result = runners[system](arguments, corpora[size], model, arguments.workdir, env)
-            result.pop("output")
-            rows.append((system, corpus_bytes, result))
-            print(f"{system} {corpus_bytes / 1e6:.1f} MB: {json.dumps(result)}", flush=True)
+    runners = {"reference": run_reference,
+               "ours": functools.partial(_our_build, "ours", _builder_code),
+               "beam": functools.partial(_our_build, "beam", _beam_code)}
+    runs = collections.defaultdict(list)  # (system, corpus bytes) -> results, interleaved
+    for _ in range(arguments.repeats):
+        for size in sizes:
+            corpus_bytes = sum(os.path.getsize(path) for path in glob.glob(corpora[size]))
+            for system in systems:
+                if system == "reference" and size not in reference_sizes:
+                    continue
+                result = runners[system](arguments, corpora[size], model, arguments.workdir, env)
+                result.pop("output")
+                runs[system, corpus_bytes].append(result)
+                print(f"{system} {corpus_bytes / 1e6:.1f} MB: {json.dumps(result)}", flush=True)
 
     print(f"\nseq_len {arguments.seq_len}, dupe_factor {arguments.dupe_factor}, SentencePiece "
-          f"{arguments.vocab_size} pieces; CPU s = user + sys of every process of the command")
+          f"{arguments.vocab_size} pieces; CPU s = user + sys of every process of the command, "
+          f"median of {arguments.repeats} interleaved run(s); peak RSS the largest of the runs")
     print("| system | corpus MB | instances | CPU s | wall s | instances / CPU-s | x reference "
-          "| peak RSS main MB | peak RSS largest process MB |")
+          "| peak RSS main MB | peak RSS largest worker MB |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     speed = {}
-    for system, corpus_bytes, result in rows:
-        per_cpu = result["instances"] / result["cpu_s"]
-        speed[system, corpus_bytes] = per_cpu
+    for (system, corpus_bytes), results in runs.items():
+        cpu_s = statistics.median(result["cpu_s"] for result in results)
+        instances = results[0]["instances"]
+        speed[system, corpus_bytes] = instances / cpu_s
         reference = speed.get(("reference", corpus_bytes))
-        ratio = f"{per_cpu / reference:.2f}x" if reference else ""
-        main_rss = f"{result['main_rss_mb']:.0f}" if result["main_rss_mb"] else ""
-        print(f"| {system} | {corpus_bytes / 1e6:.1f} | {result['instances']:,} | "
-              f"{result['cpu_s']:.1f} | {result['wall_s']:.1f} | {per_cpu:,.0f} | {ratio} | "
-              f"{main_rss} | {result['peak_rss_mb']:.0f} |")
+        ratio = f"{instances / cpu_s / reference:.2f}x" if reference else ""
+        workers = [result["worker_rss_mb"] for result in results if result["worker_rss_mb"]]
+        print(f"| {system} | {corpus_bytes / 1e6:.1f} | {instances:,} | {cpu_s:.1f} | "
+              f"{statistics.median(result['wall_s'] for result in results):.1f} | "
+              f"{instances / cpu_s:,.0f} | {ratio} | "
+              f"{max(result['main_rss_mb'] for result in results):.0f} | "
+              f"{f'{max(workers):.0f}' if workers else ''} |")
 
 
 if __name__ == "__main__":
