@@ -15,8 +15,9 @@ What it does, all seeds fixed:
 1. Makes a corpus of each size from text already on a Debian/Ubuntu machine that our tests never
    made: /usr/share/doc/*/copyright, /usr/share/common-licenses/*, then the gzipped docs under
    /usr/share/doc (READMEs, NEWS, changelogs), in that (sorted) order; one sentence per line
-   (`corpus.split_sentences` of each paragraph), a blank line between documents (SPEC 1.2; a
-   file is one document, cut at paragraph ends past 8,000 characters), over 1 MB files. The
+   (`corpus.split_sentences` of each paragraph; a "sentence" of over 1,000 characters, e.g. a
+   table, cut at spaces), a blank line between documents (SPEC 1.2; a file is one document, cut
+   at a paragraph end past 8,000 characters or anywhere past 16,000), over 1 MB files. The
    smaller corpus is a prefix of the larger.
 2. Trains one SentencePiece model of --vocab_size pieces on the smallest corpus with our
    tokenizer code (`tokenizer.train`, SPEC 2.1).
@@ -65,6 +66,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 STANDIN = os.path.join(HERE, "reference_standin")
 FILE_BYTES = 1 << 20
 DOCUMENT_CHARACTERS = 8000
+SENTENCE_CHARACTERS = 1000
 BEAM_OPTIONS = "runner=FnApiRunner,direct_running_mode=multi_processing,direct_num_workers=2"
 SEED = 12345
 
@@ -78,8 +80,26 @@ def _text_sources() -> list[str]:
             + sorted(glob.glob("/usr/share/doc/**/*.gz", recursive=True)))
 
 
+def _sentences(paragraph: str) -> list[str]:
+    """The sentences of a paragraph with letters in them; a "sentence" over SENTENCE_CHARACTERS
+    (a table, a list without full stops) is cut at spaces into lines of at most that."""
+    sentences = []
+    for sentence in corpus.split_sentences(paragraph):
+        if not re.search(r"[A-Za-z]", sentence):
+            continue
+        line = ""
+        for word in sentence.split():
+            if line and len(line) + 1 + len(word) > SENTENCE_CHARACTERS:
+                sentences.append(line)
+                line = ""
+            line = f"{line} {word}" if line else word
+        sentences.append(line)
+    return sentences
+
+
 def _documents(path: str) -> list[list[str]]:
-    """The documents of one file: sentences of its paragraphs, cut past DOCUMENT_CHARACTERS."""
+    """The documents of one file: its sentences, cut into documents past DOCUMENT_CHARACTERS
+    (at a paragraph end where one comes within 2x that)."""
     try:
         with (gzip.open(path) if path.endswith(".gz") else open(path, "rb")) as file:
             text = file.read().decode("utf-8", errors="replace")
@@ -87,9 +107,12 @@ def _documents(path: str) -> list[list[str]]:
         return []
     documents, document, characters = [], [], 0
     for paragraph in re.split(r"\n\s*\n", text):
-        sentences = [s for s in corpus.split_sentences(paragraph) if re.search(r"[A-Za-z]", s)]
-        document.extend(sentences)
-        characters += sum(map(len, sentences))
+        for sentence in _sentences(paragraph):
+            document.append(sentence)
+            characters += len(sentence)
+            if characters >= 2 * DOCUMENT_CHARACTERS:
+                documents.append(document)
+                document, characters = [], 0
         if characters >= DOCUMENT_CHARACTERS:
             documents.append(document)
             document, characters = [], 0
