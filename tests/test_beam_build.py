@@ -120,6 +120,27 @@ def test_a_unit_run_again_writes_the_same_files(corpus_settings, tmp_path):
         shard["examples"] for shard in first["splits"]["train"]["shards"]) > 0
 
 
+def test_a_build_killed_while_finalizing_finishes_with_the_same_bytes(corpus_settings, tmp_path,
+                                                                     monkeypatch, capsys):
+    straight = builder.build_from_config(
+        run_config({**corpus_settings, "data.dir": str(tmp_path / "straight")}), num_processes=1)
+    config = run_config({**corpus_settings, "data.dir": str(tmp_path / "data")})
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt  # every shard renamed into place, no metadata yet
+
+    with monkeypatch.context() as patch:
+        patch.setattr(tfds.core.DatasetInfo, "write_to_directory", killed)
+        with pytest.raises(KeyboardInterrupt):
+            builder.build_from_config(config, num_processes=1)
+    folder = dataset_settings.dataset_dir(config)
+    assert not builder.make_builder(config).is_prepared()
+    assert not list(Path(folder, build_unit.UNITS_DIR).glob("*.array_record"))  # all renamed
+    builder.build_from_config(config, num_processes=1)
+    assert f"{NUM_FILES} built before; 0 to build" in capsys.readouterr().out
+    assert digests(folder) == digests(straight)
+
+
 def test_a_second_build_of_one_folder_is_refused(corpus_settings, tmp_path):
     config = run_config({**corpus_settings, "data.dir": str(tmp_path / "data")})
     folder = Path(dataset_settings.dataset_dir(config))
