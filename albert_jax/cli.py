@@ -38,7 +38,8 @@ from albert_jax import ablation, config as config_lib, distributed, pretraining
 from albert_jax.convert import formats
 from albert_jax.data import builder, dataset_settings, inspection, shard_copy, tokenizer
 from albert_jax.errors import ConfigError
-from albert_jax.finetune import registry, run as finetune_run, squad_eval
+from albert_jax.finetune import registry, run as finetune_run
+from albert_jax.finetune.squad import official_eval as squad_eval
 from albert_jax.train import checkpoint, integrity, loop, plan as plan_lib, workdir_lock
 from albert_jax.train import workdir as workdir_names
 

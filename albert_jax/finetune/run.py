@@ -1,5 +1,5 @@
 """`albert-jax finetune`, `evaluate`, `predict` and the fine-tuned HuggingFace export, for every
-registered task (finetune/registry.py); nothing here names a task.
+registered task (core/registry.py); nothing here names a task.
 
   finetune: config -> the task class of `config.task` -> its checks, tokenizer, architecture
             and backbone from `init_from` -> the training loop (best dev checkpoint kept in
@@ -36,10 +36,11 @@ from albert_jax import files
 from albert_jax.convert.huggingface import save_huggingface
 from albert_jax.data.tokenizer import Tokenizer
 from albert_jax.errors import ConfigError
-from albert_jax.finetune import fill_mask, registry
-from albert_jax.finetune import pretrained as pretrained_lib
-from albert_jax.finetune.task import FinetuneTask, real_rows
-from albert_jax.finetune.text_files import open_text
+from albert_jax.finetune import fill_mask
+from albert_jax.finetune.core import pretrained as pretrained_lib
+from albert_jax.finetune.core import registry
+from albert_jax.finetune.core.task import FinetuneTask, real_rows
+from albert_jax.finetune.core.text_files import open_text
 from albert_jax.train import buckets, checkpoint, loop, sharding
 from albert_jax.train import step as step_lib
 from albert_jax.train import workdir as workdir_names

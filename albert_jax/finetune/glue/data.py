@@ -29,9 +29,9 @@ import numpy.typing as npt
 from etils import epath
 
 from albert_jax import files
-from albert_jax.finetune import scores
-from albert_jax.finetune.examples import TextExample
-from albert_jax.finetune.text_files import open_text
+from albert_jax.finetune.core import scores
+from albert_jax.finetune.core.examples import TextExample
+from albert_jax.finetune.core.text_files import open_text
 
 @dataclasses.dataclass(frozen=True)
 class SkipReport:

@@ -1,5 +1,6 @@
 """Tagging your own files: `configs/custom.py:kind=token_classification` (tagging_data.py reads
-CoNLL columns, JSON Lines or Parquet; token_classification.py is the model, loss and metrics).
+CoNLL columns, JSON Lines or Parquet; kinds/token_classification.py is the model, loss and
+metrics).
 
   albert-jax finetune --config=configs/custom.py:kind=token_classification \
       --config.data.train_file=train.conll --config.data.dev_file=dev.conll \
@@ -20,16 +21,14 @@ from etils import epath
 
 from albert_jax.data.tokenizer import Tokenizer
 from albert_jax.errors import ConfigError
-from albert_jax.finetune import custom_data, registry, tagging_data
-from albert_jax.finetune.pretrained import Pretrained
-from albert_jax.finetune.task import own_file_splits
-from albert_jax.finetune.token_classification import SELECTION_METRICS, TokenClassificationTask
+from albert_jax.finetune.core import registry
+from albert_jax.finetune.core.examples import Sentence
+from albert_jax.finetune.core.pretrained import Pretrained
+from albert_jax.finetune.custom import data as custom_data, tagging_data
+from albert_jax.finetune.kinds.token_classification import SELECTION_METRICS, TokenClassificationTask
 from albert_jax.model import ModelConfig
 from albert_jax.train import workdir as workdir_names
 from albert_jax.train.task import Selection
-
-_SPLIT_FILES = {"train": "train_file", "dev": "dev_file", "test": "test_file"}
-
 
 def _given_labels(data: ml_collections.ConfigDict) -> tuple[str, ...]:
     """config data.labels as a tuple of IOB2 tags ("" = none given)."""
@@ -43,7 +42,7 @@ def _given_labels(data: ml_collections.ConfigDict) -> tuple[str, ...]:
 
 
 @registry.register("token_classification")
-class OwnTaggingTask(TokenClassificationTask):
+class CustomTokenClassificationTask(TokenClassificationTask):
     """Your sentences, a tag per word -> entities; entity F1 (seqeval's) on dev."""
 
     name = "token_classification"
@@ -65,7 +64,7 @@ class OwnTaggingTask(TokenClassificationTask):
                 raise ConfigError(f"config data.{key} is empty: give your {key.split('_')[0]} "
                                   f"file (--config.data.{key}=FILE: .conll, .txt, .jsonl or "
                                   ".parquet)")
-        for key in _SPLIT_FILES.values():
+        for key in custom_data.SPLIT_FILE_KEYS.values():
             if data[key]:
                 tagging_data.check_extension(data[key])
                 if not epath.Path(data[key]).is_file():
@@ -86,13 +85,14 @@ class OwnTaggingTask(TokenClassificationTask):
                  tokenizer: Tokenizer | None, pretrained: Pretrained | None,
                  run_dir: epath.Path | None = None) -> None:
         self.config = config
-        self.eval_splits, self.test_splits = own_file_splits(config)
+        self.eval_splits, self.test_splits = custom_data.custom_file_splits(config)
         self.selection = Selection("dev", config.selection_metric)
         self.columns = tagging_data.TagColumns(tokens=config.data.tokens, tags=config.data.tags,
                                                id=config.data.id,
                                                tag_column=config.data.tag_column)
-        self._splits: dict[str, list[tagging_data.Sentence]] = {}
-        self.labels = self._workdir_labels(run_dir) if run_dir is not None else self._train_labels()
+        self._splits: dict[str, list[Sentence]] = {}
+        self.labels = (custom_data.labels_in_workdir(run_dir) if run_dir is not None
+                       else self._train_labels())
         super().__init__(config, model_config, tokenizer, pretrained, run_dir)
         if tokenizer is not None and run_dir is None:
             # A run about to train: every file is read now, so a bad line stops it before
@@ -108,19 +108,11 @@ class OwnTaggingTask(TokenClassificationTask):
                              "needs entity tags (B-X, I-X) to learn")
         return labels
 
-    @staticmethod
-    def _workdir_labels(run_dir: epath.Path) -> tuple[str, ...]:
-        path = run_dir / workdir_names.LABELS_FILE
-        if not path.exists():
-            raise FileNotFoundError(f"{path} does not exist: the run in {run_dir} keeps its tag "
-                                    "list there; it was deleted or the run never started")
-        return custom_data.labels_from_json(path.read_text(encoding="utf-8"), str(path))
-
-    def split_examples(self, split: str) -> list[tagging_data.Sentence]:
+    def split_examples(self, split: str) -> list[Sentence]:
         if split not in self._splits:
             # The training file decides the tag list; the other files are read against it.
             self._splits[split] = tagging_data.read_file(
-                self.config.data[_SPLIT_FILES[split]], self.columns,
+                self.config.data[custom_data.SPLIT_FILE_KEYS[split]], self.columns,
                 scheme=self.config.data.tag_scheme,
                 labels=None if split == "train" else self.labels, labelled=split != "test")
         return self._splits[split]

@@ -12,10 +12,11 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from albert_jax.finetune import race, registry, scores, tables
-from albert_jax.finetune.examples import ChoiceQuestion
-from albert_jax.finetune.multiple_choice import MultipleChoiceTask
-from albert_jax.finetune.task import real_rows
+from albert_jax.finetune.core import registry, scores, tables
+from albert_jax.finetune.core.examples import ChoiceQuestion
+from albert_jax.finetune.core.task import real_rows
+from albert_jax.finetune.kinds.multiple_choice import MultipleChoiceTask
+from albert_jax.finetune.race import data as race
 from albert_jax.train.task import Batch
 
 

@@ -1,5 +1,5 @@
-"""Multiple choice (SPEC 8.4): the head, loss and prediction records shared by RACE (race_task.py)
-and a user's own multiple-choice data (custom_task.py).
+"""Multiple choice (SPEC 8.4): the head, loss and prediction records shared by RACE (race/task.py)
+and a user's own multiple-choice files (custom/task.py).
 
 Each example is `num_choices` rows `[CLS] context [SEP] question+option [SEP]`; the model scores
 each row (AlbertForMultipleChoice) and the softmax over the options is trained with the
@@ -15,8 +15,8 @@ import jax
 import numpy as np
 
 from albert_jax.convert.huggingface import FinetunedHead
-from albert_jax.finetune import features
-from albert_jax.finetune.classification import ClassificationTask
+from albert_jax.finetune.core import features
+from albert_jax.finetune.kinds.classification import ClassificationTask
 from albert_jax.model import AlbertForMultipleChoice, example_inputs
 
 

@@ -1,16 +1,16 @@
 """Tagged sentences -> model rows: each word tokenised on its own, its tag on its first piece, a
 long sentence cut into overlapping windows.
 
-  arrays = tagging_features.build(sentences, tokenizer, seq_len=128, doc_stride=64,
-                                  label_ids={"O": 0, "B-PER": 1, "I-PER": 2})
-  tags = tagging_features.word_tags(arrays_predicted, num_sentences, labels)
+  arrays = token_features.build(sentences, tokenizer, seq_len=128, doc_stride=64,
+                                label_ids={"O": 0, "B-PER": 1, "I-PER": 2})
+  tags = token_features.word_tags(arrays_predicted, num_sentences, labels)
 
 A row is [CLS] pieces [SEP] (segment 0). `labels` holds the tag id of each word on its first
 piece and -100 (HuggingFace's ignored index) on the other pieces, [CLS], [SEP] and padding; with
 `label_all_pieces` the other pieces of a word carry its tag too, B-X as I-X (run_ner.py's
 label_all_tokens). A sentence of more pieces than a row holds is cut into windows `doc_stride`
-pieces apart (SQuAD's doc spans, squad.sliding_windows); every word is predicted from the one
-window where its first piece has the most context (squad.max_context_windows), so no word is
+pieces apart (SQuAD's doc spans, core/windows.py); every word is predicted from the one
+window where its first piece has the most context (max_context_windows), so no word is
 dropped or predicted twice. `word_index` says which word a row predicts at each position (-1:
 none) and `sentence_index` which sentence a row is of: predictions carry both back, whatever
 order the rows ran in.
@@ -23,8 +23,8 @@ import numpy as np
 
 from albert_jax.data.tokenizer import Tokenizer
 from albert_jax.errors import ConfigError
-from albert_jax.finetune import squad
-from albert_jax.finetune.tagging_data import Sentence
+from albert_jax.finetune.core.examples import Sentence
+from albert_jax.finetune.core.windows import max_context_windows, sliding_windows
 
 IGNORED = -100  # the label of a position that is not in the loss (HuggingFace's convention)
 
@@ -71,8 +71,8 @@ def build(sentences: Sequence[Sentence], tokenizer: Tokenizer, *, seq_len: int, 
             if continuation is not None:
                 piece_labels = np.where(is_first, piece_labels, [
                     continuation[label] for label in word_labels[word_of_piece]])
-        windows = squad.sliding_windows(len(ids), seq_len - 2, doc_stride)
-        best_window = squad.max_context_windows(windows, len(ids))
+        windows = sliding_windows(len(ids), seq_len - 2, doc_stride)
+        best_window = max_context_windows(windows, len(ids))
         for window, (start, length) in enumerate(windows):
             span = slice(start, start + length)
             row_ids = np.zeros(seq_len, np.int32)

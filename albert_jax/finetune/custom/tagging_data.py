@@ -30,7 +30,8 @@ from typing import Any, Iterable, Iterator, Sequence
 
 from etils import epath
 
-from albert_jax.finetune import tables
+from albert_jax.finetune.core import tables
+from albert_jax.finetune.core.examples import Sentence
 
 SCHEMES: dict[str, tuple[str, ...]] = {"iob2": ("B", "I"), "iob1": ("B", "I"),
                                        "bioes": ("B", "I", "E", "S")}
@@ -39,16 +40,6 @@ TABLE_EXTENSIONS = (".jsonl", ".parquet")
 OUTSIDE = "O"
 _DOCSTART = "-DOCSTART-"
 _TAG = re.compile(r"([A-Z])-(\S+)")
-
-
-@dataclasses.dataclass(frozen=True)
-class Sentence:
-    """One sentence: words and their IOB2 tags (None in a file without tags)."""
-
-    id: str
-    tokens: tuple[str, ...]
-    tags: tuple[str, ...] | None
-    source: str
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,17 +1,17 @@
 """Token classification (tagging: named entities, parts of speech, chunks, slots): the model,
-loss, predictions, metrics and records of any tagging task (tagging_task.py registers the one
-on your own files).
+loss, predictions, metrics and records of any tagging task (custom/tagging_task.py registers
+the one on your own files).
 
   AlbertForTokenClassification over `labels` (IOB2 tags, "O" first); softmax cross-entropy over
   the positions that carry a label (a word's first piece; every piece with label_all_pieces),
   averaged over the whole batch's labelled positions, as HuggingFace's token classifier;
   predictions: the arg-max tag of every position, mapped back to words by each row's
-  `word_index` (tagging_features.py: each word from the window where it has the most context);
-  dev metrics: entity precision, recall and F1 as seqeval computes them (entities.py), word
+  `word_index` (token_features.py: each word from the window where it has the most context);
+  dev metrics: entity precision, recall and F1 as seqeval computes them (core/entities.py), word
   accuracy and the per-type scores; `f1` keeps the best checkpoint.
 
 A family subclass supplies the sentences (`split_examples`, `read_inputs`: lists of
-tagging_data.Sentence) and `labels`.
+examples.Sentence) and `labels`.
 """
 from __future__ import annotations
 
@@ -28,10 +28,11 @@ from etils import epath
 from albert_jax import files
 from albert_jax.convert.huggingface import FinetunedHead
 from albert_jax.data.tokenizer import Tokenizer
-from albert_jax.finetune import entities, tagging_features
-from albert_jax.finetune.pretrained import Pretrained
-from albert_jax.finetune.tagging_data import Sentence
-from albert_jax.finetune.task import FinetuneTask, real_rows
+from albert_jax.finetune.core import entities
+from albert_jax.finetune.core.examples import Sentence
+from albert_jax.finetune.core.pretrained import Pretrained
+from albert_jax.finetune.core.task import FinetuneTask, real_rows
+from albert_jax.finetune.kinds import token_features
 from albert_jax.model import AlbertForTokenClassification, ModelConfig
 from albert_jax.train import flops
 from albert_jax.train import workdir as workdir_names
@@ -59,9 +60,9 @@ class TokenClassificationTask(FinetuneTask):
 
     # --- Features --------------------------------------------------------------------------------
     def features(self, sentences: Sequence[Sentence], *, labelled: bool) -> dict[str, np.ndarray]:
-        """tagging_features.build's rows of `sentences` (labels only when `labelled`)."""
+        """token_features.build's rows of `sentences` (labels only when `labelled`)."""
         data = self.config.data
-        return tagging_features.build(
+        return token_features.build(
             sentences, self.tokenizer, seq_len=self.config.seq_len, doc_stride=data.doc_stride,
             label_ids={tag: index for index, tag in enumerate(self.labels)} if labelled else None,
             label_all_pieces=data.label_all_pieces)
@@ -76,7 +77,7 @@ class TokenClassificationTask(FinetuneTask):
 
     def input_features(self, examples: list[Any]) -> dict[str, np.ndarray]:
         arrays = self.features(examples, labelled=False)
-        arrays["labels"] = np.full_like(arrays["input_ids"], tagging_features.IGNORED)
+        arrays["labels"] = np.full_like(arrays["input_ids"], token_features.IGNORED)
         return arrays
 
     def train_batch_spec(self, batch_size: int) -> dict[str, jax.ShapeDtypeStruct]:
@@ -130,7 +131,7 @@ class TokenClassificationTask(FinetuneTask):
     def sentence_tags(self, sentences: Sequence[Sentence],
                       predictions: dict[str, np.ndarray]) -> list[list[str]]:
         """The predicted tags of each of `sentences`, one per word."""
-        return tagging_features.word_tags(real_rows(predictions), len(sentences), self.labels)
+        return token_features.word_tags(real_rows(predictions), len(sentences), self.labels)
 
     def prediction_records(self, examples: list[Any],
                            predictions: dict[str, np.ndarray]) -> list[dict[str, Any]]:

@@ -6,11 +6,11 @@
         sigmoid loss; dev metrics of the official v2.0 evaluator with null_odds as na_probs;
         the best checkpoint by best_f1 (why: `SquadTask.__init__`).
 
-Data: the examples become sliding-window features (finetune/squad.py), one row per window, held
-in memory and streamed like GLUE's (finetune/task.py). Evaluation gathers per window its model
+Data: the examples become sliding-window features (squad/data.py), one row per window, held
+in memory and streamed like GLUE's (core/task.py). Evaluation gathers per window its model
 outputs and `feature_index`, so the windows of one question come together again whatever the
 devices, hosts and padding (rows of `example_weight` 0 are dropped); post-processing
-(finetune/squad_postprocess.py) picks each question's answer over all its windows.
+(squad/postprocess.py) picks each question's answer over all its windows.
 
 Dev metrics are the evaluator's percentages (0-100), named as the official scripts name them,
 except v2.0's "exact", which is `exact_match` here as in v1.1; counts ("total") are left out.
@@ -30,10 +30,13 @@ from etils import epath
 from albert_jax.convert.huggingface import FinetunedHead
 from albert_jax.data.tokenizer import Tokenizer
 from albert_jax.errors import ConfigError
-from albert_jax.finetune import registry, squad, squad_eval, squad_postprocess, tables
-from albert_jax.finetune.pretrained import Pretrained
-from albert_jax.finetune.squad import FeatureInfo, SquadExample
-from albert_jax.finetune.task import FinetuneTask
+from albert_jax.finetune.core import registry, tables
+from albert_jax.finetune.core.pretrained import Pretrained
+from albert_jax.finetune.core.task import FinetuneTask
+from albert_jax.finetune.squad import data as squad
+from albert_jax.finetune.squad import official_eval as squad_eval
+from albert_jax.finetune.squad import postprocess as squad_postprocess
+from albert_jax.finetune.squad.data import FeatureInfo, SquadExample
 from albert_jax.model import (AlbertForQuestionAnswering, AlbertForQuestionAnsweringV2, ModelConfig,
                               example_inputs, heads)
 from albert_jax.train import flops

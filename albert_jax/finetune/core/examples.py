@@ -1,9 +1,11 @@
 """The examples the readers of every benchmark give the features: a text (pair) to classify or
-score, and a question with options to choose from. Each has an `id`: the name its prediction
-carries in predictions.jsonl and in the benchmark's submission file.
+score, a question with options to choose from, a sentence to tag word by word. Each has an `id`:
+the name its prediction carries in predictions.jsonl and in the benchmark's submission file.
 
-  TextExample:    GLUE (glue.py), a user's classification or regression table (own_data.py).
-  ChoiceQuestion: RACE (race.py), a user's multiple-choice table (own_data.py).
+  TextExample:    GLUE (glue/data.py), a user's classification or regression table
+                  (custom/data.py).
+  ChoiceQuestion: RACE (race/data.py), a user's multiple-choice table (custom/data.py).
+  Sentence:       a user's tagged sentences (custom/tagging_data.py).
 """
 from __future__ import annotations
 
@@ -56,3 +58,13 @@ class ChoiceQuestion:
     answer: int | None
     source: str = ""
     level: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Sentence:
+    """One sentence: words and their IOB2 tags (None in a file without tags)."""
+
+    id: str
+    tokens: tuple[str, ...]
+    tags: tuple[str, ...] | None
+    source: str

@@ -15,9 +15,10 @@ learns:
   files:    the tokenizer (and the task's own files, e.g. labels.json) kept in the workdir, and
             the dev metrics.json of `albert-jax evaluate`.
 Everything else (head, loss, metrics, readers, prediction files, the transformers head for
-export) belongs to the task families: glue_task.py, race_task.py, squad_task.py, custom_task.py, on
-the bases of classification.py and multiple_choice.py. Each registers its names
-(finetune/registry.py).
+export) belongs to the kinds (kinds/: classification, multiple choice, token classification) and
+the families built on them, one folder each: glue/, race/, squad/ and custom/ (the user's own
+files: classification, regression, multiple choice, tagging). Each registers its names
+(core/registry.py).
 """
 from __future__ import annotations
 
@@ -36,8 +37,8 @@ from albert_jax.convert.huggingface import FinetunedHead
 from albert_jax.data import pipeline
 from albert_jax.data.tokenizer import Tokenizer
 from albert_jax.errors import ConfigError
-from albert_jax.finetune import pretrained as pretrained_lib
-from albert_jax.finetune.pretrained import Pretrained
+from albert_jax.finetune.core import pretrained as pretrained_lib
+from albert_jax.finetune.core.pretrained import Pretrained
 from albert_jax.model import ModelConfig, example_inputs, presets
 from albert_jax.train import flops, loop, validation
 from albert_jax.train import workdir as workdir_names
@@ -74,12 +75,6 @@ def real_rows(predictions: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The rows of real examples (padding has example_weight 0)."""
     keep = predictions["example_weight"] > 0
     return {key: value[keep] for key, value in predictions.items()}
-
-
-def own_file_splits(config: ml_collections.ConfigDict) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(eval splits, test splits) of a task on the user's own files: dev, and test where
-    config.data.test_file names one."""
-    return ("dev",), (("test",) if config.data.test_file else ())
 
 
 def _do_lower_case(config: ml_collections.ConfigDict) -> bool:

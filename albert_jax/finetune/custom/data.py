@@ -1,23 +1,27 @@
-"""A user's own data: classification, regression and multiple-choice examples read from
-CSV, TSV, JSON Lines or Parquet files, with the columns named in the config's `data` section.
+"""A user's own files (configs/custom.py): classification, regression and multiple-choice
+examples read from CSV, TSV, JSON Lines or Parquet files, with the columns named in the config's
+`data` section; the splits and the label list every kind of them shares (tagging too).
 
   train = custom_data.read_split(config.data, "classification", "train")
   labels = custom_data.label_list(train, config.data.labels)   # saved as labels.json
   dev = custom_data.read_split(config.data, "classification", "dev", label_list=labels)
 
-The files are tables (finetune/tables.py reads them, in any of its formats); this module turns
-the config's `data` section into the columns to read, the split files and the label list.
+The files are tables (core/tables.py reads them, in any of its formats); this module turns
+the config's `data` section into the columns to read, the split files and the label list, and
+reads back the label list a finished run kept in its workdir (`labels_in_workdir`).
 """
 from __future__ import annotations
 
 import json
 from typing import Any, Iterable, Mapping, Sequence
 
+import ml_collections
 from etils import epath
 
 from albert_jax.errors import ConfigError
-from albert_jax.finetune import tables
-from albert_jax.finetune.examples import ChoiceQuestion, TextExample
+from albert_jax.finetune.core import tables
+from albert_jax.finetune.core.examples import ChoiceQuestion, TextExample
+from albert_jax.train import workdir as workdir_names
 
 
 def columns(data: Mapping[str, Any], kind: str) -> tables.Columns:
@@ -68,7 +72,14 @@ def name_list(value: str | Sequence[str], key: str) -> tuple[str, ...]:
     return names
 
 
-_SPLIT_FILE_KEYS = {"train": "train_file", "dev": "dev_file", "test": "test_file"}
+SPLIT_FILE_KEYS = {"train": "train_file", "dev": "dev_file", "test": "test_file"}
+
+
+def custom_file_splits(config: ml_collections.ConfigDict
+                       ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(eval splits, test splits) of a task on the user's own files: dev, and test where
+    config.data.test_file names one."""
+    return ("dev",), (("test",) if config.data.test_file else ())
 
 
 def read_split(data: Mapping[str, Any], kind: str, split: str, *,
@@ -80,9 +91,9 @@ def read_split(data: Mapping[str, Any], kind: str, split: str, *,
     `label_list` (classification) and `num_choices` (multiple choice). Raises ConfigError when
     the file key is empty, FileNotFoundError when the file is missing.
     """
-    if split not in _SPLIT_FILE_KEYS:
-        raise ValueError(f"unknown split {split!r}; use one of {', '.join(_SPLIT_FILE_KEYS)}")
-    key = _SPLIT_FILE_KEYS[split]
+    if split not in SPLIT_FILE_KEYS:
+        raise ValueError(f"unknown split {split!r}; use one of {', '.join(SPLIT_FILE_KEYS)}")
+    key = SPLIT_FILE_KEYS[split]
     path = data[key]
     if not path:
         raise ConfigError(f"config data.{key} is empty: give the {split} file "
@@ -147,3 +158,14 @@ def labels_from_json(text: str, source: str) -> tuple[str, ...]:
         raise ValueError(f"{source}: expected a JSON list of 2 or more distinct label strings, "
                          f"got {tables.shown(labels)}")
     return tuple(labels)
+
+
+def labels_in_workdir(run_dir: epath.Path) -> tuple[str, ...]:
+    """The label list (multiple choice: the option indices; tagging: the tags) a finished run
+    kept in its labels.json."""
+    path = run_dir / workdir_names.LABELS_FILE
+    if not path.exists():
+        raise FileNotFoundError(f"{path} does not exist: the run in {run_dir} keeps its label "
+                                "list there; it was deleted or the run never started")
+    # Decoded here: epath's text mode on gs:// ignores `encoding`.
+    return labels_from_json(path.read_bytes().decode("utf-8"), str(path))

@@ -23,7 +23,7 @@ import sys
 from typing import Callable, TypeVar
 
 from albert_jax.errors import ConfigError
-from albert_jax.finetune.task import FinetuneTask
+from albert_jax.finetune.core.task import FinetuneTask
 
 _TASKS: dict[str, type] = {}
 TaskClass = TypeVar("TaskClass", bound=type)

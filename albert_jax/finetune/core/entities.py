@@ -9,7 +9,7 @@ that seqeval stays a test-only dependency: an entity starts at B-X, or at I-X wh
 tag is not of type X (an I-X after O starts one, as conlleval reads it), and goes on over the
 I-X that follow; micro-averaged precision, recall and F1 over exact (type, start, end) matches;
 0.0 where a ratio has no denominator (seqeval's zero_division default); accuracy over words.
-Tags are IOB2 (`O`, `B-X`, `I-X`): tagging_data.py converts the other schemes on reading.
+Tags are IOB2 (`O`, `B-X`, `I-X`): custom/tagging_data.py converts the other schemes on reading.
 """
 from __future__ import annotations
 

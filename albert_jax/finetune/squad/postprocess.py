@@ -24,7 +24,7 @@ import numpy as np
 from absl import logging
 
 from albert_jax import files
-from albert_jax.finetune.squad import FeatureInfo, SquadExample
+from albert_jax.finetune.squad.data import FeatureInfo, SquadExample
 
 N_BEST_SIZE = 20  # SPEC 8.3
 MAX_ANSWER_LENGTH = 30  # tokens, SPEC 8.3

@@ -1,5 +1,5 @@
 """The GLUE tasks (SPEC 8.1, 8.2): eight classification tasks and STS-B regression, read from the
-official folders (finetune/glue.py) or TFDS, scored with the GLUE metrics, their test
+official folders (glue/data.py) or TFDS, scored with the GLUE metrics, their test
 predictions written as the GLUE server's files. One class per row of `glue.SPECS`, which holds
 each task's facts (folder, layouts, labels, metrics, submission file, hyper-parameters).
 
@@ -15,11 +15,12 @@ import numpy as np
 from etils import epath
 
 from albert_jax.data.tokenizer import Tokenizer
-from albert_jax.finetune import glue, registry, tables
-from albert_jax.finetune.classification import ClassificationTask, RegressionTask
-from albert_jax.finetune.examples import TextExample
-from albert_jax.finetune.pretrained import Pretrained
-from albert_jax.finetune.task import real_rows
+from albert_jax.finetune.core import registry, tables
+from albert_jax.finetune.core.examples import TextExample
+from albert_jax.finetune.core.pretrained import Pretrained
+from albert_jax.finetune.core.task import real_rows
+from albert_jax.finetune.glue import data as glue
+from albert_jax.finetune.kinds.classification import ClassificationTask, RegressionTask
 from albert_jax.model import ModelConfig
 from albert_jax.train import workdir as workdir_names
 

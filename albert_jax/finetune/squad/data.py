@@ -53,6 +53,7 @@ from absl import logging
 
 from albert_jax.data import tokenizer as tokenizer_lib
 from albert_jax.errors import ConfigError
+from albert_jax.finetune.core.windows import max_context_windows, sliding_windows
 
 VERSIONS = ("v1.1", "v2.0")
 # SPEC 8.3 flags; v2.0 uses 512 as in the paper (Table 14), v1.1 the script default 384.
@@ -294,32 +295,6 @@ def answer_token_span(char_starts: np.ndarray, char_ends: np.ndarray, answer: An
 # Features
 # ----------------------------------------------------------------------------------------------
 
-def sliding_windows(num_tokens: int, window_tokens: int,
-                    doc_stride: int) -> list[tuple[int, int]]:
-    """(start, length) of the sliding windows over the context tokens (reference doc_spans);
-    token_classification cuts long sentences the same way."""
-    windows = []
-    start = 0
-    while start < num_tokens:
-        length = min(num_tokens - start, window_tokens)
-        windows.append((start, length))
-        if start + length == num_tokens:
-            break
-        start += min(length, doc_stride)
-    return windows
-
-
-def max_context_windows(windows: Sequence[tuple[int, int]], num_tokens: int) -> np.ndarray:
-    """int [num_tokens]: the window that gives each token its most context (reference
-    `_check_is_max_context`: min(left, right) + 0.01 * length, the first window on ties)."""
-    scores = np.full((len(windows), num_tokens), -np.inf)
-    for index, (start, length) in enumerate(windows):
-        positions = np.arange(start, start + length)
-        scores[index, start:start + length] = (
-            np.minimum(positions - start, start + length - 1 - positions) + 0.01 * length)
-    return np.argmax(scores, axis=0)
-
-
 def check_windows_without_answer(value: str, version: str,
                                  name: str = "windows_without_answer") -> None:
     """Raises ConfigError, naming `name`, unless `value` is in WINDOWS_WITHOUT_ANSWER and fits
@@ -374,8 +349,7 @@ def build_features(examples: Sequence[SquadExample], tokenizer: tokenizer_lib.To
             if answer_span is None:  # no piece: the example is dropped
                 continue
         context_offset = len(query_ids) + 2
-        windows = sliding_windows(len(context_ids), max_seq_length - len(query_ids) - 3,
-                                  doc_stride)
+        windows = sliding_windows(len(context_ids), max_seq_length - len(query_ids) - 3, doc_stride)
         stats.split_contexts += len(windows) > 1
         best_window = max_context_windows(windows, len(context_ids))
         answer_in_some_window = False

@@ -1,5 +1,5 @@
 """Your own data: classification, regression and multiple choice on CSV, TSV, JSON Lines or Parquet
-files (finetune/custom_data.py reads them; configs/custom.py has the keys).
+files (custom/data.py reads them; configs/custom.py has the keys).
 
   albert-jax finetune --config=configs/custom.py:kind=classification \
       --config.data.train_file=train.csv --config.data.dev_file=dev.csv \
@@ -21,11 +21,12 @@ from etils import epath
 
 from albert_jax.data.tokenizer import Tokenizer
 from albert_jax.errors import ConfigError
-from albert_jax.finetune import custom_data, registry, scores, tables
-from albert_jax.finetune.classification import ClassificationTask, RegressionTask
-from albert_jax.finetune.multiple_choice import MultipleChoiceTask
-from albert_jax.finetune.pretrained import Pretrained
-from albert_jax.finetune.task import own_file_splits, real_rows
+from albert_jax.finetune.core import registry, scores, tables
+from albert_jax.finetune.core.pretrained import Pretrained
+from albert_jax.finetune.core.task import real_rows
+from albert_jax.finetune.custom import data as custom_data
+from albert_jax.finetune.kinds.classification import ClassificationTask, RegressionTask
+from albert_jax.finetune.kinds.multiple_choice import MultipleChoiceTask
 from albert_jax.model import ModelConfig
 from albert_jax.train import workdir as workdir_names
 
@@ -72,7 +73,7 @@ class _CustomData:
                  tokenizer: Tokenizer | None, pretrained: Pretrained | None,
                  run_dir: epath.Path | None = None) -> None:
         self.config = config
-        self.eval_splits, self.test_splits = own_file_splits(config)
+        self.eval_splits, self.test_splits = custom_data.custom_file_splits(config)
         self._splits: dict[str, list[Any]] = {}
         self._from_training_data(run_dir)  # what shapes the model: labels, option count
         super().__init__(config, model_config, tokenizer, pretrained, run_dir)
@@ -121,19 +122,9 @@ class _CustomData:
         if self.labels is None:  # regression: nothing shapes the model
             return kept
         # The label list (multiple choice: the option indices), which evaluate, predict and
-        # export read back (`_labels_in_workdir`).
+        # export read back (`custom_data.labels_in_workdir`).
         labels_file = custom_data.labels_json(self.labels).encode()
         return dict(kept, **{workdir_names.LABELS_FILE: labels_file})
-
-
-def _labels_in_workdir(run_dir: epath.Path) -> tuple[str, ...]:
-    """The label list (multiple choice: the option indices) a finished run kept."""
-    path = run_dir / workdir_names.LABELS_FILE
-    if not path.exists():
-        raise FileNotFoundError(f"{path} does not exist: the run in {run_dir} keeps its label "
-                                "list there; it was deleted or the run never started")
-    # Decoded here: epath's text mode on gs:// ignores `encoding`.
-    return custom_data.labels_from_json(path.read_bytes().decode("utf-8"), str(path))
 
 
 @registry.register("classification")
@@ -145,7 +136,7 @@ class CustomClassificationTask(_CustomData, ClassificationTask):
 
     def _from_training_data(self, run_dir: epath.Path | None) -> None:
         # The label list sizes the classifier.
-        self.labels = _labels_in_workdir(run_dir) if run_dir is not None else self.label_list()
+        self.labels = custom_data.labels_in_workdir(run_dir) if run_dir is not None else self.label_list()
 
     def label_list(self) -> tuple[str, ...]:
         """The labels in class order: config data.labels, else the sorted set of the training
@@ -187,7 +178,7 @@ class CustomMultipleChoiceTask(_CustomData, MultipleChoiceTask):
         # option indices), else the first training question's (every question of every file
         # must have as many).
         if run_dir is not None:
-            self.num_choices = len(_labels_in_workdir(run_dir))
+            self.num_choices = len(custom_data.labels_in_workdir(run_dir))
         else:
             first = next(tables.iter_example_chunks(
                 self.config.data.train_file, self.kind,

@@ -20,8 +20,8 @@ from typing import Any, Iterator, Sequence
 from etils import epath
 
 from albert_jax import files
-from albert_jax.finetune.examples import ChoiceQuestion
-from albert_jax.finetune.text_files import open_text
+from albert_jax.finetune.core.examples import ChoiceQuestion
+from albert_jax.finetune.core.text_files import open_text
 
 LEVELS: tuple[str, ...] = ("middle", "high")
 ANSWER_LETTERS = "ABCD"  # SPEC 8.4: 4 choices.

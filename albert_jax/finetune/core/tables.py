@@ -1,7 +1,7 @@
 """Tables of examples: the rows of a CSV, TSV, JSON Lines or Parquet file, read in chunks (a file
 of any size in bounded memory), and the text examples or choice questions that named columns make
-of them. Own data (own_data.py) reads its splits with them, and every task's `albert-jax predict`
-reads an input table with them.
+of them. A user's own files (custom/data.py) are read with them, and every task's
+`albert-jax predict` reads an input table with them.
 
   for chunk in tables.iter_example_chunks(path, "classification", tables.Columns(text_a="text"),
                                           labelled=False):
@@ -29,7 +29,7 @@ Every fault in a file is one ValueError naming the file, the line and the value:
 column (with the file's columns), an empty text, a label outside the label list, a non-numeric
 regression label, a malformed JSON line, a CSV row with the wrong number of fields, a question
 whose option count differs from the file's first question. Messages name the config key of the
-column (`config data.text_a`): own data takes its columns from the config.
+column (`config data.text_a`): a user's own files take their columns from the config.
 """
 from __future__ import annotations
 
@@ -44,8 +44,8 @@ from typing import Any, Iterator, Mapping, Sequence, TypeVar
 from etils import epath
 
 from albert_jax.errors import ConfigError
-from albert_jax.finetune.examples import ChoiceQuestion, TextExample
-from albert_jax.finetune.text_files import open_text
+from albert_jax.finetune.core.examples import ChoiceQuestion, TextExample
+from albert_jax.finetune.core.text_files import open_text
 
 # What the rows of a table become: TextExamples with a class label or a number, ChoiceQuestions.
 KINDS: tuple[str, ...] = ("classification", "regression", "multiple_choice")
@@ -60,7 +60,8 @@ _SHOWN_LABELS = 20  # An error lists at most this many labels of the label list.
 
 @dataclasses.dataclass(frozen=True)
 class Columns:
-    """Which column holds what; "" = not used (own data: from the config, own_data.columns).
+    """Which column holds what; "" = not used (a user's own files: from the config, custom/data.py
+    `columns`).
 
     Attributes:
       text_a, text_b: the text (pair) of classification and regression; text_b "" = one text.
@@ -419,7 +420,7 @@ def iter_example_chunks(path: str, kind: str, columns: Columns, *,
       path: a .csv, .tsv, .jsonl or .parquet file.
       kind: "classification" and "regression" give `TextExample`s (label: the label string, or the
         number's text for regression; None when unlabelled), "multiple_choice" `ChoiceQuestion`s.
-      columns: where the fields are (`Columns`; own data: `own_data.columns`).
+      columns: where the fields are (`Columns`; a user's own files: custom/data.py `columns`).
       label_list: classification: the labels a label must be one of (None: any, for the
         training file before its label list is known).
       labelled: False for a file to predict on: the label column may be absent or empty (a

@@ -1,5 +1,5 @@
 """Sequence classification and regression on one text or a pair (SPEC 8.2): the head, loss and
-prediction records shared by GLUE (glue_task.py) and a user's own data (custom_task.py).
+prediction records shared by GLUE (glue/task.py) and a user's own files (custom/task.py).
 
   ClassificationTask: AlbertForSequenceClassification over `labels`; softmax cross-entropy;
                       predictions carry the class and every class's probability.
@@ -22,9 +22,9 @@ from etils import epath
 
 from albert_jax.convert.huggingface import FinetunedHead
 from albert_jax.data.tokenizer import Tokenizer
-from albert_jax.finetune import features
-from albert_jax.finetune.pretrained import Pretrained
-from albert_jax.finetune.task import FinetuneTask
+from albert_jax.finetune.core import features
+from albert_jax.finetune.core.pretrained import Pretrained
+from albert_jax.finetune.core.task import FinetuneTask
 from albert_jax.model import AlbertForSequenceClassification, ModelConfig
 from albert_jax.train.task import Batch
 
