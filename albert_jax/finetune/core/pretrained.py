@@ -25,16 +25,12 @@ from typing import Any
 from absl import logging
 from etils import epath
 
-from albert_jax.convert import load_huggingface, load_tf_checkpoint
+from albert_jax.convert import load_huggingface, load_tf_checkpoint, tokenizer_files
 from albert_jax.data.tokenizer import recorded_comma_rule
 from albert_jax.errors import ConfigError
 from albert_jax.model import ModelConfig
 from albert_jax.train import checkpoint
 from albert_jax.train import workdir as workdir_names
-
-_TF_TOKENIZER_FILE = "30k-clean.model"  # the official TF releases (SPEC 2.1)
-_TF_VOCAB_FILE = "vocab_chinese.txt"  # the Chinese TF releases (SPEC 2.5)
-
 
 @dataclasses.dataclass(frozen=True)
 class Pretrained:
@@ -61,66 +57,16 @@ def warn_if_comma_rule_differs(pretrained: Pretrained, comma_rule: str) -> None:
             pretrained.comma_rule, pretrained.comma_rule)
 
 
-def _first_existing(*paths: epath.Path) -> str | None:
-    return next((os.fspath(path) for path in paths if path.exists()), None)
-
-
-def _workdir_tokenizer(path: epath.Path) -> str | None:
-    """The tokenizer of one of our workdirs: its copy, else the file its config names."""
-    for directory in (path, path.parent, path.parent.parent):  # workdir, checkpoints/, <step>/
-        copy = workdir_names.tokenizer_path(directory)
-        if copy is not None:
-            return os.fspath(copy)
-        if (directory / workdir_names.CONFIG_FILE).exists():
-            saved = json.loads((directory / workdir_names.CONFIG_FILE).read_bytes())
-            named = saved.get("tokenizer") or saved.get("data", {}).get("tokenizer")
-            if named and epath.Path(named).exists():
-                return named
-    return None
-
-
-def _glob(directory: epath.Path, pattern: str) -> list[str]:
-    """The paths in `directory` (local or gs://) that match `pattern`, sorted."""
-    return sorted(os.fspath(path) for path in directory.glob(pattern))
-
-
 def _tf_prefix(path: epath.Path) -> str | None:
     """The checkpoint prefix in a TF checkpoint directory (model.ckpt-best first)."""
     if path.name.endswith(".index") or epath.Path(f"{path}.index").exists():
         return os.fspath(path).removesuffix(".index")
     for pattern in ("model.ckpt-best.index", "model.ckpt*.index", "variables/variables.index",
                     "*.index"):
-        found = _glob(path, pattern)
+        found = sorted(os.fspath(match) for match in path.glob(pattern))
         if found:
             return found[-1].removesuffix(".index")
     return None
-
-
-def tf_tokenizer(directory: epath.Path) -> str | None:
-    """The tokenizer beside a TF checkpoint: 30k-clean.model (the English releases), spiece.model,
-    another .model, else a vocabulary: vocab.txt or the Chinese releases' vocab_chinese.txt
-    (another vocab*.txt last)."""
-    found = _first_existing(directory / _TF_TOKENIZER_FILE,
-                            directory / workdir_names.TOKENIZER_FILE)
-    found = found or next(iter(_glob(directory, "*.model")), None)
-    found = found or _first_existing(directory / workdir_names.VOCAB_FILE,
-                                     directory / _TF_VOCAB_FILE)
-    return found or next(iter(_glob(directory, "vocab*.txt")), None)
-
-
-def source_tokenizer(source: str, path: str, config_path: str | None) -> str | None:
-    """The tokenizer that comes with the checkpoint `albert-jax convert --from=<source>` reads:
-    beside a TF checkpoint (or its albert_config.json), in a HuggingFace folder, or one of our
-    workdirs' (`load` finds the same ones); None when there is none."""
-    root = epath.Path(path)
-    directory = root if root.is_dir() else root.parent
-    if source == "tf":
-        found = tf_tokenizer(directory)
-        return found or (tf_tokenizer(epath.Path(config_path).parent) if config_path else None)
-    if source == "huggingface":
-        found = workdir_names.tokenizer_path(directory)
-        return found and os.fspath(found)
-    return _workdir_tokenizer(root)
 
 
 def load(path: str) -> Pretrained:
@@ -136,7 +82,7 @@ def load(path: str) -> Pretrained:
             raise FileNotFoundError(f"init_from={path} has albert_config.json but no TF checkpoint "
                                     "(model.ckpt-*.index or variables/variables.index)")
         model_config, params = load_tf_checkpoint(prefix, os.fspath(directory / "albert_config.json"))
-        return Pretrained(model_config, params["albert"], tf_tokenizer(directory), "tf")
+        return Pretrained(model_config, params["albert"], tokenizer_files.tf_tokenizer(directory), "tf")
 
     hf_config = directory / workdir_names.CONFIG_FILE
     if hf_config.exists() and json.loads(hf_config.read_bytes()).get("model_type") == "albert":
@@ -160,6 +106,6 @@ def load(path: str) -> Pretrained:
     if "albert" not in params:
         raise ConfigError(f"config init_from={path}: the checkpoint has no `albert` backbone "
                           f"(top-level params: {sorted(params)})")
-    tokenizer = _workdir_tokenizer(root)
+    tokenizer = tokenizer_files.workdir_tokenizer(root)
     return Pretrained(model_config, params["albert"], tokenizer, kind,
                       recorded_comma_rule(tokenizer) if tokenizer else None)
