@@ -2,7 +2,7 @@
 
 Each record is added to the end of its files at once (`files.append`: on a gs:// workdir, a
 compose onto the object), so a run killed at any moment keeps every record written before it.
-The event files' records are encoded by train/tensorboard_events.py, not written by
+The event files' records are encoded by tensorboard_events.py, not written by
 tensorboardX's SummaryWriter: on gs:// that uploads the whole file again at every flush, from a
 background thread that ends at its first failed upload (an outage), after which the run blocks
 once its queue of 10 events is full.
@@ -21,8 +21,8 @@ import jax
 from etils import epath
 
 from albert_jax import files
-from albert_jax.train import tensorboard_events
 from albert_jax.train import workdir as workdir_names
+from albert_jax.train.reporting import tensorboard_events
 
 
 class MetricWriter(abc.ABC):
@@ -102,7 +102,7 @@ class ConsoleWriter(MetricWriter):
 
 class MetricsWriter:
     """Every writer of a run (host 0 only): metrics.jsonl always, then `writers` (console,
-    TensorBoard, trackers) in order. A tracker's failure is its own (train/trackers.py)."""
+    TensorBoard, trackers) in order. A tracker's failure is its own (trackers.py)."""
 
     def __init__(self, workdir: str | epath.Path, *, start_step: int = 0,
                  enabled: bool | None = None, tensorboard: bool = True,

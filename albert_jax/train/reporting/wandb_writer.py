@@ -17,8 +17,8 @@ import wandb
 from etils import epath
 
 from albert_jax import files
-from albert_jax.train import metrics as metrics_lib
 from albert_jax.train import workdir as workdir_names
+from albert_jax.train.reporting import metrics as metrics_lib
 
 
 class WandbWriter(metrics_lib.MetricWriter):

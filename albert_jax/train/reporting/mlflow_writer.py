@@ -22,8 +22,8 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils import validation
 
 from albert_jax import files
-from albert_jax.train import metrics as metrics_lib
 from albert_jax.train import workdir as workdir_names
+from albert_jax.train.reporting import metrics as metrics_lib
 
 MAX_METRICS_PER_BATCH = 1000  # MLflow's log_batch limit
 MAX_PARAMS_PER_BATCH = 100

@@ -18,7 +18,7 @@ from absl import logging
 from etils import epath
 
 from albert_jax.errors import ConfigError
-from albert_jax.train import metrics as metrics_lib
+from albert_jax.train.reporting import metrics as metrics_lib
 
 REPORT_TO = ("tensorboard", "mlflow", "wandb", "none")
 # The package each tracker imports, and the extra that installs it.
@@ -58,10 +58,10 @@ def open_trackers(config: ml_collections.ConfigDict,
     trackers: list[metrics_lib.MetricWriter] = []
     for name in report_to(config):
         if name == "mlflow":
-            from albert_jax.train import mlflow_writer  # imports mlflow: only when asked
+            from albert_jax.train.reporting import mlflow_writer  # imports mlflow: only when asked
             trackers.append(Guarded(name, lambda: mlflow_writer.MlflowWriter(config, workdir)))
         elif name == "wandb":
-            from albert_jax.train import wandb_writer
+            from albert_jax.train.reporting import wandb_writer
             trackers.append(Guarded(name, lambda: wandb_writer.WandbWriter(config, workdir)))
     return trackers
 
