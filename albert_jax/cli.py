@@ -36,10 +36,11 @@ from ml_collections import config_flags
 from etils import epath
 
 from albert_jax import ablation, config as config_lib, distributed, file_lock, pretraining
-from albert_jax.convert import formats
+from albert_jax.convert import formats, tokenizer_files
 from albert_jax.data import builder, dataset_settings, inspection, shard_copy, tokenizer
 from albert_jax.errors import ConfigError
-from albert_jax.finetune import registry, run as finetune_run, squad_eval
+from albert_jax.finetune import registry, run as finetune_run
+from albert_jax.finetune.squad import official_eval as squad_eval
 from albert_jax.train import checkpoint, integrity, loop, plan as plan_lib
 from albert_jax.train import workdir as workdir_names
 
@@ -231,8 +232,8 @@ def _convert() -> None:
         return
     model_config = formats.convert(source=source, target=target, path=path,
                                    output=_need(_OUTPUT, "convert"), config_path=_CONFIG_PATH.value)
-    finetune_run.carry_tokenizer(source, path, _CONFIG_PATH.value, target, _OUTPUT.value,
-                                 model_config.max_position_embeddings)
+    tokenizer_files.carry_tokenizer(source, path, _CONFIG_PATH.value, target, _OUTPUT.value,
+                                    model_config.max_position_embeddings)
 
 
 _TABLE = flags.DEFINE_enum("table", None, ["3", "4", "5", "11", "12"],
