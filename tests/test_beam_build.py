@@ -26,7 +26,7 @@ BEAM_LOCAL = "runner=FnApiRunner,direct_running_mode=multi_processing,direct_num
 NUM_FILES = 6
 
 
-def write_demo_files(directory: Path | epath.Path, num_documents: int = 900) -> str:
+def write_demo_files(directory: Path | epath.Path, num_documents: int = 600) -> str:
     """The first `num_documents` demo documents (real English) over NUM_FILES files; their glob."""
     documents = ["\n".join(document) for _, document in
                  zip(range(num_documents), corpus_lib.demo_documents())]
@@ -55,7 +55,7 @@ def corpus_settings(tmp_path_factory, demo_pretraining_data) -> dict:
     """A 6-file corpus (one unit per file) and the shared tokenizer."""
     root = tmp_path_factory.mktemp("beam_corpus")
     return {**demo_pretraining_data, "data.corpus": write_demo_files(root / "corpus"),
-            "data.unit_bytes": 1, "data.dupe_factor": 2}
+            "data.unit_bytes": 1, "data.dupe_factor": 1}
 
 
 @pytest.fixture(scope="module")
@@ -181,9 +181,6 @@ def test_beam_and_local_builds_give_the_same_files(corpus_settings, local_build,
     for split in ("train", "eval"):
         assert loaded.info.splits[split].num_examples == \
             metadata["splits"][split]["instances"] > 0
-    # The same bytes from one process, in this process.
-    one_process = run_config({**corpus_settings, "data.dir": str(tmp_path / "one")})
-    assert digests(builder.build_from_config(one_process, num_processes=1)) == local_build
 
 
 @pytest.mark.slow
