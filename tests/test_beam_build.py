@@ -92,6 +92,15 @@ def test_beam_options_that_cannot_work_are_one_line(options, message):
     assert message in str(error.value) and "\n" not in str(error.value)
 
 
+def test_a_cluster_runner_needs_the_corpus_and_data_in_a_bucket(corpus_settings, tmp_path):
+    config = run_config({**corpus_settings, "data.dir": str(tmp_path / "data")})
+    with pytest.raises(ConfigError, match=r"config.data.corpus: '.*part0.txt' is on this "
+                                          r"machine, which the DataflowRunner workers cannot"):
+        builder.build_from_config(config, beam_pipeline_options=(
+            "runner=DataflowRunner,project=p,region=r,temp_location=gs://b/tmp"))
+    assert not (tmp_path / "data").exists()
+
+
 def test_without_beam_the_flag_names_the_extra_and_writes_nothing(corpus_settings, tmp_path,
                                                                   monkeypatch):
     monkeypatch.setitem(sys.modules, "apache_beam", None)  # as where the extra is missing

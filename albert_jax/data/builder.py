@@ -148,6 +148,9 @@ def build_from_config(config: ml_collections.ConfigDict, *, num_processes: int |
     if beam_pipeline_options:
         from albert_jax.data import beam_build  # Apache Beam only where asked for
         beam_options = beam_build.pipeline_options(beam_pipeline_options)
+        beam_build.check_paths_reach_workers(beam_options, {
+            "data.corpus": [source for source, size in sources if size is not None],
+            "data.dir": [os.fspath(config.data.dir)]})
     if builder.is_prepared():
         _print_existing(builder)
         return builder.data_dir
