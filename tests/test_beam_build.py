@@ -16,7 +16,6 @@ import pytest
 import tensorflow_datasets as tfds
 from etils import epath
 
-from albert_jax import file_lock
 from albert_jax.data import beam_build, build_unit, builder, dataset_settings
 from albert_jax.data import corpus as corpus_lib
 from albert_jax.errors import ConfigError

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
-import dataclasses
 import hashlib
 import json
 import multiprocessing
