@@ -48,6 +48,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # What `albert-jax tokenizer train` writes: "sentencepiece" (a .model) or "wordpiece" (a BERT
     # vocab.txt, SPEC 2.5). Loading goes by the file: a .model is SentencePiece, else WordPiece.
     config.data.tokenizer_kind = "sentencepiece"
+    # `tokenizer train` reads the corpus's files in a seeded order until it has this many
+    # sentences (SentencePiece's input_sentence_size), so a TB corpus is not read whole.
+    config.data.input_sentence_size = 10_000_000
     config.data.vocab_size = 30000
     config.data.dir = "runs/data"  # the TFDS data_dir the build writes into (local or gs://)
     # With a gs:// data.dir, each build worker writes one shard at a time in a local folder and
