@@ -100,8 +100,9 @@ def test_fsdp_across_two_slices_tiles_the_slices_along_fsdp():
     (multi_slice_config(8, 1, 2, dcn_fsdp=2),
      "mesh.fsdp=1 (over all slices) is not divisible by mesh.dcn_fsdp=2"),
     (multi_slice_config(2, 4, 2, dcn_fsdp=4), "mesh.dcn_fsdp=4 does not divide mesh.num_slices=2"),
-    (multi_slice_config(8, 1, 3), "mesh.data=8 (over all slices) is not divisible by "
-                                  "mesh.dcn_data=3"),
+    (multi_slice_config(8, 1, 3), "mesh.num_slices=3 does not divide the 8 devices"),
+    (multi_slice_config(1, 8, 4, dcn_fsdp=2),
+     "mesh.data=1 (over all slices) is not divisible by mesh.dcn_data=2"),
     (multi_slice_config(8, 1, 0), "mesh.num_slices=0 must be a positive integer"),
     (multi_slice_config(8, 1, 2, dcn_fsdp=-1), "mesh.dcn_fsdp=-1 must be a positive integer"),
 ])
@@ -125,6 +126,9 @@ def test_devices_are_grouped_by_their_slice_index():
     with pytest.raises(ConfigError, match=r"mesh.num_slices=4 but the devices are in 2 "
                                           r"slice\(s\); set mesh.num_slices=2"):
         sharding.device_slices(devices, 4)
+    # A run left at one slice on a multi-slice job is told, not laid out across slices blindly.
+    with pytest.raises(ConfigError, match=r"mesh.num_slices=1 but the devices are in 2 slice"):
+        sharding.make_mesh(multi_slice_config(4, 1, 1), devices)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,

@@ -187,13 +187,14 @@ def make_mesh(mesh_config: ml_collections.ConfigDict,
     devices = jax.devices() if devices is None else list(devices)
     shape = mesh_shape(mesh_config, len(devices))
     axis_types = (jax.sharding.AxisType.Auto,) * 3
-    if num_slices(mesh_config) == 1:
+    slices = device_slices(devices, num_slices(mesh_config))
+    if len(slices) == 1:
         # jax.make_mesh orders devices along the physical topology (TPU ICI rings).
         return jax.make_mesh(shape, MESH_AXES, axis_types=axis_types, devices=devices)
     inner, dcn = slice_shape(mesh_config, len(devices)), dcn_shape(mesh_config)
     # mesh_utils.create_hybrid_device_mesh's layout, with our grouping of devices into slices.
     blocks = np.empty(dcn, dtype=object)
-    for index, slice_devices in enumerate(device_slices(devices, num_slices(mesh_config))):
+    for index, slice_devices in enumerate(slices):
         blocks[np.unravel_index(index, dcn)] = mesh_utils.create_device_mesh(inner, slice_devices)
     return jax.sharding.Mesh(np.block(blocks.tolist()), MESH_AXES, axis_types=axis_types)
 
