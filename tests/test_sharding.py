@@ -115,6 +115,8 @@ def test_multi_slice_errors_name_the_keys(config, message):
 class SliceDevice:
     """A device that names its slice, as TPU devices of a multi-slice job do."""
 
+    platform = "tpu"
+
     def __init__(self, device_id, slice_index):
         self.id, self.slice_index = device_id, slice_index
 
@@ -133,9 +135,10 @@ def test_devices_are_grouped_by_their_slice_index():
 
 @pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,
                     reason="needs the [tpu] extra (libtpu's abstract devices name their slice)")
-def test_the_layout_is_create_hybrid_device_mesh_on_tpu_slices():
+def test_the_layout_is_create_hybrid_device_mesh_on_tpu_slices(monkeypatch):
     from jax.experimental import mesh_utils
     from albert_jax.train import plan
+    monkeypatch.setenv("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")  # other tests' plans may hold libtpu
     devices = list(plan.tpu_target("v5e:2x2", num_slices=2).devices)
     for config, inner, dcn in [(multi_slice_config(4, 2, 2), (2, 2, 1), (2, 1, 1)),
                                (multi_slice_config(2, 4, 2, dcn_data=1, dcn_fsdp=2), (2, 2, 1),

@@ -30,7 +30,7 @@ all-reduce crosses DCN), and the rest of each axis lies inside a slice. The devi
 as `mesh_utils.create_hybrid_device_mesh` does (each slice's block ordered along its ICI, the
 blocks tiled over the DCN axes), so an axis index is slice-major: data index = slice's data
 position x (data per slice) + position inside the slice. TPU devices name their slice
-(`slice_index`); devices without one (CPU devices standing for several slices) are split into
+(`slice_index`); other devices (CPU devices standing for several slices) are split into
 `num_slices` consecutive groups, so the CPU tests run the same layout code as a TPU pod.
 """
 from __future__ import annotations
@@ -161,10 +161,11 @@ def slice_shape(mesh_config: ml_collections.ConfigDict, num_devices: int) -> tup
 
 
 def device_slices(devices: list[jax.Device], count: int) -> list[list[jax.Device]]:
-    """`devices` grouped by slice, in slice order: by `slice_index` where devices have one (a
-    multi-slice TPU job or topology), else `count` consecutive groups (CPU devices standing for
-    slices; in a multi-process CPU run, one process per group when the counts agree)."""
-    if getattr(devices[0], "slice_index", None) is not None:
+    """`devices` grouped by slice, in slice order: by `slice_index` for TPU devices (of a
+    multi-slice job or topology), else `count` consecutive groups (CPU devices standing for
+    slices, which name no slice or, across processes, all slice 0; in a multi-process CPU run,
+    one process per group when the counts agree)."""
+    if devices[0].platform == "tpu" and getattr(devices[0], "slice_index", None) is not None:
         groups: dict[int, list[jax.Device]] = {}
         for device in devices:
             groups.setdefault(device.slice_index, []).append(device)
