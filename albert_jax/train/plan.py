@@ -196,11 +196,12 @@ class Measurement:
     fits: bool
     largest_buffers: list[dict[str, Any]]
     compile_seconds: float
-    # Across slices (0, [] and "" on one slice; unknown for a program the compiler refused).
-    dcn_bytes_per_step_per_device: int
-    dcn_collectives: list[dict[str, Any]]  # one {kind, bytes} per cross-slice collective
-    dcn_warning: str  # one line when more than the gradient all-reduce crosses, else ""
-    dcn_measured: bool  # False: the TPU compiler refused the program, so no HLO to read
+    # Across slices (nothing on one slice; unknown for a program the compiler refused).
+    dcn_bytes_per_step_per_device: int = 0
+    # One {kind, bytes} per cross-slice collective.
+    dcn_collectives: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    dcn_warning: str = ""  # one line when more than the gradient all-reduce crosses
+    dcn_measured: bool = True  # False: the TPU compiler refused the program: no HLO to read
 
 
 # A TPU out-of-memory compile: "RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory
