@@ -511,8 +511,12 @@ def _dcn_line(result: dict[str, Any]) -> str:
         by_kind.setdefault(collective["kind"], []).append(collective["bytes"])
     kinds = "; ".join(f"{kind} x{len(sizes)} {_size(sum(sizes))}"
                       for kind, sizes in sorted(by_kind.items()))
+    # The gradient all-reduce moves about the parameters' bytes (f32); more means the same
+    # gradient crosses in pieces (ALBERT's shared layers: each use's contribution apart).
+    ratio = result["dcn_bytes_per_step_per_device"] / max(1, result["param_bytes_per_device"])
     return (f"across slices (DCN) per device per step: "
-            f"{_size(result['dcn_bytes_per_step_per_device'])}" + (f" ({kinds})" if kinds else ""))
+            f"{_size(result['dcn_bytes_per_step_per_device'])}" + (f" ({kinds})" if kinds else "")
+            + f", {ratio:.2g}x the parameter bytes per device")
 
 
 def format_plan(result: dict[str, Any]) -> str:
