@@ -89,3 +89,11 @@ def test_collectives_count_bytes_per_run_and_find_the_slices_they_join():
     # ({0,1,2,3}) cross and pairs {p, p+4} do not.
     alternating = dcn_traffic.collectives(MODULE, [0, 1] * 4)
     assert [c.crosses_slices for c in alternating] == [False, True, True, True, False]
+
+
+def test_a_loop_without_a_known_trip_count_runs_its_condition_bound():
+    # The TPU compiler's optimized HLO names no known_trip_count: `counter < 12` from 0 is 12.
+    unknown = MODULE.replace(', backend_config={"known_trip_count":{"n":"12"}}', "")
+    assert unknown != MODULE
+    assert ([c.bytes_per_device for c in dcn_traffic.collectives(unknown, SLICES)]
+            == [c.bytes_per_device for c in dcn_traffic.collectives(MODULE, SLICES)])

@@ -15,7 +15,9 @@ the position of a device in the mesh's flattened device array, which the jit of 
 step uses as its device assignment. A collective crosses slices when one of its groups holds
 devices of more than one slice. Its bytes per device are its operands' bytes (what each device
 puts in: for the gradient all-reduce, the gradient shard it holds), times the times it runs per
-step (a while loop's known trip count, e.g. the scan over layers).
+step: a while loop (e.g. the scan over layers) runs its `known_trip_count`, or, where the
+optimized HLO names none (the TPU compiler's), the N of its condition `counter < N`, XLA's
+canonical loop from 0.
 """
 from __future__ import annotations
 
@@ -38,6 +40,9 @@ _ARRAY = re.compile(r"\b([a-z]\w*)\[([\d,]*)\]")
 _CALLED = re.compile(r"\b(calls|to_apply|body|condition)=%?([\w.\-]+)")
 _BRANCHES = re.compile(r"branch_computations=\{([^}]*)\}")
 _TRIP_COUNT = re.compile(r'"known_trip_count":\{"n":"(\d+)"')
+_CONDITION = re.compile(r"\bcondition=%?([\w.\-]+)")
+_CONSTANT = re.compile(r"^\s*%?([\w.\-]+) = s32\[\]\S* constant\((\d+)\)")
+_LESS_THAN = re.compile(r"ROOT .* compare\(%?[\w.\-]+, %?([\w.\-]+)\), direction=LT")
 _LIST_GROUPS = re.compile(r"replica_groups=\{((?:\{[\d,]*\},?)*)\}")
 _IOTA_GROUPS = re.compile(r"replica_groups=\[([\d,]+)\]<=\[([\d,]+)\](?:T\(([\d,]+)\))?")
 _MESH_GROUPS = re.compile(r"replica_groups=mesh\[([^\]]*)\](?:, device_ids=\(([^)]*\)?)\))? "
@@ -122,6 +127,17 @@ def collectives(hlo_text: str, partition_slices: Sequence[int]) -> list[Collecti
         if instruction and current is not None:
             computations[current].append(instruction.groups()[:3] + (line,))
     shapes = {name: shape for body in computations.values() for name, shape, _, _ in body}
+
+    def trip_count(while_line: str) -> int:
+        known = _TRIP_COUNT.search(while_line)
+        if known:
+            return int(known.group(1))
+        condition = _CONDITION.search(while_line)
+        lines = [line for *_, line in computations.get(condition.group(1), [])] if condition else []
+        constants = dict(match.groups() for match in map(_CONSTANT.match, lines) if match)
+        less = next((match.group(1) for match in map(_LESS_THAN.search, lines) if match), None)
+        return int(constants.get(less, 1))  # unknown: once, a lower bound
+
     # Times each computation runs per step: callers come after their callees in HLO text.
     runs = dict.fromkeys(order, 0)
     runs[entry if entry is not None else order[-1]] = 1
@@ -131,11 +147,10 @@ def collectives(hlo_text: str, partition_slices: Sequence[int]) -> list[Collecti
             branches = _BRANCHES.search(line)
             if branches:
                 called += [("branch", c.strip().lstrip("%")) for c in branches.group(1).split(",")]
-            trips = _TRIP_COUNT.search(line)
             for role, callee in called:
-                # A loop body runs its known trip count (else once: a lower bound); a
-                # conditional's branches are each counted once (an upper bound).
-                times = int(trips.group(1)) if role == "body" and trips else 1
+                # A loop body runs its trip count; a conditional's branches are each counted
+                # once (an upper bound).
+                times = trip_count(line) if role == "body" and opcode == "while" else 1
                 if callee in runs:
                     runs[callee] += runs[name] * times
     found = []
