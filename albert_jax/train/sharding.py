@@ -51,8 +51,6 @@ from albert_jax.train import tree_names
 
 MESH_AXES = ("data", "fsdp", "tensor")
 BATCH_AXES = ("data", "fsdp")
-# The axes that may span slices (config mesh.dcn_<axis>); tensor parallelism never crosses DCN.
-DCN_AXES = ("data", "fsdp")
 
 # (logical axis, mesh axis or axes or None = replicated), in order of precedence (flax rules).
 LOGICAL_RULES: tuple[tuple[str, str | tuple[str, ...] | None], ...] = (
@@ -130,11 +128,10 @@ def num_slices(mesh_config: ml_collections.ConfigDict) -> int:
 
 def dcn_shape(mesh_config: ml_collections.ConfigDict) -> tuple[int, int, int]:
     """How many slices each mesh axis spans: (mesh.dcn_data, mesh.dcn_fsdp, 1), their product
-    `mesh.num_slices`; dcn_data=-1 (the default) is the slices dcn_fsdp leaves."""
+    `mesh.num_slices`; dcn_data=-1 (the default) is the slices dcn_fsdp leaves. Tensor
+    parallelism never crosses slices."""
     slices = num_slices(mesh_config)
-    sizes = {axis: mesh_config.get(f"dcn_{axis}", 1) for axis in DCN_AXES}
-    if "dcn_data" not in mesh_config:
-        sizes["data"] = -1
+    sizes = {"data": mesh_config.get("dcn_data", -1), "fsdp": mesh_config.get("dcn_fsdp", 1)}
     for axis, size in sizes.items():
         if not isinstance(size, int) or size == 0 or size < -1 or (axis != "data" and size < 1):
             allowed = "a positive integer or -1" if axis == "data" else "a positive integer"
