@@ -91,6 +91,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.mesh.data = -1  # -1: all devices not used by the other axes
     config.mesh.fsdp = 1
     config.mesh.tensor = 1
+    config.mesh.num_slices = 1  # TPU slices joined over the data-center network (DCN)
+    config.mesh.dcn_data = -1  # slices the data axis spans (-1: those dcn_fsdp leaves)
+    config.mesh.dcn_fsdp = 1  # slices fsdp spans: its all-gathers would cross DCN every layer
 
     config.log_every_steps = 100
     config.eval_every_steps = 5000
