@@ -15,6 +15,8 @@
   albert-jax squad-eval      DATA.json PREDICTIONS.json [--na-prob-file=F]
   albert-jax convert         --from=tf --path=model.ckpt-best --config_path=albert_config.json
                              --to=huggingface --output=DIR
+  albert-jax export          --workdir=DIR --format=onnx|stablehlo --output=DIR
+                             (a finished run for serving: ONNX Runtime, or JAX alone)
   albert-jax ablate          --table=3|4|5|11|12 --workdir=DIR [--scale=demo|paper] [--seeds=N]
                              [--config.KEY=VALUE ...]   (a paper ablation table, every row)
 """
@@ -28,6 +30,7 @@ from typing import Any, Callable, Sequence
 
 import jax
 import ml_collections
+import numpy as np
 from absl import app, flags
 from absl import logging as absl_logging
 from ml_collections import config_flags
@@ -35,7 +38,8 @@ from ml_collections import config_flags
 from etils import epath
 
 from albert_jax import ablation, config as config_lib, distributed, pretraining
-from albert_jax.convert import formats
+from albert_jax.convert import formats, serving
+from albert_jax.convert.huggingface import FinetunedHead
 from albert_jax.data import builder, dataset_settings, inspection, shard_copy, tokenizer
 from albert_jax.errors import ConfigError
 from albert_jax.finetune import registry, run as finetune_run, squad_eval
@@ -72,9 +76,11 @@ _NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "--multihost: numbe
 _PROCESS_ID = flags.DEFINE_integer("process_id", None, "--multihost: this process, 0 .. N-1.")
 _FROM = flags.DEFINE_enum("from", None, ["tf", "huggingface", "orbax"], "convert: source format.")
 _TO = flags.DEFINE_enum("to", None, ["orbax", "huggingface"], "convert: target format.")
+_FORMAT = flags.DEFINE_enum("format", None, list(serving.FORMATS), "export: the serving artifact "
+                            "(onnx: model.onnx for ONNX Runtime; stablehlo: model.jax_export).")
 _PATH = flags.DEFINE_string("path", None, "convert: source checkpoint (file prefix or directory).")
 _CONFIG_PATH = flags.DEFINE_string("config_path", None, "convert --from=tf: albert_config.json.")
-_OUTPUT = flags.DEFINE_string("output", None, "convert: output directory. predict: the JSON "
+_OUTPUT = flags.DEFINE_string("output", None, "convert, export: output directory. predict: the JSON "
                               "Lines file (default <workdir>/predictions/<input name>.jsonl; "
                               "-: standard output).")
 _INPUT = flags.DEFINE_string("input", None, "predict: the file of examples (CSV, TSV, JSONL, "
@@ -228,6 +234,22 @@ def _convert() -> None:
                                  model_config.max_position_embeddings)
 
 
+def _export() -> None:
+    """A fine-tuning run's best dev checkpoint (a pretraining run's latest: its MLM logits) as
+    a serving artifact (convert/serving.py)."""
+    workdir, export_format = _need(_WORKDIR, "export"), _need(_FORMAT, "export")
+    output = _need(_OUTPUT, "export")
+    run = finetune_run.load_finished_run(workdir)
+    head = (run.task.huggingface_head() if finetune_run.is_finetuning_workdir(os.fspath(run.run_dir))
+            else FinetunedHead(serving.MASKED_LM))
+    model_config = run.task.model_config
+    served = serving.ServedModel(
+        model_config, run.task.model, jax.tree.map(np.asarray, run.params), head,
+        run.task.tokenizer.huggingface_files(model_config.max_position_embeddings))
+    for path in serving.export(served, export_format, output):
+        print(f"wrote {path}", flush=True)
+
+
 _TABLE = flags.DEFINE_enum("table", None, ["3", "4", "5", "11", "12"],
                            "ablate: the paper's table (configs/ablation.py TABLES).")
 _SCALE = flags.DEFINE_enum("scale", "demo", ["demo", "paper"], "ablate: demo (the demo corpus, "
@@ -268,6 +290,7 @@ COMMANDS: dict[tuple[str, ...], Callable[[], None]] = {
     ("checkpoint", "verify"): _checkpoint_verify,
     ("plan",): _plan,
     ("convert",): _convert,
+    ("export",): _export,
     ("ablate",): _ablate,
 }
 
@@ -287,6 +310,7 @@ COMMAND_FLAGS: dict[tuple[str, ...], tuple[str, ...]] = {
     ("checkpoint", "verify"): ("workdir",),
     ("plan",): ("config", "topology", "devices", "hbm_gib", "peak_tflops", "mfu", "levers", "json"),
     ("convert",): ("from", "to", "path", "config_path", "output"),
+    ("export",): ("workdir", "format", "output"),
     ("ablate",): ("config", "table", "scale", "seeds", "workdir"),
 }
 
@@ -399,6 +423,7 @@ def _run(command: Callable[[], None], name: str) -> None:
     try:
         command()
     except (ConfigError, loop.TrainingDiverged, ValueError, OSError,  # OSError: disk, paths
+            ImportError,  # an extra that is not installed: the message names it
             workdir_lock.WorkdirLocked) as error:
         if os.environ.get("ALBERT_JAX_TRACEBACK"):
             raise
