@@ -415,12 +415,31 @@ def _flag_error(error: flags.Error) -> str:
     return raised[-1].split(": ", 1)[1] if raised else lines[0]
 
 
+def _use_compilation_cache() -> None:
+    """JAX's persistent compilation cache in the directory of the config's `compilation_cache`
+    (a command without --config: the --workdir run's config.json; default
+    config_lib.DEFAULT_COMPILATION_CACHE; "": off), unless JAX_COMPILATION_CACHE_DIR names one.
+    `plan` turns it off itself: it reads the compiler's own reports."""
+    if jax.config.jax_compilation_cache_dir:
+        return
+    directory = config_lib.DEFAULT_COMPILATION_CACHE
+    if _CONFIG.value is not None:
+        directory = _CONFIG.value.get("compilation_cache", directory)
+    elif _WORKDIR.value is not None:
+        saved = epath.Path(_WORKDIR.value) / workdir_names.CONFIG_FILE
+        if saved.exists():
+            directory = json.loads(saved.read_bytes()).get("compilation_cache", directory)
+    if directory:
+        jax.config.update("jax_compilation_cache_dir", os.path.expanduser(directory))
+
+
 def _run(command: Callable[[], None], name: str) -> None:
     """Runs a command; errors it raises on purpose print as one clear line, not a traceback."""
     if not flags.FLAGS["verbosity"].present:
         # Library INFO logs (Orbax, TFDS) drown the progress lines; --verbosity=0 shows them.
         absl_logging.set_verbosity(absl_logging.WARNING)
     try:
+        _use_compilation_cache()
         command()
     except (ConfigError, loop.TrainingDiverged, ValueError, OSError,  # OSError: disk, paths
             ImportError,  # an extra that is not installed: the message names it
