@@ -2,6 +2,7 @@
 
   albert-jax tokenizer train --config=configs/pretrain.py:runlocal
   albert-jax data build      --config=configs/pretrain.py:size=base [--config.data.dupe_factor=10]
+                             [--beam_pipeline_options="runner=DataflowRunner,..."]  (on Beam)
   albert-jax data inspect    --config=configs/pretrain.py:size=base [--num_examples=3]
   albert-jax pretrain        --config=configs/pretrain.py:size=base --workdir=DIR
   albert-jax finetune        --config=configs/glue.py:task=mnli --config.data.path=DIR
@@ -37,13 +38,14 @@ from ml_collections import config_flags
 
 from etils import epath
 
-from albert_jax import ablation, config as config_lib, distributed, pretraining
-from albert_jax.convert import formats, serving
+from albert_jax import ablation, config as config_lib, distributed, file_lock, pretraining
+from albert_jax.convert import formats, serving, tokenizer_files
 from albert_jax.convert.huggingface import FinetunedHead
 from albert_jax.data import builder, dataset_settings, inspection, shard_copy, tokenizer
 from albert_jax.errors import ConfigError
-from albert_jax.finetune import registry, run as finetune_run, squad_eval
-from albert_jax.train import checkpoint, integrity, loop, plan as plan_lib, workdir_lock
+from albert_jax.finetune import registry, run as finetune_run
+from albert_jax.finetune.squad import official_eval as squad_eval
+from albert_jax.train import checkpoint, integrity, loop, plan as plan_lib
 from albert_jax.train import workdir as workdir_names
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file, e.g. configs/pretrain.py:size=base.",
@@ -99,6 +101,11 @@ _MFU = flags.DEFINE_float("mfu", 0.4, "plan: model FLOPs utilisation for the ste
 _LEVERS = flags.DEFINE_boolean("levers", True, "plan: when it does not fit, try more fsdp, remat "
                                "and microbatches.")
 _JSON = flags.DEFINE_boolean("json", False, "plan: print one JSON object.")
+_BEAM_PIPELINE_OPTIONS = flags.DEFINE_string(
+    "beam_pipeline_options", None, "data build: run the build's units on Apache Beam with these "
+    "comma-separated key=value pipeline options, e.g. runner=FnApiRunner,direct_running_mode="
+    "multi_processing,direct_num_workers=8 or runner=DataflowRunner,project=P,... (the Beam "
+    "extra; without the flag: this machine's cores).")
 
 
 def _need(flag: flags.FlagHolder, command: str) -> object:
@@ -112,7 +119,8 @@ def _tokenizer_train() -> None:
 
 
 def _data_build() -> None:
-    builder.build_from_config(_need(_CONFIG, "data build"))
+    builder.build_from_config(_need(_CONFIG, "data build"),
+                              beam_pipeline_options=_BEAM_PIPELINE_OPTIONS.value)
 
 
 def _data_inspect() -> None:
@@ -230,8 +238,8 @@ def _convert() -> None:
         return
     model_config = formats.convert(source=source, target=target, path=path,
                                    output=_need(_OUTPUT, "convert"), config_path=_CONFIG_PATH.value)
-    finetune_run.carry_tokenizer(source, path, _CONFIG_PATH.value, target, _OUTPUT.value,
-                                 model_config.max_position_embeddings)
+    tokenizer_files.carry_tokenizer(source, path, _CONFIG_PATH.value, target, _OUTPUT.value,
+                                    model_config.max_position_embeddings)
 
 
 def _export() -> None:
@@ -301,7 +309,7 @@ COMMANDS: dict[tuple[str, ...], Callable[[], None]] = {
 _MULTIHOST_FLAGS = ("multihost", "coordinator_address", "num_processes", "process_id")
 COMMAND_FLAGS: dict[tuple[str, ...], tuple[str, ...]] = {
     ("tokenizer", "train"): ("config",),
-    ("data", "build"): ("config",),
+    ("data", "build"): ("config", "beam_pipeline_options"),
     ("data", "inspect"): ("config", "num_examples"),
     ("pretrain",): ("config", "workdir"),
     ("finetune",): ("config", "workdir"),
@@ -443,7 +451,7 @@ def _run(command: Callable[[], None], name: str) -> None:
         command()
     except (ConfigError, loop.TrainingDiverged, ValueError, OSError,  # OSError: disk, paths
             ImportError,  # an extra that is not installed: the message names it
-            workdir_lock.WorkdirLocked) as error:
+            file_lock.LockHeld) as error:
         if os.environ.get("ALBERT_JAX_TRACEBACK"):
             raise
         sys.exit(f"albert-jax {name}: error: {error}\n"

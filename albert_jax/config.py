@@ -78,7 +78,7 @@ def to_json(config: ml_collections.ConfigDict) -> str:
 def add_watching(config: ml_collections.ConfigDict) -> None:
     """The keys of where a run reports and what it traces (docs/watching.md), in pretraining and
     fine-tuning configs alike. metrics.jsonl and the console are always written."""
-    # Comma-separated: tensorboard, mlflow, wandb, or none (train/trackers.py).
+    # Comma-separated: tensorboard, mlflow, wandb, or none (train/reporting/trackers.py).
     config.report_to = "tensorboard"
     config.mlflow = ml_collections.ConfigDict()
     config.mlflow.tracking_uri = ""  # MLFLOW_TRACKING_URI wins; empty: MLflow's default
@@ -89,7 +89,7 @@ def add_watching(config: ml_collections.ConfigDict) -> None:
     config.wandb.mode = ""  # online | offline | disabled; empty: WANDB_MODE or online
     config.wandb.tags = ()
     # A jax.profiler trace of steps start_step .. start_step + num_steps - 1 (num_steps 0: off)
-    # into <workdir>/tensorboard/plugins/profile/ (train/profiler.py).
+    # into <workdir>/tensorboard/plugins/profile/ (train/reporting/profiler.py).
     config.profile = ml_collections.ConfigDict()
     config.profile.start_step = 10
     config.profile.num_steps = 0

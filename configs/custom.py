@@ -1,6 +1,7 @@
 """Fine-tuning on your own data: classification, regression or multiple choice over CSV, TSV,
-JSON Lines or Parquet files (finetune/tables.py reads them, in the columns finetune/custom_data.py
-takes from this config); tagging over CoNLL, JSON Lines or Parquet files (finetune/tagging_data.py).
+JSON Lines or Parquet files (finetune/core/tables.py reads them, in the columns
+finetune/custom/data.py takes from this config); tagging over CoNLL, JSON Lines or Parquet files
+(finetune/custom/tagging_data.py).
 
   albert-jax finetune --config=configs/custom.py:kind=classification \
       --config.data.train_file=train.csv --config.data.dev_file=dev.csv \

@@ -52,8 +52,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.data.tokenizer_kind = "sentencepiece"
     config.data.vocab_size = 30000
     config.data.dir = "runs/data"  # the TFDS data_dir the build writes into (local or gs://)
-    # A gs:// data.dir is built shard by shard in a local folder (at most 2 shards, ~512 MB, at
-    # a time), each uploaded when done; None: the system's temp folder.
+    # With a gs:// data.dir, each build worker writes one shard at a time in a local folder and
+    # uploads it when done (~shard_bytes of disk per worker); None: the system's temp folder.
     config.data.staging_dir = config_dict.placeholder(str)
     # With data.dir=gs://...: where each host copies the shards it reads (its train shards and
     # the eval split; albert_jax/data/shard_copy.py). Or mount the bucket (gcsfuse) as data.dir.
@@ -63,6 +63,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # (data.local_dir), every host reads shards of its own: a pod needs at least one train shard
     # per host.
     config.data.shard_bytes = 256 << 20
+    # Corpus text per build unit: a unit (consecutive corpus files; a file is never split) is
+    # what one worker builds, retries or resumes; smaller units spread a build over more
+    # workers and make more, smaller shards (docs/launching.md "Building data on Dataflow").
+    config.data.unit_bytes = 32 << 20
     config.data.max_predictions = 20  # SPEC 1.1
     config.data.masked_lm_prob = 0.15
     config.data.max_ngram = 3

@@ -56,6 +56,7 @@ def small_config(tmp: pathlib.Path, corpus_glob: str, tokenizer_path: str, **dat
     config.data.dir = str(tmp / "data")
     config.data.dupe_factor = 2
     config.data.eval_fraction = 0.1
+    config.data.unit_bytes = 1  # one unit per corpus file: the pool has units to share
     for key, value in data_overrides.items():
         config.data[key] = value
     return config
@@ -350,19 +351,21 @@ def test_shards_are_cut_by_size_in_order(built, tmp_path):
     split = tfds.builder_from_directory(folder).info.splits["train"]
     records = _split_records(folder, "train")
     assert split.num_shards > 5 and split.num_shards == len(split.shard_lengths)
+    eval_shards = tfds.builder_from_directory(folder).info.splits["eval"].num_shards
+    assert eval_shards == 3  # one per unit: none of the 3 units holds 100,000 bytes of eval
     assert sorted(os.listdir(folder)) == sorted(
-        [f"albert_pretraining-train.array_record-{index:05d}-of-{split.num_shards:05d}"
-         for index in range(split.num_shards)]
-        + ["albert_pretraining-eval.array_record-00000-of-00001", "dataset_info.json",
-           "features.json", "metadata.json"])
+        [f"albert_pretraining-{split_name}.array_record-{index:05d}-of-{count:05d}"
+         for split_name, count in (("train", split.num_shards), ("eval", eval_shards))
+         for index in range(count)]
+        + ["dataset_info.json", "features.json", "metadata.json"])
     assert split.num_bytes == sum(map(len, records))
-    # A shard closes with the example that takes it to 100,000 bytes (all but the last).
+    # A shard closes with the example that takes it to 100,000 bytes, or with its unit's last
+    # example (3 units: at most 3 shards under 100,000 bytes); none holds one example too many.
     ends = np.cumsum(split.shard_lengths)
     shard_sizes = [sum(map(len, records[start:end]))
                    for start, end in zip(np.concatenate([[0], ends[:-1]]), ends)]
-    assert all(size >= 100_000 > size - len(records[end - 1])
-               for size, end in zip(shard_sizes[:-1], ends[:-1]))
-    assert 0 < shard_sizes[-1] and shard_sizes[-1] - len(records[-1]) < 100_000
+    assert all(size - len(records[end - 1]) < 100_000 for size, end in zip(shard_sizes, ends))
+    assert sum(size < 100_000 for size in shard_sizes) <= 3 and min(shard_sizes) > 0
     # Same examples in the same order as the one-shard build: the cut changes only the files.
     assert records == _split_records(dataset_settings.dataset_dir(config), "train")
 

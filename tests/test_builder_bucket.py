@@ -22,7 +22,7 @@ def test_build_into_a_bucket_matches_a_local_build(bucket, tmp_path):
     local_dir = builder.build_from_config(  # here, in one process; the CLI ran workers
         run_config({**settings, "data.dir": str(tmp_path / "local")}), num_processes=1)
     assert remote_dir.startswith(f"{bucket}/albert_pretraining/seq64_")
-    assert os.path.basename(remote_dir) == os.path.basename(local_dir) == "1.0.0"
+    assert os.path.basename(remote_dir) == os.path.basename(local_dir) == dataset_settings.DATASET_VERSION
     assert sorted(path.name for path in epath.Path(remote_dir).iterdir()) == sorted(
         os.listdir(local_dir))
     assert not os.listdir(staging)  # every shard uploaded, the build's staging folder gone

@@ -4,6 +4,7 @@ import pathlib
 import subprocess
 import sys
 
+from albert_jax.data import dataset_settings
 from test_builder import write_corpus  # (tests/ is on sys.path under pytest)
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -31,7 +32,7 @@ def test_tokenizer_train_then_data_build_then_inspect(tmp_path):
     assert "documents" in lines["train"] and "instances" in lines["eval"], built
     assert "240 documents" in lines["corpus read"], built  # every document, train + eval
     assert "examples/s" in built
-    dataset_dirs = list((tmp_path / "data" / "albert_pretraining").glob("seq64_pred20_dupe2_sop_*/1.0.0"))
+    dataset_dirs = list((tmp_path / "data" / "albert_pretraining").glob(f"seq64_pred20_dupe2_sop_*/{dataset_settings.DATASET_VERSION}"))
     assert len(dataset_dirs) == 1 and (dataset_dirs[0] / "dataset_info.json").exists()
     assert "dataset exists" in _run("data", "build", *flags)  # a rerun keeps the data
 

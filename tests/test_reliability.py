@@ -29,6 +29,7 @@ import numpy as np
 import pytest
 
 from albert_jax.model import get_config
+from albert_jax import file_lock
 from albert_jax.train import checkpoint, integrity, optim, state as state_lib, workdir_lock
 from albert_jax.train import workdir as workdir_names
 from cli_fixtures import CLI, REPO, config_flags, made_once, one_device_environment, start_cli
@@ -254,7 +255,7 @@ def test_live_locks_are_refused_and_stale_ones_taken_over(tmp_path, caplog):
         lock_path.write_text(json.dumps({**record, "host": "elsewhere"}))
         with pytest.raises(workdir_lock.WorkdirLocked, match=f"pid {child.pid} on host elsewhere"):
             workdir_lock.acquire(tmp_path)
-        old = time.time() - workdir_lock.STALE_AFTER_SECONDS - 60
+        old = time.time() - file_lock.STALE_AFTER_SECONDS - 60
         os.utime(lock_path, (old, old))
         workdir_lock.acquire(tmp_path).release()
         assert "last refreshed" in caplog.text

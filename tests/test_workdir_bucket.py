@@ -21,8 +21,9 @@ from google.cloud import storage
 from tensorboardX import SummaryWriter, record_writer
 from tensorboardX.proto import event_pb2
 
-from albert_jax import files
-from albert_jax.train import checkpoint, integrity, metrics as metrics_lib, workdir_lock
+from albert_jax import file_lock, files
+from albert_jax.train import checkpoint, integrity, workdir_lock
+from albert_jax.train.reporting import metrics as metrics_lib
 from albert_jax.train import workdir as workdir_names
 from cli_fixtures import start_cli
 from finetune_fixtures import write_glue_task
@@ -189,7 +190,7 @@ def test_a_lock_in_a_bucket_is_refused_while_held_and_taken_over_once_stale(
         lock_path.write_text(json.dumps({**record, "host": "elsewhere"}))
         with pytest.raises(workdir_lock.WorkdirLocked, match=f"pid {child.pid} on host elsewhere"):
             workdir_lock.acquire(bucket)
-        monkeypatch.setattr(workdir_lock, "STALE_AFTER_SECONDS", 1)
+        monkeypatch.setattr(file_lock, "STALE_AFTER_SECONDS", 1)
         time.sleep(2)
         workdir_lock.acquire(bucket).release()
         assert "last refreshed" in caplog.text
@@ -208,7 +209,7 @@ def test_a_lock_in_a_bucket_is_refused_while_held_and_taken_over_once_stale(
 
 def test_a_lock_in_a_bucket_is_refreshed_and_released_only_while_it_is_ours(
         bucket, caplog, monkeypatch):
-    monkeypatch.setattr(workdir_lock, "HEARTBEAT_SECONDS", 0.2)
+    monkeypatch.setattr(file_lock, "HEARTBEAT_SECONDS", 0.2)
     lock = workdir_lock.acquire(bucket)
     first = lock.generation
     time.sleep(1)

@@ -1,87 +1,64 @@
 """The TFDS builder that turns a corpus into ALBERT pretraining examples (SPEC 1), sharded.
 
   albert-jax data build --config=configs/pretrain.py:size=base     # `build_from_config`
+  albert-jax data build --config=... --beam_pipeline_options="runner=DataflowRunner,..."
 
-writes `dataset_settings.dataset_dir(config)` = `<config.data.dir>/albert_pretraining/<name>/1.0.0/`
+writes `dataset_settings.dataset_dir(config)` = `<config.data.dir>/albert_pretraining/<name>/2.0.0/`
 (a local folder or gs://) with ArrayRecord shards (or TFRecord, which needs TensorFlow) of the
 SPEC 1.5 features and two splits, `train` and `eval`; `<name>` is that of the
 `dataset_settings.DatasetSettings` of the run config (its TFDS builder config), a hash of
-everything that changes the data. The files are TFDS's, written by `shard_writer` (not TFDS's
-shuffling writer): shards in block order as they are made, the metadata last, so a folder without
-dataset_info.json is an unfinished build that the next build deletes and redoes. A gs://
-`config.data.dir` is built through a local staging folder (`config.data.staging_dir`, default the
-system's temp folder), one shard at a time. Read it with `pipeline.make_iterator`, or with plain
-TFDS (no TensorFlow needed):
+everything that changes the data. Read it with `pipeline.make_iterator`, or with plain TFDS (no
+TensorFlow needed):
 
   tfds.data_source("albert_pretraining/<name>", data_dir=config.data.dir)
   tfds.builder_from_directory(dataset_settings.dataset_dir(config))
 
-How the work is cut up (memory flat in corpus size, every core, deterministic):
-- The main process streams the corpus source by source (`corpus.read_documents`) and cuts the
-  document stream of each split into blocks of about BLOCK_CHARACTERS of text (documents are
-  never split; blocks may span sources). Only a few blocks are in memory at a time: neither the
-  corpus nor corpus x dupe_factor is ever held.
-- Worker processes (one per core, `spawn`) tokenize a block, run `dupe_factor` passes of
-  SPEC 1.3 instance creation + SPEC 1.4 masking over it and serialize the examples as TFDS does;
-  the main process only writes them out. The SOP/NSP "random other document"
-  (SPEC 1.3.5a) is drawn from the same block, not the whole corpus: a block holds tens to
-  thousands of documents, the reference's own advice for big corpora (shard the input, SPEC
-  1.6a) gives the same locality, and it is what keeps memory bounded.
-- Pass p of block b of split s uses `np.random.SeedSequence([seed, s, b, p])`: passes differ
-  (target lengths, pairs, masks), and results come back and are written in block order, so the
-  shards are byte-identical for one config whatever the number of processes. Nothing is
-  shuffled at write time: the pipeline shuffles example indices with a seed when it reads.
-- Documents go to `eval` by a hash of (source file name, document index in it) below
-  `eval_fraction`, so the hold-out never moves when other files are added.
+One plan, two executors. The build is a list of units fixed by the config and the corpus alone,
+never by the number of workers: consecutive corpus files of about `data.unit_bytes` of text
+(a file is never split: a single huge file is one unit; the demo corpus and a TFDS source are one
+unit each). `build_unit.build_unit` builds one unit into its own shard files and a manifest; a
+local process pool (the default: one process per core, no Beam needed) or an Apache Beam
+pipeline (`beam_build.py`: Dataflow, Flink, Spark, or Beam's local FnApiRunner) runs it over the
+units, and this process finalizes: the units' shards renamed to TFDS's names in unit order, the
+metadata last (dataset_info.json last of all: a folder without it is unfinished). No text or
+example crosses between workers (no GroupByKey), so memory per worker is flat in the corpus
+size, and the shards are byte-identical whoever ran the units and however many.
+
+Resumable and safe: a build killed at any moment and run again builds only the units without a
+manifest and ends with the same bytes (`_units/plan.json` records the plan; a folder left by
+another plan is cleared first). One build per folder at a time: `<folder>/build.lock`
+(`file_lock`) refuses a second one in one line.
 """
 from __future__ import annotations
 
 import collections
 import concurrent.futures
 import dataclasses
-import functools
 import hashlib
-import itertools
+import json
 import multiprocessing
 import os
 import time
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 import ml_collections
-import numpy as np
 import tensorflow_datasets as tfds
 from etils import epath
-from tensorflow_datasets.core import example_serializer
 from tensorflow_datasets.core.dataset_builder import FileReaderBuilder
 
-from albert_jax.data import corpus, instances, masking, shard_writer
+from albert_jax import file_lock, files
+from albert_jax.data import build_unit, corpus, masking, shard_writer
 from albert_jax.data.dataset_settings import DATASET_VERSION, DatasetSettings
 from albert_jax.data.tokenizer import Tokenizer
 from albert_jax.errors import ConfigError
 
-SPLITS = ("eval", "train")  # eval first: an empty eval split fails before the long train split.
-# Text per work unit: ~32k tokens, i.e. ~2,500 examples of 512 tokens at dupe_factor 40 (~8 MB
-# serialized; short documents make more, shorter examples) per block in flight, 2 per process;
-# big enough to hold many documents for the random-document draw, small enough that the 1.3 MB
-# demo corpus still spreads over several cores.
-BLOCK_CHARACTERS = 128 * 1024
+LOCK_FILE = "build.lock"
+PLAN_FILE = "plan.json"
+_IO_THREADS = 32  # manifests read and shards renamed at once (requests, on a bucket)
 
 
-def example_features(seq_len: int, max_predictions: int) -> tfds.features.FeaturesDict:
-    """SPEC 1.5 features, as int32/float32 tensors of fixed shape (SPEC 5.1 reads them so)."""
-    def tensor(length: int, dtype: type = np.int32) -> tfds.features.Tensor:
-        return tfds.features.Tensor(shape=(length,), dtype=dtype)
-
-    return tfds.features.FeaturesDict({
-        "input_ids": tensor(seq_len),
-        "input_mask": tensor(seq_len),
-        "segment_ids": tensor(seq_len),
-        "token_boundary": tensor(seq_len),
-        "masked_lm_positions": tensor(max_predictions),
-        "masked_lm_ids": tensor(max_predictions),
-        "masked_lm_weights": tensor(max_predictions, np.float32),
-        "next_sentence_labels": tensor(1),
-    })
+class DataBuildLocked(file_lock.LockHeld):
+    """Another `albert-jax data build` is building the same folder."""
 
 
 class AlbertPretraining(FileReaderBuilder):
@@ -95,7 +72,11 @@ class AlbertPretraining(FileReaderBuilder):
     """
 
     VERSION = tfds.core.Version(DATASET_VERSION)
-    RELEASE_NOTES = {DATASET_VERSION: "SPEC 1 instances and masks; held-out documents in `eval`."}
+    RELEASE_NOTES = {
+        "1.0.0": "SPEC 1 instances and masks; held-out documents in `eval`.",
+        DATASET_VERSION: "Built in units of corpus files (data.unit_bytes): blocks and seeds per "
+                         "unit, the same bytes from the local pool and from Apache Beam.",
+    }
 
     @tfds.core.utils.classproperty
     @classmethod
@@ -124,7 +105,7 @@ class AlbertPretraining(FileReaderBuilder):
             builder=self,
             description="ALBERT pretraining examples (arXiv 1909.11942): sentence pairs with "
                         "n-gram masked-LM targets and sentence-order labels.",
-            features=example_features(settings.seq_len, settings.max_predictions),
+            features=build_unit.example_features(settings.seq_len, settings.max_predictions),
             metadata=tfds.core.MetadataDict(),
             homepage="https://github.com/google-research/albert",
         )
@@ -133,48 +114,12 @@ class AlbertPretraining(FileReaderBuilder):
         raise NotImplementedError(
             "build albert_pretraining with `albert-jax data build` (builder.build_from_config)")
 
-    def write(self, writer: shard_writer.ShardWriter) -> None:
-        """Builds every split into `writer`, then the metadata (last)."""
-        tokenizer = self.tokenizer
-        self.info.metadata.update(
-            vocab_size=tokenizer.vocab_size, pad_id=tokenizer.pad_id, cls_id=tokenizer.cls_id,
-            sep_id=tokenizer.sep_id, mask_id=tokenizer.mask_id, unk_id=tokenizer.unk_id,
-            settings=self.builder_config.as_dict(),
-            splits={})
-        splits = SPLITS if self.builder_config.eval_fraction > 0 else ("train",)
-        self.info.set_splits(tfds.core.SplitDict(
-            [writer.write_split(split, self._serialized_examples(split)) for split in splits]))
-        writer.finish(self.info)
 
-    def _serialized_examples(self, split: str) -> Iterator[bytes]:
-        """The examples of `split`, serialized as TFDS does, in block order; counts what it did
-        into the metadata at the end."""
-        settings = self.builder_config
-        counts = collections.Counter()
-        reading = corpus.CorpusStats()
-        blocks = _document_blocks(settings, split, reading)
-        # From the metadata, as dynamic masking (pipeline.py) makes them: the same masking.
-        masking_settings = masking.MaskingSettings.from_metadata(self.info.metadata)
-        task = _BlockTask(settings=settings, masking_settings=masking_settings,
-                          split_index=SPLITS.index(split))
-        results = _map_in_order(task, enumerate(blocks), self.num_processes,
-                                initializer=_set_worker_tokenizer, initargs=(self.tokenizer,))
-        for result in results:
-            counts.update(result.counts)
-            yield from result.examples
-        if not counts["instances"]:
-            raise ValueError(
-                f"the {split!r} split of corpus {settings.corpus!r} has no examples "
-                f"({counts['documents']} documents; corpus: {reading.report()}); "
-                + ("raise --config.data.eval_fraction or use a bigger corpus" if split == "eval"
-                   else "use a corpus with multi-sentence documents (blank line between them)"))
-        self.info.metadata["splits"][split] = dict(counts) | {"corpus": reading.report()}
-
-
-def make_builder(config: ml_collections.ConfigDict, *,
-                 num_processes: int | None = None) -> AlbertPretraining:
-    """The builder of a run config (checks it and the tokenizer file; builds nothing)."""
-    settings = DatasetSettings.from_run_config(config)
+def make_builder(config: ml_collections.ConfigDict, *, num_processes: int | None = None,
+                 sources: list[tuple[str, int | None]] | None = None) -> AlbertPretraining:
+    """The builder of a run config (checks it and the tokenizer file; builds nothing).
+    `sources`: `corpus.sized_sources` of the config's corpus, where the caller has it."""
+    settings = DatasetSettings.from_run_config(config, sources=sources)
     tokenizer = Tokenizer.load(config.data.tokenizer, lower=config.data.do_lower_case,
                                comma_rule=settings.comma_rule)
     if tokenizer.vocab_size > config.data.vocab_size:
@@ -187,30 +132,232 @@ def make_builder(config: ml_collections.ConfigDict, *,
                              tokenizer=tokenizer)
 
 
-def build_from_config(config: ml_collections.ConfigDict, *, num_processes: int | None = None) -> str:
+
+def build_from_config(config: ml_collections.ConfigDict, *, num_processes: int | None = None,
+                      beam_pipeline_options: str | None = None) -> str:
     """`albert-jax data build`: builds the dataset of `config` unless it exists; returns its folder.
 
+    Runs the units on a local process pool (`num_processes`, default one per core), or on Apache
+    Beam with `beam_pipeline_options` ("runner=...,key=value,...", the flag TFDS's CLI takes).
     Prints what it did: documents, sentences and instances per split, skipped input and why,
-    shards, seconds and examples per second. Shards hold about `config.data.shard_bytes` of
-    serialized examples.
+    shards, seconds and examples per second.
     """
-    builder = make_builder(config, num_processes=num_processes)
+    sources = corpus.sized_sources(config.data.corpus)
+    builder = make_builder(config, num_processes=num_processes, sources=sources)
+    beam_options = None
+    if beam_pipeline_options:
+        from albert_jax.data import beam_build  # Apache Beam only where asked for
+        beam_options = beam_build.pipeline_options(beam_pipeline_options)
     if builder.is_prepared():
-        splits = ", ".join(f"{name} {info.num_examples}" for name, info in builder.info.splits.items())
-        print(f"dataset exists: {builder.data_dir} ({splits} examples); nothing to do "
-              f"(delete the folder to rebuild)")
+        _print_existing(builder)
         return builder.data_dir
-    print(f"building {builder.data_dir}\n  from {builder.builder_config.description}\n"
-          f"  with {builder.num_processes} processes")
+    dataset_dir = epath.Path(builder.data_dir)
+    dataset_dir.mkdir(parents=True, exist_ok=True)
+    lock = file_lock.acquire(
+        dataset_dir / LOCK_FILE, error=DataBuildLocked,
+        in_use=f"data folder {dataset_dir} is being built by another `albert-jax data build`")
+    try:
+        if builder.is_prepared():  # finished by the build that held the lock before
+            _print_existing(builder)
+            return builder.data_dir
+        _build(builder, config, sources, beam_options, beam_pipeline_options)
+    finally:
+        lock.release()
+    return builder.data_dir
+
+
+def make_units(sources: list[tuple[str, int | None]], unit_bytes: int) -> list[build_unit.Unit]:
+    """Consecutive sources of about `unit_bytes` together (a unit closes once it holds that
+    many bytes); the demo corpus and TFDS sources (no size) each alone."""
+    units: list[build_unit.Unit] = []
+    group, group_bytes = [], 0
+
+    def close() -> None:
+        nonlocal group, group_bytes
+        if group:
+            units.append(build_unit.Unit(len(units), tuple(group)))
+        group, group_bytes = [], 0
+
+    for source, size in sources:
+        if size is None:
+            close()
+            group = [source]
+            close()
+            continue
+        group.append(source)
+        group_bytes += size
+        if group_bytes >= unit_bytes:
+            close()
+    close()
+    return units
+
+
+def _plan_digest(settings: DatasetSettings, units: list[build_unit.Unit], shard_bytes: int) -> str:
+    """What decides every file of the build: the dataset's identity (its name hashes the
+    settings and the corpus files' names and sizes), the units (by file name: a moved corpus
+    is the same plan) and the shard size."""
+    plan = {"dataset": settings.name, "version": DATASET_VERSION, "shard_bytes": shard_bytes,
+            "units": [[os.path.basename(source.rstrip("/")) for source in unit.sources]
+                      for unit in units]}
+    return hashlib.sha256(json.dumps(plan).encode()).hexdigest()[:16]
+
+
+def build_context(builder: AlbertPretraining, config: ml_collections.ConfigDict,
+                  units: list[build_unit.Unit]) -> build_unit.BuildContext:
+    """What every unit of `builder`'s build shares; records the tokenizer's ids and the settings
+    in the builder's metadata (the masking is made from them, as dynamic masking makes it)."""
+    settings, tokenizer = builder.builder_config, builder.tokenizer
+    shard_bytes = int(config.data.shard_bytes)
+    builder.info.metadata.update(
+        vocab_size=tokenizer.vocab_size, pad_id=tokenizer.pad_id, cls_id=tokenizer.cls_id,
+        sep_id=tokenizer.sep_id, mask_id=tokenizer.mask_id, unk_id=tokenizer.unk_id,
+        settings=settings.as_dict(), splits={})
+    return build_unit.BuildContext(
+        settings=settings, tokenizer=tokenizer,
+        masking_settings=masking.MaskingSettings.from_metadata(builder.info.metadata),
+        dataset_dir=builder.data_dir, shard_bytes=shard_bytes,
+        plan=_plan_digest(settings, units, shard_bytes), staging_dir=config.data.get("staging_dir"))
+
+
+def _build(builder: AlbertPretraining, config: ml_collections.ConfigDict,
+           sources: list[tuple[str, int | None]], beam_options: Any,
+           beam_pipeline_options: str | None) -> None:
+    settings = builder.builder_config
+    units = make_units(sources, settings.unit_bytes)
+    context = build_context(builder, config, units)
+    _start_or_resume(context, units)
+    manifests = _read_manifests(context, units)
+    pending = [unit for unit, manifest in zip(units, manifests) if manifest is None]
+    where = (f"Apache Beam ({beam_pipeline_options})" if beam_options is not None
+             else _plural(min(builder.num_processes, max(len(pending), 1)), "process"))
+    print(f"building {builder.data_dir}\n  from {settings.description}\n"
+          f"  {_plural(len(units), 'unit')} of ~{settings.unit_bytes / 2**20:g} MiB of text"
+          + (f", {len(units) - len(pending)} built before" if len(pending) < len(units) else "")
+          + f"; {len(pending)} to build with {where}")
     start = time.time()
-    with shard_writer.ShardWriter(builder.data_dir, dataset_name=builder.name,
-                                  file_format=builder.builder_config.file_format,
-                                  staging_dir=config.data.get("staging_dir"),
-                                  shard_bytes=int(config.data.get("shard_bytes",
-                                                                  shard_writer.SHARD_BYTES))
-                                  ) as writer:
-        builder.write(writer)
-    seconds = time.time() - start
+    if beam_options is not None:
+        from albert_jax.data import beam_build
+        beam_build.run(context, pending, beam_options)
+    else:
+        _run_locally(context, pending, builder.num_processes)
+    built = iter(_read_manifests(context, pending))
+    _finalize(builder, context, units,
+              [manifest if manifest is not None else next(built) for manifest in manifests])
+    _print_report(builder, config, time.time() - start)
+
+
+def _start_or_resume(context: build_unit.BuildContext, units: list[build_unit.Unit]) -> None:
+    """Resumes the units of a killed build of this plan; clears a folder left by anything else
+    (another plan, or an older layout), keeping the lock."""
+    plan_path = context.units_dir / PLAN_FILE
+    try:
+        recorded = json.loads(plan_path.read_text()).get("plan")
+    except (FileNotFoundError, ValueError):
+        recorded = None
+    if recorded == context.plan:
+        return
+    dataset_dir = epath.Path(context.dataset_dir)
+    leftovers = [path for path in dataset_dir.iterdir() if path.name != LOCK_FILE]
+    if leftovers:
+        print(f"  removing the unfinished build in {dataset_dir} (no dataset_info.json, "
+              f"{'another plan' if recorded else 'no plan'})")
+        for path in leftovers:
+            path.rmtree() if path.is_dir() else path.unlink()
+    context.units_dir.mkdir(parents=True, exist_ok=True)
+    files.write_atomically(plan_path, json.dumps(
+        {"plan": context.plan, "units": [list(unit.sources) for unit in units]}, indent=1))
+
+
+_WORKER_CONTEXT: list[build_unit.BuildContext] = []  # set once per process by `_set_context`
+
+
+def _set_context(context: build_unit.BuildContext) -> None:
+    _WORKER_CONTEXT[:] = [context]
+
+
+def _build_unit_in_worker(unit: build_unit.Unit) -> dict[str, Any]:
+    return build_unit.build_unit(_WORKER_CONTEXT[0], unit)
+
+
+def _run_locally(context: build_unit.BuildContext, units: list[build_unit.Unit],
+                 num_processes: int) -> None:
+    """Builds `units` on a pool of `num_processes` worker processes, one unit at a time each
+    (inline for one process or one unit). A worker that dies raises BrokenProcessPool; the units
+    finished before keep their manifests."""
+    if num_processes <= 1 or len(units) <= 1:
+        for unit in units:
+            _report_unit(build_unit.build_unit(context, unit), len(units))
+        return
+    # spawn: the parent may hold threads (JAX, TFDS) that make fork unsafe.
+    with concurrent.futures.ProcessPoolExecutor(
+            min(num_processes, len(units)), mp_context=multiprocessing.get_context("spawn"),
+            initializer=_set_context, initargs=(context,)) as pool:
+        for manifest in pool.map(_build_unit_in_worker, units):
+            _report_unit(manifest, len(units))
+
+
+def _report_unit(manifest: dict[str, Any], num_units: int) -> None:
+    examples = sum(split["counts"].get("instances", 0) for split in manifest["splits"].values())
+    print(f"  unit {manifest['unit'] + 1}/{num_units} built: {examples} examples", flush=True)
+
+
+def _read_manifests(context: build_unit.BuildContext,
+                    units: list[build_unit.Unit]) -> list[dict[str, Any] | None]:
+    """The manifest of each unit built under this plan, or None; read in parallel (tens of
+    thousands of units in a bucket are as many requests)."""
+    with concurrent.futures.ThreadPoolExecutor(_IO_THREADS) as pool:
+        return list(pool.map(lambda unit: build_unit.read_manifest(
+            context.units_dir, unit.index, context.plan), units))
+
+
+def _finalize(builder: AlbertPretraining, context: build_unit.BuildContext,
+              units: list[build_unit.Unit], manifests: list[dict[str, Any] | None]) -> None:
+    """The units' shards renamed to TFDS's names in unit order, the metadata last; then the
+    units' folder removed."""
+    settings = builder.builder_config
+    missing = [unit.index for unit, manifest in zip(units, manifests) if manifest is None]
+    if missing:
+        raise RuntimeError(f"units {missing} of {builder.data_dir} were not built (the runner "
+                           f"reported success): run the build again")
+    reading = collections.Counter()
+    for manifest in manifests:
+        reading.update(manifest["corpus"])
+    corpus_report = corpus.CorpusStats(**reading).report()
+    splits = build_unit.SPLITS if settings.eval_fraction > 0 else ("train",)
+    split_infos = []
+    for split in splits:
+        counts = collections.Counter()
+        for manifest in manifests:
+            counts.update(manifest["splits"][split]["counts"])
+        if not counts["instances"]:
+            raise ValueError(
+                f"the {split!r} split of corpus {settings.corpus!r} has no examples "
+                f"({counts['documents']} documents; corpus: {corpus_report}); "
+                + ("raise --config.data.eval_fraction or use a bigger corpus" if split == "eval"
+                   else "use a corpus with multi-sentence documents (blank line between them)"))
+        builder.info.metadata["splits"][split] = dict(counts) | {"corpus": corpus_report}
+        shards = [(context.units_dir, shard) for manifest in manifests
+                  for shard in manifest["splits"][split]["shards"]]
+        split_infos.append(shard_writer.adopt_split(
+            epath.Path(builder.data_dir), builder.name, settings.file_format, split, shards,
+            threads=_IO_THREADS))
+    builder.info.set_splits(tfds.core.SplitDict(split_infos))
+    builder.info.write_to_directory(builder.data_dir)  # dataset_info.json last: now it is built
+    context.units_dir.rmtree()
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 'es' if noun.endswith('s') else 's'}"
+
+
+def _print_existing(builder: AlbertPretraining) -> None:
+    splits = ", ".join(f"{name} {info.num_examples}" for name, info in builder.info.splits.items())
+    print(f"dataset exists: {builder.data_dir} ({splits} examples); nothing to do "
+          f"(delete the folder to rebuild)")
+
+
+def _print_report(builder: AlbertPretraining, config: ml_collections.ConfigDict,
+                  seconds: float) -> None:
     total = 0
     for split, counts in builder.info.metadata["splits"].items():
         total += counts["instances"]
@@ -222,120 +369,3 @@ def build_from_config(config: ml_collections.ConfigDict, *, num_processes: int |
               f"{counts['empty_documents']} documents empty after tokenization, skipped")
     print(f"  corpus read: {builder.info.metadata['splits']['train']['corpus']}")
     print(f"  {total} examples in {seconds:.1f}s ({total / seconds:.0f} examples/s)")
-    return builder.data_dir
-
-
-# ---------------------------------------------------------------------------------------------
-# The work: blocks of documents in, serialized examples out (runs in worker processes).
-
-def _is_eval_document(source_name: str, document_index: int, eval_fraction: float) -> bool:
-    digest = hashlib.blake2b(f"{source_name}\0{document_index}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") < eval_fraction * 2.0 ** 64
-
-
-def _document_blocks(settings: DatasetSettings, split: str,
-                     reading: corpus.CorpusStats) -> Iterator[list[list[str]]]:
-    """The documents of `split`, in corpus order, in blocks of >= BLOCK_CHARACTERS (but the last)."""
-    block, characters = [], 0
-    for source in corpus.list_sources(settings.corpus):
-        source_name = os.path.basename(source.rstrip("/"))
-        for document_index, document in enumerate(corpus.read_documents(source, reading)):
-            if _is_eval_document(source_name, document_index, settings.eval_fraction) != (split == "eval"):
-                continue
-            block.append(document)
-            characters += sum(map(len, document))
-            if characters >= BLOCK_CHARACTERS:
-                yield block
-                block, characters = [], 0
-    if block:
-        yield block
-
-
-@dataclasses.dataclass
-class _BlockResult:
-    examples: list[bytes]  # serialized as TFDS does, over all passes, in pass order
-    counts: dict[str, int]
-
-
-@functools.cache
-def _example_serializer(seq_len: int, max_predictions: int) -> Callable[[dict], bytes]:
-    """Feature dict -> bytes: the tf.Example TFDS's writer makes (split_builder: encode, then the
-    serializer of the features' serialized info), serialized with its feature map sorted by name.
-
-    TFDS's own `SerializeToString()` writes the map in an order that changes from process to
-    process (protobuf's hash seed), so its shards differ from run to run; sorted, the bytes
-    depend only on the example (any order parses the same)."""
-    features = example_features(seq_len, max_predictions)
-    serializer = example_serializer.ExampleSerializer(features.get_serialized_info())
-    return lambda example: serializer.get_tf_example(
-        features.encode_example(example)).SerializeToString(deterministic=True)
-
-
-_WORKER_TOKENIZER: list[Tokenizer] = []  # set once per process by `_set_worker_tokenizer`
-
-
-def _set_worker_tokenizer(tokenizer: Tokenizer) -> None:
-    _WORKER_TOKENIZER[:] = [tokenizer]
-
-
-@dataclasses.dataclass(frozen=True)
-class _BlockTask:
-    """Tokenize a block, then `dupe_factor` passes of instances (SPEC 1.3) and masks (SPEC 1.4)."""
-    settings: DatasetSettings
-    masking_settings: masking.MaskingSettings
-    split_index: int
-
-    def __call__(self, indexed_block: tuple[int, list[list[str]]]) -> _BlockResult:
-        block_index, documents = indexed_block
-        tokenizer, settings = _WORKER_TOKENIZER[0], self.settings
-        tokenized, sentences = [], 0
-        for document in documents:
-            encoded = [ids for ids in map(tokenizer.encode, document) if ids.size]
-            sentences += len(encoded)
-            if encoded:
-                tokenized.append(encoded)
-        special_ids = self.masking_settings.special_ids
-        serialize = _example_serializer(settings.seq_len, settings.max_predictions)
-        examples: list[bytes] = []
-        for dupe_pass in range(settings.dupe_factor):
-            rng = np.random.default_rng(np.random.SeedSequence(
-                [settings.seed, self.split_index, block_index, dupe_pass]))
-            for instance in instances.create_instances(
-                    tokenized, rng, max_seq_length=settings.seq_len,
-                    short_seq_prob=settings.short_seq_prob,
-                    sentence_objective=settings.sentence_objective,
-                    reference_compat=settings.reference_compat,
-                    cls_id=tokenizer.cls_id, sep_id=tokenizer.sep_id):
-                boundary = masking.token_boundary(instance.tokens, tokenizer.word_start, special_ids)
-                examples.append(serialize(masking.mask_instance(instance, boundary, rng,
-                                                                self.masking_settings)))
-        counts = dict(documents=len(documents), sentences=sentences, instances=len(examples),
-                      blocks=1, empty_documents=len(documents) - len(tokenized))
-        return _BlockResult(examples=examples, counts=counts)
-
-
-def _map_in_order(function: Callable[[Any], Any], tasks: Iterable[Any], processes: int, *,
-                  initializer: Callable[..., None], initargs: tuple) -> Iterator[Any]:
-    """`map(function, tasks)` over worker processes, in task order, <= 2 tasks/process in flight.
-
-    `Pool.imap` would read all of `tasks` (the whole corpus) ahead of the workers; this window
-    keeps memory bounded. A worker that dies raises BrokenProcessPool instead of hanging. One
-    task (or one process) runs inline, without a pool.
-    """
-    tasks = iter(tasks)
-    first = list(itertools.islice(tasks, 2))
-    if processes <= 1 or len(first) < 2:
-        initializer(*initargs)
-        yield from map(function, itertools.chain(first, tasks))
-        return
-    # spawn: the parent may hold threads (JAX, TFDS) that make fork unsafe.
-    with concurrent.futures.ProcessPoolExecutor(
-            processes, mp_context=multiprocessing.get_context("spawn"),
-            initializer=initializer, initargs=initargs) as pool:
-        pending: collections.deque[concurrent.futures.Future] = collections.deque()
-        for task in itertools.chain(first, tasks):
-            pending.append(pool.submit(function, task))
-            if len(pending) >= 2 * processes:
-                yield pending.popleft().result()
-        while pending:
-            yield pending.popleft().result()

@@ -1,6 +1,6 @@
 """What a built pretraining dataset is: the settings that change its examples, and its folder.
 
-  dataset_settings.dataset_dir(config)   # <config.data.dir>/albert_pretraining/<name>/1.0.0
+  dataset_settings.dataset_dir(config)   # <config.data.dir>/albert_pretraining/<name>/2.0.0
 
 `DatasetSettings` is the TFDS builder config of `builder.AlbertPretraining` (not the run config,
 which it is made from). Its name ends in a hash of everything that changes the data (the corpus
@@ -28,7 +28,7 @@ from albert_jax.data.instances import SENTENCE_OBJECTIVES
 from albert_jax.errors import ConfigError
 
 NAME = "albert_pretraining"  # the TFDS name of `builder.AlbertPretraining`
-DATASET_VERSION = "1.0.0"
+DATASET_VERSION = "2.0.0"
 FORMATS = ("array_record", "tfrecord")
 _TFDS_FIELDS = frozenset(field.name for field in dataclasses.fields(tfds.core.BuilderConfig))
 
@@ -53,12 +53,15 @@ class DatasetSettings(tfds.core.BuilderConfig):
     sentence_objective: str = "sop"
     reference_compat: bool = False
     eval_fraction: float = 0.01
+    unit_bytes: int = 32 << 20  # corpus text per build unit (blocks and seeds are per unit)
     seed: int = 12345
     file_format: str = "array_record"
 
     @classmethod
-    def from_run_config(cls, config: ml_collections.ConfigDict) -> "DatasetSettings":
-        """The dataset settings of a run config; checks the values and the tokenizer file first."""
+    def from_run_config(cls, config: ml_collections.ConfigDict, *,
+                        sources: list[tuple[str, int | None]] | None = None) -> "DatasetSettings":
+        """The dataset settings of a run config; checks the values and the tokenizer file first.
+        `sources`: `corpus.sized_sources(config.data.corpus)`, where the caller has it."""
         data = config.data
         _check_settings(config)
         tokenizer_path = epath.Path(data.tokenizer)
@@ -68,7 +71,7 @@ class DatasetSettings(tfds.core.BuilderConfig):
                 f"`albert-jax tokenizer train --config=...` (same config) or point "
                 f"--config.data.tokenizer at a SentencePiece model such as 30k-clean.model or a "
                 f"WordPiece vocab.txt")
-        sources = corpus.sized_sources(data.corpus)
+        sources = corpus.sized_sources(data.corpus) if sources is None else sources
         settings = dict(
             corpus=data.corpus, corpus_signature=_corpus_signature(sources),
             tokenizer=os.fspath(data.tokenizer),
@@ -80,6 +83,7 @@ class DatasetSettings(tfds.core.BuilderConfig):
             short_seq_prob=float(data.short_seq_prob), dupe_factor=int(data.dupe_factor),
             sentence_objective=str(data.sentence_objective),
             reference_compat=bool(data.reference_compat), eval_fraction=float(data.eval_fraction),
+            unit_bytes=int(data.unit_bytes),
             seed=int(config.seed if data.get("seed") is None else data.seed),
             file_format=str(data.format))
         # Paths are not part of the identity: a moved corpus or a copied tokenizer file (same
@@ -134,6 +138,9 @@ def _check_settings(config: ml_collections.ConfigDict) -> None:
                         f"(one of {SENTENCE_OBJECTIVES})")
     if not 0.0 <= data.eval_fraction < 1.0:
         problems.append(f"data.eval_fraction={data.eval_fraction} (need 0 <= f < 1)")
+    if data.unit_bytes < 1:
+        problems.append(f"data.unit_bytes={data.unit_bytes} (need >= 1: bytes of corpus text "
+                        f"per build unit)")
     if data.comma_rule not in tokenizer_lib.COMMA_RULES:
         problems.append(f"data.comma_rule={data.comma_rule!r} (one of {tokenizer_lib.COMMA_RULES})")
     if data.format not in FORMATS:

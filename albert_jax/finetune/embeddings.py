@@ -25,10 +25,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from albert_jax.data import pipeline
-from albert_jax.finetune import tables
-from albert_jax.finetune.examples import TextExample
-from albert_jax.finetune.features import classification_features
-from albert_jax.finetune.task import ArraySource, padded
+from albert_jax.finetune.core import tables
+from albert_jax.finetune.core.examples import TextExample
+from albert_jax.finetune.core.features import classification_features
+from albert_jax.finetune.core.task import ArraySource, padded
 from albert_jax.model import AlbertModel
 from albert_jax.train.task import Batch, HostBatch
 

@@ -26,7 +26,7 @@ from etils import epath
 from albert_jax.data import pipeline
 from albert_jax.data.tokenizer import Tokenizer
 from albert_jax.errors import ConfigError
-from albert_jax.finetune.task import ArraySource, padded, real_rows
+from albert_jax.finetune.core.task import ArraySource, padded, real_rows
 from albert_jax.model import ModelConfig
 from albert_jax.pretraining import PretrainingTask
 from albert_jax.train import workdir as workdir_names

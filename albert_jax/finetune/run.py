@@ -1,5 +1,5 @@
 """`albert-jax finetune`, `evaluate`, `predict` and the fine-tuned HuggingFace export, for every
-registered task (finetune/registry.py); nothing here names a task.
+registered task (core/registry.py); nothing here names a task.
 
   finetune: config -> the task class of `config.task` -> its checks, tokenizer, architecture
             and backbone from `init_from` -> the training loop (best dev checkpoint kept in
@@ -33,13 +33,13 @@ import numpy as np
 from etils import epath
 
 from albert_jax import files
+from albert_jax.convert import tokenizer_files
 from albert_jax.convert.huggingface import save_huggingface
-from albert_jax.data.tokenizer import Tokenizer
 from albert_jax.errors import ConfigError
-from albert_jax.finetune import fill_mask, registry
-from albert_jax.finetune import pretrained as pretrained_lib
-from albert_jax.finetune.task import FinetuneTask, real_rows
-from albert_jax.finetune.text_files import open_text
+from albert_jax.finetune import fill_mask
+from albert_jax.finetune.core import registry
+from albert_jax.finetune.core.task import FinetuneTask, real_rows
+from albert_jax.finetune.core.text_files import open_text
 from albert_jax.train import buckets, checkpoint, loop, sharding
 from albert_jax.train import step as step_lib
 from albert_jax.train import workdir as workdir_names
@@ -294,39 +294,13 @@ def _output_lines(output: str, is_main: bool) -> Iterator[Any]:
         partial.unlink(missing_ok=True)
 
 
-def write_huggingface_tokenizer(tokenizer: Tokenizer, output: str, model_max_length: int) -> None:
-    """The tokenizer files of a transformers model folder: spiece.model (AlbertTokenizer) or a
-    WordPiece vocabulary as BertTokenizerFast, exact to our ids (`Tokenizer.huggingface_files`)."""
-    for name, content in tokenizer.huggingface_files(model_max_length).items():
-        files.write_atomically(os.fspath(epath.Path(output) / name), content)
-
-
-def carry_tokenizer(source: str, path: str, config_path: str | None, target: str, output: str,
-                    model_max_length: int) -> None:
-    """`albert-jax convert`: keeps the tokenizer that came with the weights (beside a TF
-    checkpoint, e.g. the Chinese models' vocab_chinese.txt, in a HuggingFace folder or a
-    workdir) with the output: as the workdir's spiece.model / vocab.txt (an Orbax output, which
-    `init_from` then finds), or as transformers tokenizer files. Says so either way."""
-    found = pretrained_lib.source_tokenizer(source, path, config_path)
-    if found is None:
-        print(f"no tokenizer found with {path}; give fine-tuning one with --config.tokenizer")
-        return
-    tokenizer = Tokenizer.load(found)
-    if target == "huggingface":
-        write_huggingface_tokenizer(tokenizer, output, model_max_length)
-    else:
-        for name, content in tokenizer.files(workdir_names.TOKENIZER_FILES[tokenizer.kind]).items():
-            files.write_atomically(os.fspath(epath.Path(output) / name), content)
-    print(f"kept the {tokenizer.kind} tokenizer {found} ({tokenizer.vocab_size} pieces) with "
-          f"{output}")
-
-
 # --- albert-jax convert --from=orbax --to=huggingface of a fine-tuned workdir -------------------
 
 def export_huggingface(workdir: str, output: str) -> None:
     """Writes the best dev checkpoint of fine-tuning `workdir` (of its best seed) to `output` as
     a transformers model of its task's class (config.json with the labels, model.safetensors)
-    with the run's tokenizer beside it (`write_huggingface_tokenizer`), so `from_pretrained(output)`
+    with the run's tokenizer beside it (`tokenizer_files.write_huggingface_tokenizer`), so
+    `from_pretrained(output)`
     gives model and tokenizer."""
     run_dir = _run_dir(epath.Path(workdir))
     config = _saved_config(run_dir)
@@ -336,6 +310,7 @@ def export_huggingface(workdir: str, output: str) -> None:
     task = registry.get(config.task).from_run(config, run_dir, model_config)
     head = task.huggingface_head()
     save_huggingface(model_config, jax.tree.map(np.asarray, params), output, head=head)
-    write_huggingface_tokenizer(task.tokenizer, output, model_config.max_position_embeddings)
+    tokenizer_files.write_huggingface_tokenizer(task.tokenizer, output,
+                                                model_config.max_position_embeddings)
     print(f"wrote the best dev checkpoint of {run_dir} (step {best['step']}, {best['metric']} "
           f"{best['value']:.4f}) as transformers.{head.architecture} to {output}", flush=True)

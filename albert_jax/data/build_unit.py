@@ -1,0 +1,221 @@
+"""One unit of a data build: a few corpus files in, their shard files and a manifest out.
+
+  manifest = build_unit(context, unit)      # the same files whoever runs it, however often
+
+The pure function both executors run (`builder.py`'s process pool and `beam_build.py`'s
+pipeline): it reads the unit's files (local or gs://), makes its examples and writes them under
+`<dataset folder>/_units/` as `unit-<u>-<split>-<k>.<format>` shards of about `shard_bytes`,
+then `unit-<u>.json`, the manifest, last: a unit with a manifest is done. Everything it writes
+is a function of (settings, tokenizer, unit) alone: a unit run twice (a retry of the runner, a
+rerun after a kill, two attempts at once) writes the same bytes under the same names, each file
+replaced whole (a local file through a temporary name and a rename; an object in one upload).
+
+Inside a unit, as before units existed:
+- documents go to `eval` by a hash of (source file name, document index in it) below
+  `eval_fraction`, so the hold-out never moves when other files are added;
+- each split's documents, in corpus order, are cut into blocks of about BLOCK_CHARACTERS of text
+  (documents are never split); a block is tokenized, then `dupe_factor` passes of SPEC 1.3
+  instance creation and SPEC 1.4 masking run over it, pass p of block b of unit u of split s
+  with `np.random.SeedSequence([seed, s, u, b, p])`. The SOP/NSP "random other document"
+  (SPEC 1.3.5a) is drawn from the same block, not the whole corpus: the reference's own advice
+  for big corpora (shard the input, SPEC 1.6a) gives the same locality, and it keeps memory
+  bounded;
+- the train split streams block by block to its shards; the eval documents (`eval_fraction` of
+  the unit's text) are held until the read ends, then built the same way.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import functools
+import hashlib
+import json
+import os
+from typing import Any, Callable, Iterable, Iterator
+
+import numpy as np
+import tensorflow_datasets as tfds
+from etils import epath
+from tensorflow_datasets.core import example_serializer
+
+from albert_jax import files
+from albert_jax.data import corpus, instances, masking, shard_writer
+from albert_jax.data.dataset_settings import DatasetSettings
+from albert_jax.data.tokenizer import Tokenizer
+
+SPLITS = ("eval", "train")  # the split index in the seeds
+UNITS_DIR = "_units"
+# Text per block: ~32k tokens, i.e. ~2,500 examples of 512 tokens at dupe_factor 40 (~8 MB
+# serialized; short documents make more, shorter examples); big enough to hold many documents
+# for the random-document draw.
+BLOCK_CHARACTERS = 128 * 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class Unit:
+    """Consecutive corpus sources (`corpus.list_sources` order), built together."""
+    index: int
+    sources: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildContext:
+    """What every unit of one build shares (picklable: sent once to each worker).
+
+    plan: the digest of the whole plan (settings, units, shard size), recorded in each manifest.
+    staging_dir: where a gs:// build writes each shard before uploading it (None: the system's
+    temp folder).
+    """
+    settings: DatasetSettings
+    tokenizer: Tokenizer
+    masking_settings: masking.MaskingSettings
+    dataset_dir: str
+    shard_bytes: int
+    plan: str
+    staging_dir: str | None = None
+
+    @property
+    def units_dir(self) -> epath.Path:
+        return epath.Path(self.dataset_dir) / UNITS_DIR
+
+
+def manifest_path(units_dir: epath.Path, unit_index: int) -> epath.Path:
+    return units_dir / f"unit-{unit_index:05d}.json"
+
+
+def read_manifest(units_dir: epath.Path, unit_index: int, plan: str) -> dict[str, Any] | None:
+    """The manifest of a unit built under `plan`, or None (not built, or under another plan)."""
+    try:
+        manifest = json.loads(manifest_path(units_dir, unit_index).read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+    return manifest if manifest.get("plan") == plan else None
+
+
+def build_unit(context: BuildContext, unit: Unit) -> dict[str, Any]:
+    """Builds `unit` into `context.units_dir` (shards, then the manifest); returns the manifest:
+    {"plan", "unit", "sources", "corpus": CorpusStats fields, "splits": {split: {"shards":
+    [{"file", "examples", "bytes"}], "counts": {documents, sentences, instances, blocks,
+    empty_documents}}}}."""
+    settings = context.settings
+    splits = SPLITS if settings.eval_fraction > 0 else ("train",)
+    reading = corpus.CorpusStats()
+    held_eval_documents: list[list[str]] = []
+
+    def train_documents() -> Iterator[list[str]]:
+        for source in unit.sources:
+            source_name = os.path.basename(source.rstrip("/"))
+            for document_index, document in enumerate(corpus.read_documents(source, reading)):
+                if _is_eval_document(source_name, document_index, settings.eval_fraction):
+                    held_eval_documents.append(document)
+                else:
+                    yield document
+
+    manifest_splits = {}
+    for split in ("train",) + tuple(split for split in splits if split != "train"):
+        documents = train_documents() if split == "train" else iter(held_eval_documents)
+        counts: collections.Counter = collections.Counter()
+        examples = _split_examples(context, unit.index, SPLITS.index(split), documents, counts)
+        shards = shard_writer.write_unit_shards(
+            examples, context.units_dir, f"unit-{unit.index:05d}-{split}",
+            file_format=settings.file_format, shard_bytes=context.shard_bytes,
+            staging_dir=context.staging_dir)
+        manifest_splits[split] = {"shards": shards, "counts": dict(counts)}
+    manifest = {"plan": context.plan, "unit": unit.index, "sources": list(unit.sources),
+                "corpus": dataclasses.asdict(reading), "splits": manifest_splits}
+    files.write_atomically(manifest_path(context.units_dir, unit.index),
+                           json.dumps(manifest, indent=1))
+    return manifest
+
+
+def _is_eval_document(source_name: str, document_index: int, eval_fraction: float) -> bool:
+    digest = hashlib.blake2b(f"{source_name}\0{document_index}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") < eval_fraction * 2.0 ** 64
+
+
+def _blocks(documents: Iterable[list[str]]) -> Iterator[list[list[str]]]:
+    """`documents` in blocks of >= BLOCK_CHARACTERS of text (but the last)."""
+    block, characters = [], 0
+    for document in documents:
+        block.append(document)
+        characters += sum(map(len, document))
+        if characters >= BLOCK_CHARACTERS:
+            yield block
+            block, characters = [], 0
+    if block:
+        yield block
+
+
+def _split_examples(context: BuildContext, unit_index: int, split_index: int,
+                    documents: Iterable[list[str]], counts: collections.Counter
+                    ) -> Iterator[bytes]:
+    """The serialized examples of one split of a unit, block by block; counts into `counts`."""
+    for block_index, block in enumerate(_blocks(documents)):
+        examples, block_counts = block_examples(
+            context.settings, context.tokenizer, context.masking_settings, block,
+            seed_prefix=(split_index, unit_index, block_index))
+        counts.update(block_counts)
+        yield from examples
+
+
+@functools.cache
+def _example_serializer(seq_len: int, max_predictions: int) -> Callable[[dict], bytes]:
+    """Feature dict -> bytes: the tf.Example TFDS's writer makes (split_builder: encode, then the
+    serializer of the features' serialized info), serialized with its feature map sorted by name.
+
+    TFDS's own `SerializeToString()` writes the map in an order that changes from process to
+    process (protobuf's hash seed), so its shards differ from run to run; sorted, the bytes
+    depend only on the example (any order parses the same)."""
+    features = example_features(seq_len, max_predictions)
+    serializer = example_serializer.ExampleSerializer(features.get_serialized_info())
+    return lambda example: serializer.get_tf_example(
+        features.encode_example(example)).SerializeToString(deterministic=True)
+
+
+def example_features(seq_len: int, max_predictions: int) -> tfds.features.FeaturesDict:
+    """SPEC 1.5 features, as int32/float32 tensors of fixed shape (SPEC 5.1 reads them so)."""
+    def tensor(length: int, dtype: type = np.int32) -> tfds.features.Tensor:
+        return tfds.features.Tensor(shape=(length,), dtype=dtype)
+
+    return tfds.features.FeaturesDict({
+        "input_ids": tensor(seq_len),
+        "input_mask": tensor(seq_len),
+        "segment_ids": tensor(seq_len),
+        "token_boundary": tensor(seq_len),
+        "masked_lm_positions": tensor(max_predictions),
+        "masked_lm_ids": tensor(max_predictions),
+        "masked_lm_weights": tensor(max_predictions, np.float32),
+        "next_sentence_labels": tensor(1),
+    })
+
+
+def block_examples(settings: DatasetSettings, tokenizer: Tokenizer,
+                   masking_settings: masking.MaskingSettings, documents: list[list[str]], *,
+                   seed_prefix: tuple[int, ...]) -> tuple[list[bytes], dict[str, int]]:
+    """Tokenize a block, then `dupe_factor` passes of instances (SPEC 1.3) and masks (SPEC 1.4),
+    pass p seeded with `SeedSequence([settings.seed, *seed_prefix, p])`; the serialized
+    examples in pass order, and counts of what was done."""
+    tokenized, sentences = [], 0
+    for document in documents:
+        encoded = [ids for ids in map(tokenizer.encode, document) if ids.size]
+        sentences += len(encoded)
+        if encoded:
+            tokenized.append(encoded)
+    special_ids = masking_settings.special_ids
+    serialize = _example_serializer(settings.seq_len, settings.max_predictions)
+    examples: list[bytes] = []
+    for dupe_pass in range(settings.dupe_factor):
+        rng = np.random.default_rng(np.random.SeedSequence(
+            [settings.seed, *seed_prefix, dupe_pass]))
+        for instance in instances.create_instances(
+                tokenized, rng, max_seq_length=settings.seq_len,
+                short_seq_prob=settings.short_seq_prob,
+                sentence_objective=settings.sentence_objective,
+                reference_compat=settings.reference_compat,
+                cls_id=tokenizer.cls_id, sep_id=tokenizer.sep_id):
+            boundary = masking.token_boundary(instance.tokens, tokenizer.word_start, special_ids)
+            examples.append(serialize(masking.mask_instance(instance, boundary, rng,
+                                                            masking_settings)))
+    counts = dict(documents=len(documents), sentences=sentences, instances=len(examples),
+                  blocks=1, empty_documents=len(documents) - len(tokenized))
+    return examples, counts
