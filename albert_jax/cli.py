@@ -10,6 +10,7 @@
   albert-jax evaluate        --workdir=DIR --split=dev|test
   albert-jax predict         --workdir=DIR --input=FILE [--output=OUT.jsonl|-]
                              [--top_k=5 --step=N]   (a pretraining workdir: fill-mask)
+                             [--embeddings=cls|mean]   (one vector per row; .npy or JSONL)
   albert-jax checkpoint verify --workdir=DIR    (one line per checkpoint; exit 0 if all intact)
   albert-jax plan            --config=configs/pretrain.py:size=xxlarge --topology=v5e:16x16
                              [--devices=N --hbm_gib=16] [--json]   (HBM per device; fits?)
@@ -89,6 +90,9 @@ _INPUT = flags.DEFINE_string("input", None, "predict: the file of examples (CSV,
                              "Parquet, or the task's own layout).")
 _TOP_K = flags.DEFINE_integer("top_k", None, "predict on a pretraining workdir (fill-mask): "
                               "the most probable pieces listed per [MASK] (default 5).")
+_EMBEDDINGS = flags.DEFINE_enum("embeddings", None, ["cls", "mean"], "predict: one vector per "
+                                "row instead (cls: the [CLS] hidden state; mean: the mean over "
+                                "the real tokens), as JSON Lines or a .npy --output.")
 _STEP = flags.DEFINE_integer("step", None, "predict on a pretraining workdir: the checkpoint "
                              "(default the latest intact one).")
 _TOPOLOGY = flags.DEFINE_string("topology", None, "plan: TPU slice, e.g. v5e:16x16 (needs the "
@@ -156,7 +160,8 @@ def _predict() -> None:
     workdir, input_path = _need(_WORKDIR, "predict"), _need(_INPUT, "predict")
     _join_hosts()
     options = {"top_k": _TOP_K.value} if _TOP_K.value is not None else {}
-    finetune_run.predict(workdir, input_path, _OUTPUT.value, step=_STEP.value, **options)
+    finetune_run.predict(workdir, input_path, _OUTPUT.value, step=_STEP.value,
+                         embeddings=_EMBEDDINGS.value, **options)
 
 
 def _checkpoint_verify() -> None:
@@ -314,7 +319,7 @@ COMMAND_FLAGS: dict[tuple[str, ...], tuple[str, ...]] = {
     ("pretrain",): ("config", "workdir"),
     ("finetune",): ("config", "workdir"),
     ("evaluate",): ("workdir", "split"),
-    ("predict",): ("workdir", "input", "output", "top_k", "step"),
+    ("predict",): ("workdir", "input", "output", "top_k", "step", "embeddings"),
     ("checkpoint", "verify"): ("workdir",),
     ("plan",): ("config", "topology", "devices", "hbm_gib", "peak_tflops", "mfu", "levers", "json"),
     ("convert",): ("from", "to", "path", "config_path", "output"),

@@ -37,14 +37,12 @@ POOLINGS = ("cls", "mean")
 
 class Embeddings:
     """The backbone of a finished run's task (`run_task`: its config, model config and
-    tokenizer), pooled by `pooling`: the predict interface FinishedRun drives (read_inputs,
+    tokenizer), pooled by `pooling` (one of POOLINGS): the predict interface FinishedRun drives (read_inputs,
     input_features, batches_of, apply, predictions, loss_sums, prediction_records)."""
 
     sequence_fields = ("input_ids", "segment_ids", "input_mask")
 
     def __init__(self, run_task: Any, pooling: str) -> None:
-        if pooling not in POOLINGS:
-            raise ValueError(f"--embeddings={pooling!r}: choose one of {', '.join(POOLINGS)}")
         self.config = run_task.config
         self.model_config = run_task.model_config
         self.tokenizer = run_task.tokenizer
