@@ -101,6 +101,11 @@ def add_watching(config: ml_collections.ConfigDict) -> None:
 DEFAULT_COMPILATION_CACHE = "~/.cache/albert_jax/jax_cache"
 
 
+# The lengths a fine-tuning batch (and a fill-mask or embeddings batch of a pretraining run) may
+# run at below seq_len (train/buckets.py).
+DEFAULT_LENGTH_BUCKETS = (64, 128, 256)
+
+
 def add_compilation_cache(config: ml_collections.ConfigDict) -> None:
     """The `compilation_cache` key of pretraining and fine-tuning configs (cli.py reads it)."""
     config.compilation_cache = DEFAULT_COMPILATION_CACHE
@@ -133,7 +138,7 @@ def finetune_config(args: ml_collections.ConfigDict) -> ml_collections.ConfigDic
     config.seq_len = 512  # SPEC 8.2 max_seq_length
     # Each batch runs at the shortest of these (or seq_len) that holds its longest example:
     # the same results as padding to seq_len (train/buckets.py); () pads every batch to seq_len.
-    config.length_buckets = (64, 128, 256)
+    config.length_buckets = DEFAULT_LENGTH_BUCKETS
     config.batch_size = 32
     config.eval_batch_size = 64
     config.num_microbatches = 1

@@ -4,6 +4,7 @@ the attention mask; cls: its first position) within 1e-4, as JSON Lines and as .
 import csv
 import json
 
+import ml_collections
 import numpy as np
 import pytest
 
@@ -11,7 +12,9 @@ transformers = pytest.importorskip("transformers")
 
 from albert_jax import cli  # noqa: E402
 from albert_jax.convert import formats  # noqa: E402
-from albert_jax.finetune import run as finetune_run  # noqa: E402
+from albert_jax.finetune import fill_mask, run as finetune_run  # noqa: E402
+from albert_jax.model import get_config  # noqa: E402
+from albert_jax.train import buckets  # noqa: E402
 
 # No commas or digits: the demo tokenizer's comma rule (SPEC 2.3) then cuts HF's pieces.
 TEXTS = ("the cat sat on the mat", "a man walked his dog along the river to the city and back "
@@ -72,3 +75,14 @@ def test_bad_pooling_and_missing_column_are_one_line_and_write_nothing(pretraine
     assert not list(tmp_path.glob("out*"))
     cli.check_command_line(["albert-jax", "predict", "--workdir=W", "--input=F",
                             "--embeddings=mean", "--output=O.npy"])
+
+
+def test_a_pretraining_run_predicts_at_length_buckets(pretrained_tiny):
+    """Fill-mask (and embeddings, which read its task's config) cut batches to the fine-tuning
+    length buckets below the run's seq_len, not always seq_len."""
+    config = ml_collections.ConfigDict(json.loads((pretrained_tiny / "config.json").read_text()))
+    config.seq_len = 512  # as a base-sized run's; the tiny run's own is 64, its only bucket
+    task = fill_mask.FillMaskTask.from_run(config, pretrained_tiny, get_config("tiny"))
+    assert buckets.lengths_of(task.config) == (64, 128, 256, 512)
+    assert task.sequence_fields == ("input_ids", "segment_ids", "input_mask")
+    assert "length_buckets" not in config  # the saved config is left as it was
