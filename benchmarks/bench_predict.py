@@ -301,7 +301,7 @@ def prepare_models(workdir: str, scratch: str, train_steps: int, model: str = "d
     """The fine-tuned run in `workdir` (made there if absent, module docstring 1) and its
     HuggingFace export in `scratch`/hf: {hf_model, seq_len, eval_batch_size, chunk_rows}."""
     if not os.path.exists(os.path.join(workdir, workdir_names.CONFIG_FILE)):
-        print(f"fine-tuning the demo model in {workdir} ...", file=sys.stderr, flush=True)
+        print(f"fine-tuning the {model} model in {workdir} ...", file=sys.stderr, flush=True)
         make_run(workdir, train_steps, model)
     hf_model = os.path.join(scratch, "hf")
     _cli("convert", "--from=orbax", f"--path={workdir}", "--to=huggingface",
