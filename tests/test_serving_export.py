@@ -1,6 +1,7 @@
 """`albert-jax export`: every head as ONNX (run by onnxruntime) and as StableHLO (run by a process
 with JAX alone, albert_jax not importable) gives our logits within 1e-4, at several batch sizes
 and lengths from one file; bad input is one line and writes nothing."""
+import csv
 import json
 import os
 import subprocess
@@ -209,3 +210,45 @@ def test_export_command_on_a_pretraining_run(pretrained_tiny, tmp_path):
     assert result.returncode != 0 and "--format" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert not (tmp_path / "bad").exists()
+
+
+@pytest.mark.slow
+def test_export_command_on_a_finetuned_run(tmp_path):
+    """A fine-tuned classification run (own data, two steps) as ONNX: its labels in
+    signature.json, ONNX Runtime's logits on the run's own features of real rows of several
+    lengths equal to the run's model."""
+    from albert_jax.data import tokenizer as tokenizer_lib  # pylint: disable=import-outside-toplevel
+    from albert_jax.finetune import run as finetune_run  # pylint: disable=import-outside-toplevel
+    from albert_jax.finetune.demo import demo_sentences  # pylint: disable=import-outside-toplevel
+
+    sentences = demo_sentences()
+    with open(tmp_path / "train.csv", "w", encoding="utf-8", newline="") as file:
+        csv.writer(file).writerows([("text", "label")] + [
+            (text, ("yes", "no")[n % 2]) for n, text in enumerate(sentences[:40])])
+    spm = tokenizer_lib.train(sentences, str(tmp_path / "spm.model"), vocab_size=200)
+    result = cli("finetune", "--config=configs/custom.py:kind=classification,runlocal",
+                 f"--config.tokenizer={spm}", f"--config.data.train_file={tmp_path / 'train.csv'}",
+                 f"--config.data.dev_file={tmp_path / 'train.csv'}", "--config.seq_len=48",
+                 "--config.batch_size=8", "--config.eval_batch_size=8", "--config.total_steps=2",
+                 "--config.eval_every_steps=2", "--config.checkpoint_every_steps=2",
+                 f"--workdir={tmp_path / 'run'}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    result = cli("export", f"--workdir={tmp_path / 'run'}", "--format=onnx",
+                 f"--output={tmp_path / 'onnx'}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    signature = json.loads((tmp_path / "onnx" / "signature.json").read_text())
+    assert signature["labels"] == ["no", "yes"] and signature["output_shapes"] == {
+        "logits": ["batch", 2]}
+    run = finetune_run.load_finished_run(str(tmp_path / "run"))
+    served = serving.ServedModel(run.task.model_config, run.task.model,
+                                 jax.tree.map(np.asarray, run.params), run.task.huggingface_head(),
+                                 {})
+    session = ort.InferenceSession(str(tmp_path / "onnx" / "model.onnx"))
+    examples = list(run.task.read_inputs(str(tmp_path / "train.csv"), 64))[0]
+    for chosen in (examples[:1], examples[1:4], examples[4:12]):
+        features = run.task.input_features(chosen)
+        length = int(features["input_mask"].sum(axis=1).max())  # cut to the longest row
+        inputs = {key: features[key][:, :length] for key in serving.INPUTS}
+        (theirs,) = session.run(None, inputs)
+        ((ours,),) = _ours(served, [inputs])
+        np.testing.assert_allclose(theirs, ours, atol=1e-4, rtol=0)
