@@ -83,7 +83,8 @@ _FORMAT = flags.DEFINE_enum("format", None, list(serving.FORMATS), "export: the 
                             "(onnx: model.onnx for ONNX Runtime; stablehlo: model.jax_export).")
 _PATH = flags.DEFINE_string("path", None, "convert: source checkpoint (file prefix or directory).")
 _CONFIG_PATH = flags.DEFINE_string("config_path", None, "convert --from=tf: albert_config.json.")
-_OUTPUT = flags.DEFINE_string("output", None, "convert, export: output directory. predict: the JSON "
+_OUTPUT = flags.DEFINE_string("output", None, "convert, export: output directory. predict: the "
+                              "JSON "
                               "Lines file (default <workdir>/predictions/<input name>.jsonl; "
                               "-: standard output).")
 _INPUT = flags.DEFINE_string("input", None, "predict: the file of examples (CSV, TSV, JSONL, "
@@ -253,8 +254,8 @@ def _export() -> None:
     workdir, export_format = _need(_WORKDIR, "export"), _need(_FORMAT, "export")
     output = _need(_OUTPUT, "export")
     run = finetune_run.load_finished_run(workdir)
-    head = (run.task.huggingface_head() if finetune_run.is_finetuning_workdir(os.fspath(run.run_dir))
-            else FinetunedHead(serving.MASKED_LM))
+    is_finetuned = finetune_run.is_finetuning_workdir(os.fspath(run.run_dir))
+    head = run.task.huggingface_head() if is_finetuned else FinetunedHead(serving.MASKED_LM)
     model_config = run.task.model_config
     served = serving.ServedModel(
         model_config, run.task.model, jax.tree.map(np.asarray, run.params), head,

@@ -1,7 +1,7 @@
 """`albert-jax finetune`'s time to its first step beside HuggingFace's Trainer, as whole commands.
 
-  nice -n 10 .venv/bin/python benchmarks/bench_finetune_start.py [--model=albert-base-v2] [--rounds=3]
-      [--rows=1000] [--json]
+  nice -n 10 .venv/bin/python benchmarks/bench_finetune_start.py [--model=albert-base-v2]
+      [--rounds=3] [--rows=1000] [--json]
 
 The same start on both sides: an AlbertForPreTraining of the `--model` preset with fresh
 weights (its vocabulary the demo corpus's 4,000 SentencePiece pieces), written by our

@@ -3,8 +3,8 @@ on the same exported model: rows/s, peak memory, and that both give the same lab
 
   nice -n 10 .venv/bin/python benchmarks/bench_predict.py [--rows=100000] [--round_rows=10000]
       [--rounds=5] [--workdir=W] [--hf_batch_sizes=8,32,64,128] [--json]
-  nice -n 10 .venv/bin/python benchmarks/bench_predict.py --commands --model=albert-base-v2 --rows=1000
-      [--rounds=3] [--workdir=W]
+  nice -n 10 .venv/bin/python benchmarks/bench_predict.py --commands --model=albert-base-v2 \
+      --rows=1000 [--rounds=3] [--workdir=W]
 
 With --commands, the comparison is of whole commands instead (6. below).
 
@@ -499,7 +499,8 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print JSON instead of the table")
     parser.add_argument("--commands", action="store_true",
                         help="whole commands, interleaved (module docstring 6)")
-    parser.add_argument("--model", default="demo", help="the preset of a new run (demo, albert-base-v2)")
+    parser.add_argument("--model", default="demo",
+                        help="the preset of a new run (demo, albert-base-v2)")
     for hidden in ("_side", "_input", "_output", "_result", "_hf_model"):
         parser.add_argument(f"--{hidden}", default="", help=argparse.SUPPRESS)
     for hidden in ("_hf_batch_size", "_seq_len", "_chunk_rows"):

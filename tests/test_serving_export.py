@@ -18,7 +18,11 @@ pytest.importorskip("transformers")
 
 from albert_jax.convert import serving  # noqa: E402
 from albert_jax.convert.huggingface import FinetunedHead  # noqa: E402
+from albert_jax.data import tokenizer as tokenizer_lib  # noqa: E402
 from albert_jax.data.tokenizer import Tokenizer  # noqa: E402
+from albert_jax.finetune import run as finetune_run  # noqa: E402
+from albert_jax.finetune.demo import demo_sentences  # noqa: E402
+from albert_jax.train import checkpoint  # noqa: E402
 from albert_jax.model import (AlbertForMultipleChoice, AlbertForPreTraining,  # noqa: E402
                               AlbertForQuestionAnswering, AlbertForSequenceClassification,
                               AlbertForTokenClassification, example_inputs, get_config)
@@ -191,7 +195,6 @@ def test_export_command_on_a_pretraining_run(pretrained_tiny, tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert sorted(os.listdir(output)) == ["model.onnx", "signature.json", "spiece.model"]
     tokenizer = Tokenizer.load(str(output / "spiece.model"))
-    from albert_jax.train import checkpoint  # pylint: disable=import-outside-toplevel
     model_config, params = checkpoint.load(str(pretrained_tiny / "checkpoints"))
     served = serving.ServedModel(model_config, AlbertForPreTraining(model_config),
                                  jax.tree.map(np.asarray, params), FinetunedHead(serving.MASKED_LM),
@@ -217,10 +220,6 @@ def test_export_command_on_a_finetuned_run(tmp_path):
     """A fine-tuned classification run (own data, two steps) as ONNX: its labels in
     signature.json, ONNX Runtime's logits on the run's own features of real rows of several
     lengths equal to the run's model."""
-    from albert_jax.data import tokenizer as tokenizer_lib  # pylint: disable=import-outside-toplevel
-    from albert_jax.finetune import run as finetune_run  # pylint: disable=import-outside-toplevel
-    from albert_jax.finetune.demo import demo_sentences  # pylint: disable=import-outside-toplevel
-
     sentences = demo_sentences()
     with open(tmp_path / "train.csv", "w", encoding="utf-8", newline="") as file:
         csv.writer(file).writerows([("text", "label")] + [

@@ -37,8 +37,9 @@ POOLINGS = ("cls", "mean")
 
 class Embeddings:
     """The backbone of a finished run's task (`run_task`: its config, model config and
-    tokenizer), pooled by `pooling` (one of POOLINGS): the predict interface FinishedRun drives (read_inputs,
-    input_features, batches_of, apply, predictions, loss_sums, prediction_records)."""
+    tokenizer), pooled by `pooling` (one of POOLINGS): the predict interface FinishedRun drives
+    (read_inputs, input_features, batches_of, apply, predictions, loss_sums,
+    prediction_records)."""
 
     sequence_fields = ("input_ids", "segment_ids", "input_mask")
 

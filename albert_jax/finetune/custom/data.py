@@ -85,7 +85,8 @@ def split_table(data: Mapping[str, Any], split: str) -> tables.Table | None:
     name = data[SPLIT_FILE_KEYS[split]]
     if data.get("hf_dataset"):
         name = name or HUB_SPLITS.get(split, "")
-        return tables.HubSplit(data["hf_dataset"], data.get("hf_config", ""), name) if name else None
+        return (tables.HubSplit(data["hf_dataset"], data.get("hf_config", ""), name) if name
+                else None)
     return name or None
 
 
