@@ -84,9 +84,8 @@ _FORMAT = flags.DEFINE_enum("format", None, list(serving.FORMATS), "export: the 
 _PATH = flags.DEFINE_string("path", None, "convert: source checkpoint (file prefix or directory).")
 _CONFIG_PATH = flags.DEFINE_string("config_path", None, "convert --from=tf: albert_config.json.")
 _OUTPUT = flags.DEFINE_string("output", None, "convert, export: output directory. predict: the "
-                              "JSON "
-                              "Lines file (default <workdir>/predictions/<input name>.jsonl; "
-                              "-: standard output).")
+                              "JSON Lines file (default <workdir>/predictions/<input "
+                              "name>.jsonl; -: standard output; .npy with --embeddings).")
 _INPUT = flags.DEFINE_string("input", None, "predict: the file of examples (CSV, TSV, JSONL, "
                              "Parquet, or the task's own layout).")
 _TOP_K = flags.DEFINE_integer("top_k", None, "predict on a pretraining workdir (fill-mask): "
