@@ -12,7 +12,7 @@ HuggingFace export with its spiece.model; `--rows` pairs of demo-corpus sentence
         --config.init_from=<the HF folder> ...` (a new workdir each round);
   HF:   this script with --_hf: AlbertTokenizer on the rows (truncated to 128), the model by
         AlbertForSequenceClassification.from_pretrained, transformers.Trainer (batch 32, AdamW,
-        padding per batch, no saving, no reporting).
+        padding per batch, no saving, no reporting; the Trainer needs `accelerate`).
 Each is a fresh process, timed from its start to the line that says its first step is done
 (ours: the console's `step 1/...` line; HF: a TrainerCallback's line at on_step_end), then
 stopped; interleaved ours, HF, ours, HF ... for `--rounds` rounds; medians. Ours runs with its
