@@ -96,6 +96,21 @@ def add_watching(config: ml_collections.ConfigDict) -> None:
     config.profile.all_processes = False  # False: process 0 only
 
 
+# XLA's compiled programs kept across runs (JAX's persistent compilation cache): a second
+# finetune, predict or export of the same shapes loads them instead of compiling. Empty: off.
+DEFAULT_COMPILATION_CACHE = "~/.cache/albert_jax/jax_cache"
+
+
+# The lengths a fine-tuning batch (and a fill-mask or embeddings batch of a pretraining run) may
+# run at below seq_len (train/buckets.py).
+DEFAULT_LENGTH_BUCKETS = (64, 128, 256)
+
+
+def add_compilation_cache(config: ml_collections.ConfigDict) -> None:
+    """The `compilation_cache` key of pretraining and fine-tuning configs (cli.py reads it)."""
+    config.compilation_cache = DEFAULT_COMPILATION_CACHE
+
+
 def finetune_config(args: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     """The keys every fine-tuning config has (configs/glue.py, configs/race.py), SPEC 8.1
     defaults: AdamW (SPEC 6.4) with the reference's warmup + linear decay (SPEC 6.1)."""
@@ -107,6 +122,7 @@ def finetune_config(args: ml_collections.ConfigDict) -> ml_collections.ConfigDic
     # SentencePiece .model or WordPiece vocab.txt; empty: the one that comes with init_from
     config.tokenizer = ""
     config.compute_dtype = "float32"
+    add_compilation_cache(config)
 
     config.data = ml_collections.ConfigDict()
     config.data.path = ""  # the task's folder in the original format
@@ -122,7 +138,7 @@ def finetune_config(args: ml_collections.ConfigDict) -> ml_collections.ConfigDic
     config.seq_len = 512  # SPEC 8.2 max_seq_length
     # Each batch runs at the shortest of these (or seq_len) that holds its longest example:
     # the same results as padding to seq_len (train/buckets.py); () pads every batch to seq_len.
-    config.length_buckets = (64, 128, 256)
+    config.length_buckets = DEFAULT_LENGTH_BUCKETS
     config.batch_size = 32
     config.eval_batch_size = 64
     config.num_microbatches = 1

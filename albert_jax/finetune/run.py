@@ -13,6 +13,8 @@ registered task (core/registry.py); nothing here names a task.
   predict:  the same checkpoint on a file of new examples -> one JSON line per example, in
             input order, streamed in chunks. On a pretraining workdir (its config names no
             task): fill-mask with the run's latest (or --step) checkpoint (fill_mask.py).
+            With --embeddings=cls|mean, on either kind of run: one vector per row
+            (embeddings.py), as JSON Lines or one .npy array.
   export_huggingface (`albert-jax convert --from=orbax --path=<workdir> --to=huggingface`): the
             same best checkpoint as the transformers class of its task, labels included.
 """
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import io
 import json
 import os
 import statistics
@@ -36,6 +39,7 @@ from albert_jax import files
 from albert_jax.convert import tokenizer_files
 from albert_jax.convert.huggingface import save_huggingface
 from albert_jax.errors import ConfigError
+from albert_jax.finetune import embeddings as embeddings_lib
 from albert_jax.finetune import fill_mask
 from albert_jax.finetune.core import registry
 from albert_jax.finetune.core.task import FinetuneTask, real_rows
@@ -232,33 +236,52 @@ def _write_records(path: str, records: list[dict[str, Any]]) -> str:
 
 # --- albert-jax predict -------------------------------------------------------------------------
 
+def with_embeddings(run: FinishedRun, pooling: str) -> FinishedRun:
+    """`run` predicting the pooled vectors of its backbone (embeddings.py) instead of its task's
+    outputs."""
+    task = embeddings_lib.Embeddings(run.task, pooling)
+    eval_step = step_lib.jit_eval_step(task, run.mesh,
+                                       jax.tree.map(lambda leaf: leaf.sharding, run.params))
+    return dataclasses.replace(run, task=task, eval_step=eval_step)
+
+
 def predict(workdir: str, input_path: str, output: str | None = None, *,
-            step: int | None = None, **options: Any) -> str:
+            step: int | None = None, embeddings: str | None = None, **options: Any) -> str:
     """`albert-jax predict`: the checkpoint of `workdir` (`load_finished_run`: a fine-tuning
     run's best dev one; a pretraining run's `step` or latest, with fill-mask `options`) on the
     examples of `input_path`, one JSON object per line in input order, into `output` (default
-    <workdir>/predictions/<input name>.jsonl; "-": standard output). A file is written under a
-    temporary name and renamed when complete, so a killed predict leaves no half file.
-    Returns where the predictions went."""
+    <workdir>/predictions/<input name>.jsonl; "-": standard output). `embeddings` ("cls" or
+    "mean"): one vector per row instead (`with_embeddings`), as JSON Lines, or as one float32
+    .npy array [rows, hidden] for an `output` ending .npy. A file is written under a temporary
+    name and renamed when complete, so a killed predict leaves no half file. Returns where the
+    predictions went."""
     if not epath.Path(input_path).exists():
         raise FileNotFoundError(f"--input={input_path} does not exist")
+    if embeddings is not None and embeddings not in embeddings_lib.POOLINGS:
+        raise ValueError(f"--embeddings={embeddings!r}: choose one of "
+                         f"{', '.join(embeddings_lib.POOLINGS)}")
     if output is None:  # (os.path's lexical functions read a gs:// path as well)
         name = os.path.splitext(os.path.basename(os.path.normpath(input_path)))[0]
         output = os.fspath(epath.Path(workdir) / workdir_names.PREDICTIONS_SUBDIR / f"{name}.jsonl")
     to_stdout = output == "-"
+    as_array = embeddings is not None and output.endswith(".npy")
     is_main = jax.process_index() == 0
     # With --output=-, standard output carries the predictions alone; every message goes to
     # standard error.
     with contextlib.redirect_stdout(sys.stderr) if to_stdout else contextlib.nullcontext():
         run = load_finished_run(workdir, step=step, **options)
+        if embeddings is not None:
+            run = with_embeddings(run, embeddings)
         print(f"Predicting with {run.description}.", flush=True)
         total = sum(len(examples) for examples in run.task.read_inputs(input_path,
                                                                         PREDICT_CHUNK_ROWS))
-        with _output_lines(output, is_main) as write:
+        with _output_file(output, is_main, binary=as_array) as write:
+            if as_array:  # the .npy header first: the row count is known
+                write(_npy_header((total, run.task.model_config.hidden_size)))
             rows, started = 0, time.perf_counter()
             for examples in run.task.read_inputs(input_path, PREDICT_CHUNK_ROWS):
                 for record in run.prediction_records(examples):
-                    write(json.dumps(record, ensure_ascii=False) + "\n")
+                    write(_serialized(record, as_array))
                 rows += len(examples)
                 rate = rows / max(time.perf_counter() - started, 1e-9)
                 print(f"predict: {rows}/{total} rows, {rate:.1f} rows/s, ETA "
@@ -270,11 +293,28 @@ def predict(workdir: str, input_path: str, output: str | None = None, *,
     return output
 
 
+def _serialized(record: dict[str, Any], as_array: bool) -> str | bytes:
+    """A record as its JSON line; an embedding record's vector alone as float32 bytes (.npy)."""
+    if as_array:
+        return np.asarray(record["embedding"], "<f4").tobytes()
+    if isinstance(record.get("embedding"), np.ndarray):
+        record = dict(record, embedding=record["embedding"].tolist())
+    return json.dumps(record, ensure_ascii=False) + "\n"
+
+
+def _npy_header(shape: tuple[int, int]) -> bytes:
+    """The header of a .npy file of float32 [rows, width], C order (NumPy's format 1.0)."""
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        header, {"descr": "<f4", "fortran_order": False, "shape": shape})
+    return header.getvalue()
+
+
 @contextlib.contextmanager
-def _output_lines(output: str, is_main: bool) -> Iterator[Any]:
-    """write(line) to `output` ("-": standard output), under a temporary name renamed at the
-    end; an exception removes the temporary file and leaves `output` as it was. Other
-    processes than the first write nothing."""
+def _output_file(output: str, is_main: bool, binary: bool = False) -> Iterator[Any]:
+    """write(text) (`binary`: write(bytes)) to `output` ("-": standard output), under a
+    temporary name renamed at the end; an exception removes the temporary file and leaves
+    `output` as it was. Other processes than the first write nothing."""
     if not is_main:
         yield lambda line: None
         return
@@ -287,7 +327,7 @@ def _output_lines(output: str, is_main: bool) -> Iterator[Any]:
     epath.Path(output).parent.mkdir(parents=True, exist_ok=True)
     partial = epath.Path(f"{output}.partial-{os.getpid()}")
     try:
-        with open_text(partial, "w") as file:
+        with partial.open("wb") if binary else open_text(partial, "w") as file:
             yield file.write
         partial.replace(output)
     finally:

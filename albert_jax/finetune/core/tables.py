@@ -15,6 +15,10 @@ Formats, by the file's extension:
   .tsv      a header row; tab-separated, NO quoting (as GLUE's files): a quote is text.
   .jsonl    one JSON object per line; blank lines are skipped.
   .parquet  read with pyarrow (a dependency of tensorflow-datasets), in row batches.
+  HuggingFace `datasets`: a folder written by `Dataset.save_to_disk` (a DatasetDict's: one
+            split's folder, `folder/train`), one `.arrow` file of a dataset, or a split of
+            `datasets.load_dataset(name, config)` (`HubSplit`; offline: its local cache).
+            `datasets` is imported only for these.
 Files are UTF-8 (a byte-order mark is ignored), local or in a bucket (gs://, read through
 etils.epath). "Line" in messages and in an example's `source` is the file's physical line where
 the row starts (a CSV row with a newline in a quoted field spans several); for Parquet it is the
@@ -56,6 +60,22 @@ Row = Mapping[str, Any]
 Item = TypeVar("Item")
 _SHOWN_CHARS = 60  # A value quoted in an error message is cut to this many characters.
 _SHOWN_LABELS = 20  # An error lists at most this many labels of the label list.
+
+
+@dataclasses.dataclass(frozen=True)
+class HubSplit:
+    """A split of `datasets.load_dataset(name, config)` as a table (config data.hf_dataset,
+    data.hf_config); `split` may be a slice such as "train[:10%]"."""
+
+    name: str
+    config: str
+    split: str
+
+    def __str__(self) -> str:
+        return f"{self.name}{'/' + self.config if self.config else ''}[{self.split}]"
+
+
+Table = str | HubSplit  # a path (local or gs://), or a split of a HuggingFace dataset
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,8 +125,64 @@ def _extension(path: str) -> str:
     extension = os.path.splitext(path)[1].lower()
     if extension not in EXTENSIONS:
         raise ValueError(f"{path}: unknown file type {extension or '(no extension)'!r}; use "
-                         f"{', '.join(EXTENSIONS)} (.jsonl: one JSON object per line)")
+                         f"{', '.join(EXTENSIONS)} (.jsonl: one JSON object per line), a "
+                         "`datasets` folder (save_to_disk) or an .arrow file")
     return extension
+
+
+def is_hf_dataset(table: Table) -> bool:
+    """Whether `table` is read through HuggingFace `datasets`: a hub split, an .arrow file, or
+    a folder (save_to_disk)."""
+    return (isinstance(table, HubSplit) or table.lower().endswith(".arrow")
+            or epath.Path(table).is_dir())
+
+
+def check_exists(table: Table, key: str) -> None:
+    """FileNotFoundError naming config data.`key` if the file or folder `table` is not there (a
+    hub split is checked when it loads)."""
+    if not isinstance(table, HubSplit) and not epath.Path(table).exists():
+        raise FileNotFoundError(f"config data.{key}={table}: no such file or folder")
+
+
+def _datasets() -> Any:
+    try:
+        import datasets  # pylint: disable=import-outside-toplevel
+    except ImportError:
+        raise ImportError("reading a HuggingFace dataset needs the `datasets` package: pip "
+                          "install datasets (or 'albert-jax[datasets]')") from None
+    return datasets
+
+
+def _load_hf_dataset(table: Table) -> Any:
+    """The `datasets.Dataset` of `table` (is_hf_dataset); one ValueError for a folder that is
+    not one dataset or a split the hub dataset lacks."""
+    datasets = _datasets()
+    if isinstance(table, HubSplit):
+        try:
+            return datasets.load_dataset(table.name, table.config or None, split=table.split)
+        except ValueError as error:  # "Unknown split "x". Should be one of [...]."
+            raise ValueError(f"config data.hf_dataset: {table}: {error}") from None
+    if table.lower().endswith(".arrow"):
+        return datasets.Dataset.from_file(table)
+    folder = epath.Path(table)
+    if (folder / "dataset_dict.json").exists():
+        splits = json.loads((folder / "dataset_dict.json").read_bytes()).get("splits", [])
+        raise ValueError(f"{table}: a DatasetDict folder; name one split's folder: "
+                         + ", ".join(f"{table.rstrip('/')}/{split}" for split in splits))
+    if not (folder / "state.json").exists():
+        raise ValueError(f"{table}: a folder, but not one of `Dataset.save_to_disk` (no "
+                         "state.json); give a dataset folder, an .arrow file or a file of "
+                         f"{', '.join(EXTENSIONS)}")
+    return datasets.load_from_disk(table)
+
+
+def _hf_dataset_rows(table: Table, batch_rows: int) -> Iterator[tuple[int, Row]]:
+    line = 0
+    for batch in _load_hf_dataset(table).iter(batch_size=batch_rows):
+        names = list(batch)
+        for values in zip(*batch.values()):
+            line += 1
+            yield line, dict(zip(names, values))
 
 
 def _header(path: str, names: list[str]) -> list[str]:
@@ -186,28 +262,33 @@ def _parquet_rows(path: str, batch_rows: int) -> Iterator[tuple[int, Row]]:
                 yield line, row
 
 
-def iter_row_chunks(path: str,
+def _file_rows(path: str, batch_rows: int) -> Iterator[tuple[int, Row]]:
+    """The rows of a CSV, TSV, JSON Lines or Parquet file, by its extension."""
+    extension = _extension(path)
+    if not epath.Path(path).is_file():
+        raise FileNotFoundError(f"{path}: no such file")
+    if extension == ".csv":
+        return _delimited_rows(path, ",", csv.QUOTE_MINIMAL)
+    if extension == ".tsv":
+        return _delimited_rows(path, "\t", csv.QUOTE_NONE)
+    if extension == ".jsonl":
+        return _jsonl_rows(path)
+    return _parquet_rows(path, batch_rows)
+
+
+def iter_row_chunks(path: Table,
                     chunk_rows: int = DEFAULT_CHUNK_ROWS) -> Iterator[list[tuple[int, Row]]]:
     """The rows of `path` in chunks of at most `chunk_rows`, read lazily (bounded memory).
 
     Yields:
-      lists of (line, row): `line` is the physical line where the row starts (Parquet: the row
-      number from 1); `row` maps column names to cells (strings for CSV/TSV, JSON values for
-      .jsonl, Python values for Parquet).
+      lists of (line, row): `line` is the physical line where the row starts (Parquet and
+      datasets: the row number from 1); `row` maps column names to cells (strings for CSV/TSV,
+      JSON values for .jsonl, Python values for Parquet and datasets).
     """
-    extension = _extension(path)
-    if not epath.Path(path).is_file():
-        raise FileNotFoundError(f"{path}: no such file")
     if chunk_rows < 1:
         raise ValueError(f"chunk_rows={chunk_rows} must be at least 1")
-    if extension == ".csv":
-        rows = _delimited_rows(path, ",", csv.QUOTE_MINIMAL)
-    elif extension == ".tsv":
-        rows = _delimited_rows(path, "\t", csv.QUOTE_NONE)
-    elif extension == ".jsonl":
-        rows = _jsonl_rows(path)
-    else:
-        rows = _parquet_rows(path, chunk_rows)
+    rows = (_hf_dataset_rows(path, chunk_rows) if is_hf_dataset(path)
+            else _file_rows(path, chunk_rows))
     chunk = []
     try:
         for line_and_row in rows:
@@ -222,7 +303,7 @@ def iter_row_chunks(path: str,
         yield chunk
 
 
-def column_names(path: str) -> tuple[str, ...]:
+def column_names(path: Table) -> tuple[str, ...]:
     """The columns of the first row of `path` (none for an empty file)."""
     first_chunk = next(iter_row_chunks(path, 1), [])
     return tuple(first_chunk[0][1]) if first_chunk else ()
@@ -244,7 +325,7 @@ def _cell_text(value: Any) -> str | None:
 class _RowReader:
     """Turns the rows of one file into TextExamples or ChoiceQuestions, checking every value."""
 
-    def __init__(self, path: str, kind: str, columns: Columns, label_list: Sequence[str] | None,
+    def __init__(self, path: Table, kind: str, columns: Columns, label_list: Sequence[str] | None,
                  labelled: bool, num_choices: int | None):
         check_kind(kind)
         self.path, self.kind, self.columns, self.labelled = path, kind, columns, labelled
@@ -409,7 +490,7 @@ class _RowReader:
             source=where)
 
 
-def iter_example_chunks(path: str, kind: str, columns: Columns, *,
+def iter_example_chunks(path: Table, kind: str, columns: Columns, *,
                         label_list: Sequence[str] | None = None, labelled: bool = True,
                         num_choices: int | None = None,
                         chunk_rows: int = DEFAULT_CHUNK_ROWS
@@ -433,7 +514,7 @@ def iter_example_chunks(path: str, kind: str, columns: Columns, *,
         yield [read_row(line, row) for line, row in chunk]
 
 
-def read_file(path: str, kind: str, columns: Columns, *,
+def read_file(path: Table, kind: str, columns: Columns, *,
               label_list: Sequence[str] | None = None, labelled: bool = True,
               num_choices: int | None = None) -> list[TextExample] | list[ChoiceQuestion]:
     """All examples of `path` (see `iter_example_chunks`); an empty file is an error."""

@@ -1,6 +1,7 @@
 """A user's own files (configs/custom.py): classification, regression and multiple-choice
-examples read from CSV, TSV, JSON Lines or Parquet files, with the columns named in the config's
-`data` section; the splits and the label list every kind of them shares (tagging too).
+examples read from CSV, TSV, JSON Lines or Parquet files or HuggingFace `datasets` (a
+save_to_disk folder, an .arrow file, or data.hf_dataset's splits), with the columns named in the
+config's `data` section; the splits and the label list every kind of them shares (tagging too).
 
   train = custom_data.read_split(config.data, "classification", "train")
   labels = custom_data.label_list(train, config.data.labels)   # saved as labels.json
@@ -73,19 +74,49 @@ def name_list(value: str | Sequence[str], key: str) -> tuple[str, ...]:
 
 
 SPLIT_FILE_KEYS = {"train": "train_file", "dev": "dev_file", "test": "test_file"}
+# The splits of data.hf_dataset that train and dev read when their keys are empty (no test).
+HUB_SPLITS = {"train": "train", "dev": "validation"}
+
+
+def split_table(data: Mapping[str, Any], split: str) -> tables.Table | None:
+    """The table of `split` (train, dev or test): config data.<split>_file, a file or a
+    `datasets` folder; with data.hf_dataset, that key names the dataset's split (default
+    HUB_SPLITS). None: the split has none."""
+    name = data[SPLIT_FILE_KEYS[split]]
+    if data.get("hf_dataset"):
+        name = name or HUB_SPLITS.get(split, "")
+        return (tables.HubSplit(data["hf_dataset"], data.get("hf_config", ""), name) if name
+                else None)
+    return name or None
+
+
+def check_split_tables(data: Mapping[str, Any], formats: str) -> None:
+    """ConfigError if train or dev has no table (`formats`: what the message offers),
+    FileNotFoundError for a file or folder that is not there."""
+    for split in ("train", "dev"):
+        if split_table(data, split) is None:
+            key = SPLIT_FILE_KEYS[split]
+            raise ConfigError(f"config data.{key} is empty: give your {split} file "
+                              f"(--config.data.{key}=FILE: {formats}, a `datasets` folder), or "
+                              "data.hf_dataset=NAME")
+    for split, key in SPLIT_FILE_KEYS.items():
+        table = split_table(data, split)
+        if table is not None:
+            tables.check_exists(table, key)
 
 
 def custom_file_splits(config: ml_collections.ConfigDict
                        ) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(eval splits, test splits) of a task on the user's own files: dev, and test where
     config.data.test_file names one."""
-    return ("dev",), (("test",) if config.data.test_file else ())
+    return ("dev",), (("test",) if split_table(config.data, "test") is not None else ())
 
 
 def read_split(data: Mapping[str, Any], kind: str, split: str, *,
                label_list: Sequence[str] | None = None,
                num_choices: int | None = None) -> list[TextExample] | list[ChoiceQuestion]:
-    """The examples of `data.<split>_file` (split: train, dev or test) with the config's columns.
+    """The examples of `split_table(data, split)` (split: train, dev or test) with the config's
+    columns.
 
     Train and dev need labels; test labels are optional. Give dev and test the training data's
     `label_list` (classification) and `num_choices` (multiple choice). Raises ConfigError when
@@ -94,13 +125,13 @@ def read_split(data: Mapping[str, Any], kind: str, split: str, *,
     if split not in SPLIT_FILE_KEYS:
         raise ValueError(f"unknown split {split!r}; use one of {', '.join(SPLIT_FILE_KEYS)}")
     key = SPLIT_FILE_KEYS[split]
-    path = data[key]
-    if not path:
+    table = split_table(data, split)
+    if table is None:
         raise ConfigError(f"config data.{key} is empty: give the {split} file "
-                          f"(--config.data.{key}=FILE, one of {', '.join(tables.EXTENSIONS)})")
-    if not epath.Path(path).is_file():
-        raise FileNotFoundError(f"config data.{key}={path}: no such file")
-    return tables.read_file(path, kind, columns(data, kind), label_list=label_list,
+                          f"(--config.data.{key}=FILE, one of {', '.join(tables.EXTENSIONS)}, "
+                          "or a `datasets` folder)")
+    tables.check_exists(table, key)
+    return tables.read_file(table, kind, columns(data, kind), label_list=label_list,
                             labelled=split != "test", num_choices=num_choices)
 
 

@@ -53,7 +53,10 @@ class TagColumns:
     tag_column: int = -1
 
 
-def check_extension(path: str) -> str:
+def check_extension(path: tables.Table) -> str:
+    """The file's extension, checked; "" for a HuggingFace dataset (a table of token lists)."""
+    if tables.is_hf_dataset(path):
+        return ""
     extension = os.path.splitext(path)[1].lower()
     if extension not in CONLL_EXTENSIONS + TABLE_EXTENSIONS:
         raise ValueError(f"{path}: unknown file type {extension or '(no extension)'!r}; use "
@@ -189,7 +192,7 @@ def iter_sentence_chunks(path: str, columns: TagColumns, *, scheme: str = "iob2"
     a file to predict on, whose tags (if any) are not read.
     """
     extension = check_extension(path)
-    if not epath.Path(path).is_file():
+    if extension and not epath.Path(path).is_file():
         raise FileNotFoundError(f"{path}: no such file")
     check = _SentenceChecker(path, scheme, labels, labelled)
     raw = (_conll_sentences(path, columns, labelled) if extension in CONLL_EXTENSIONS

@@ -60,16 +60,11 @@ class CustomTokenClassificationTask(TokenClassificationTask):
     @classmethod
     def validate_config(cls, config: ml_collections.ConfigDict) -> None:
         data = config.data
-        for key in ("train_file", "dev_file"):
-            if not data[key]:
-                raise ConfigError(f"config data.{key} is empty: give your {key.split('_')[0]} "
-                                  f"file (--config.data.{key}=FILE: .conll, .txt, .jsonl or "
-                                  ".parquet)")
-        for key in custom_data.SPLIT_FILE_KEYS.values():
-            if data[key]:
-                tagging_data.check_extension(data[key])
-                if not epath.Path(data[key]).is_file():
-                    raise FileNotFoundError(f"config data.{key}={data[key]}: no such file")
+        custom_data.check_split_tables(data, ".conll, .txt, .jsonl or .parquet")
+        for split in custom_data.SPLIT_FILE_KEYS:
+            table = custom_data.split_table(data, split)
+            if table is not None:
+                tagging_data.check_extension(table)
         if data.tag_scheme not in tagging_data.SCHEMES:
             raise ConfigError(f"config data.tag_scheme={data.tag_scheme!r}: use one of "
                               f"{', '.join(tagging_data.SCHEMES)}")
@@ -105,15 +100,15 @@ class CustomTokenClassificationTask(TokenClassificationTask):
         labels = tagging_data.label_list(self.split_examples("train"),
                                          _given_labels(self.config.data))
         if len(labels) < 2:
-            raise ValueError(f"{self.config.data.train_file}: every tag is 'O'; a tagging task "
-                             "needs entity tags (B-X, I-X) to learn")
+            raise ValueError(f"{custom_data.split_table(self.config.data, 'train')}: every tag is "
+                             "'O'; a tagging task needs entity tags (B-X, I-X) to learn")
         return labels
 
     def split_examples(self, split: str) -> list[Sentence]:
         if split not in self._splits:
             # The training file decides the tag list; the other files are read against it.
             self._splits[split] = tagging_data.read_file(
-                self.config.data[custom_data.SPLIT_FILE_KEYS[split]], self.columns,
+                custom_data.split_table(self.config.data, split), self.columns,
                 scheme=self.config.data.tag_scheme,
                 labels=None if split == "train" else self.labels, labelled=split != "test")
         return self._splits[split]

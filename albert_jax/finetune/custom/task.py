@@ -47,14 +47,7 @@ class _CustomData:
     @classmethod
     def validate_config(cls, config: ml_collections.ConfigDict) -> None:
         custom_data.columns(config.data, cls.kind)  # every column key
-        for key in ("train_file", "dev_file"):
-            if not config.data[key]:
-                raise ConfigError(f"config data.{key} is empty: give your {key.split('_')[0]} "
-                                  f"file (--config.data.{key}=FILE, one of "
-                                  f"{', '.join(tables.EXTENSIONS)})")
-        for key in ("train_file", "dev_file", "test_file"):
-            if config.data[key] and not epath.Path(config.data[key]).is_file():
-                raise FileNotFoundError(f"config data.{key}={config.data[key]}: no such file")
+        custom_data.check_split_tables(config.data, ", ".join(tables.EXTENSIONS))
         if config.selection_metric not in cls.selectable_metrics:
             raise ConfigError(f"config selection_metric={config.selection_metric!r}: a {cls.kind} "
                               f"task keeps its best checkpoint by one of "
@@ -182,7 +175,7 @@ class CustomMultipleChoiceTask(_CustomData, MultipleChoiceTask):
             self.num_choices = len(custom_data.labels_in_workdir(run_dir))
         else:
             first = next(tables.iter_example_chunks(
-                self.config.data.train_file, self.kind,
+                custom_data.split_table(self.config.data, "train"), self.kind,
                 custom_data.columns(self.config.data, self.kind), chunk_rows=1))[0]
             self.num_choices = len(first.options)
 
