@@ -10,12 +10,16 @@
   albert-jax evaluate        --workdir=DIR --split=dev|test
   albert-jax predict         --workdir=DIR --input=FILE [--output=OUT.jsonl|-]
                              [--top_k=5 --step=N]   (a pretraining workdir: fill-mask)
+                             [--embeddings=cls|mean]   (one vector per row; .npy or JSONL)
   albert-jax checkpoint verify --workdir=DIR    (one line per checkpoint; exit 0 if all intact)
   albert-jax plan            --config=configs/pretrain.py:size=xxlarge --topology=v5e:16x16
-                             [--devices=N --hbm_gib=16] [--json]   (HBM per device; fits?)
+                             [--devices=N --hbm_gib=16] [--num_slices=N] [--json]
+                             (HBM per device; fits? what crosses slices)
   albert-jax squad-eval      DATA.json PREDICTIONS.json [--na-prob-file=F]
   albert-jax convert         --from=tf --path=model.ckpt-best --config_path=albert_config.json
                              --to=huggingface --output=DIR
+  albert-jax export          --workdir=DIR --format=onnx|stablehlo --output=DIR
+                             (a finished run for serving: ONNX Runtime, or JAX alone)
   albert-jax ablate          --table=3|4|5|11|12 --workdir=DIR [--scale=demo|paper] [--seeds=N]
                              [--config.KEY=VALUE ...]   (a paper ablation table, every row)
 """
@@ -29,6 +33,7 @@ from typing import Any, Callable, Sequence
 
 import jax
 import ml_collections
+import numpy as np
 from absl import app, flags
 from absl import logging as absl_logging
 from ml_collections import config_flags
@@ -36,12 +41,14 @@ from ml_collections import config_flags
 from etils import epath
 
 from albert_jax import ablation, config as config_lib, distributed, file_lock, pretraining
-from albert_jax.convert import formats
+from albert_jax.convert import formats, serving, tokenizer_files
+from albert_jax.convert.huggingface import FinetunedHead
 from albert_jax.data import builder, dataset_settings, inspection, shard_copy, tokenizer
 from albert_jax.errors import ConfigError
-from albert_jax.finetune import registry, run as finetune_run, squad_eval
+from albert_jax.finetune import registry, run as finetune_run
+from albert_jax.finetune.squad import official_eval as squad_eval
 from albert_jax.train import checkpoint, integrity, loop, plan as plan_lib
-from albert_jax.train import workdir as workdir_names
+from albert_jax.train import sharding, workdir as workdir_names
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file, e.g. configs/pretrain.py:size=base.",
                                           lock_config=True)
@@ -73,20 +80,29 @@ _NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "--multihost: numbe
 _PROCESS_ID = flags.DEFINE_integer("process_id", None, "--multihost: this process, 0 .. N-1.")
 _FROM = flags.DEFINE_enum("from", None, ["tf", "huggingface", "orbax"], "convert: source format.")
 _TO = flags.DEFINE_enum("to", None, ["orbax", "huggingface"], "convert: target format.")
+_FORMAT = flags.DEFINE_enum("format", None, list(serving.FORMATS), "export: the serving artifact "
+                            "(onnx: model.onnx for ONNX Runtime; stablehlo: model.jax_export).")
 _PATH = flags.DEFINE_string("path", None, "convert: source checkpoint (file prefix or directory).")
 _CONFIG_PATH = flags.DEFINE_string("config_path", None, "convert --from=tf: albert_config.json.")
-_OUTPUT = flags.DEFINE_string("output", None, "convert: output directory. predict: the JSON "
-                              "Lines file (default <workdir>/predictions/<input name>.jsonl; "
-                              "-: standard output).")
+_OUTPUT = flags.DEFINE_string("output", None, "convert, export: output directory. predict: the "
+                              "JSON Lines file (default <workdir>/predictions/<input "
+                              "name>.jsonl; -: standard output; .npy with --embeddings).")
 _INPUT = flags.DEFINE_string("input", None, "predict: the file of examples (CSV, TSV, JSONL, "
                              "Parquet, or the task's own layout).")
 _TOP_K = flags.DEFINE_integer("top_k", None, "predict on a pretraining workdir (fill-mask): "
                               "the most probable pieces listed per [MASK] (default 5).")
+_EMBEDDINGS = flags.DEFINE_enum("embeddings", None, ["cls", "mean"], "predict: one vector per "
+                                "row instead (cls: the [CLS] hidden state; mean: the mean over "
+                                "the real tokens), as JSON Lines or a .npy --output.")
 _STEP = flags.DEFINE_integer("step", None, "predict on a pretraining workdir: the checkpoint "
                              "(default the latest intact one).")
 _TOPOLOGY = flags.DEFINE_string("topology", None, "plan: TPU slice, e.g. v5e:16x16 (needs the "
                                 "[tpu] extra, libtpu; no TPU needed).")
 _DEVICES = flags.DEFINE_integer("devices", None, "plan: N fake CPU devices instead of a TPU.")
+_NUM_SLICES = flags.DEFINE_integer("num_slices", None, "plan: that many copies of --topology "
+                                   "(or groups of --devices) joined over the data-center "
+                                   "network; the config's mesh.num_slices must agree (left at "
+                                   "1, it takes this). Default: mesh.num_slices.")
 _HBM_GIB = flags.DEFINE_float("hbm_gib", 16.0, "plan --devices: GiB of memory per device assumed.")
 _PEAK_TFLOPS = flags.DEFINE_float("peak_tflops", 197.0, "plan --devices: peak TFLOP/s per device "
                                   "assumed (197: TPU v5e bf16).")
@@ -149,7 +165,8 @@ def _predict() -> None:
     workdir, input_path = _need(_WORKDIR, "predict"), _need(_INPUT, "predict")
     _join_hosts()
     options = {"top_k": _TOP_K.value} if _TOP_K.value is not None else {}
-    finetune_run.predict(workdir, input_path, _OUTPUT.value, step=_STEP.value, **options)
+    finetune_run.predict(workdir, input_path, _OUTPUT.value, step=_STEP.value,
+                         embeddings=_EMBEDDINGS.value, **options)
 
 
 def _checkpoint_verify() -> None:
@@ -204,13 +221,31 @@ def _plan() -> None:
     # which a program loaded from a persistent compilation cache (JAX_COMPILATION_CACHE_DIR, as
     # pods often set) does not carry: this process compiles everything itself.
     jax.config.update("jax_enable_compilation_cache", False)
-    target = (plan_lib.tpu_target(_TOPOLOGY.value) if _TOPOLOGY.value is not None
-              else plan_lib.cpu_target(_DEVICES.value, _HBM_GIB.value, _PEAK_TFLOPS.value))
+    num_slices = _plan_num_slices(config)
+    target = (plan_lib.tpu_target(_TOPOLOGY.value, num_slices) if _TOPOLOGY.value is not None
+              else plan_lib.cpu_target(_DEVICES.value, _HBM_GIB.value, _PEAK_TFLOPS.value,
+                                       num_slices))
     result = plan_lib.plan(config, _plan_task, target, mfu=_MFU.value, try_levers=_LEVERS.value)
     if "task" not in config:  # pretraining: the local disk a host needs for shards in a bucket
         result["hosts"] = plan_lib.num_hosts(target)
         result["data_local_bytes_per_host"] = _data_local_bytes(config, result["hosts"])
     print(json.dumps(result) if _JSON.value else plan_lib.format_plan(result), flush=True)
+
+
+def _plan_num_slices(config: ml_collections.ConfigDict) -> int:
+    """The slices of plan's target: --num_slices, which a config leaving mesh.num_slices at 1
+    (not set on the command line) takes; a config that names another count is refused."""
+    configured = sharding.num_slices(config.mesh)
+    wanted = _NUM_SLICES.value
+    if wanted is None or wanted == configured:
+        return configured
+    overridden = "mesh.num_slices" in config_flags.get_override_values(flags.FLAGS["config"])
+    if configured != 1 or overridden:
+        raise ConfigError(f"--num_slices={wanted} but config mesh.num_slices={configured}: make "
+                          f"them agree (e.g. --config.mesh.num_slices={wanted})")
+    with config.unlocked():
+        config.mesh.num_slices = wanted
+    return wanted
 
 
 def _data_local_bytes(config: ml_collections.ConfigDict, hosts: int) -> int | None:
@@ -231,8 +266,24 @@ def _convert() -> None:
         return
     model_config = formats.convert(source=source, target=target, path=path,
                                    output=_need(_OUTPUT, "convert"), config_path=_CONFIG_PATH.value)
-    finetune_run.carry_tokenizer(source, path, _CONFIG_PATH.value, target, _OUTPUT.value,
-                                 model_config.max_position_embeddings)
+    tokenizer_files.carry_tokenizer(source, path, _CONFIG_PATH.value, target, _OUTPUT.value,
+                                    model_config.max_position_embeddings)
+
+
+def _export() -> None:
+    """A fine-tuning run's best dev checkpoint (a pretraining run's latest: its MLM logits) as
+    a serving artifact (convert/serving.py)."""
+    workdir, export_format = _need(_WORKDIR, "export"), _need(_FORMAT, "export")
+    output = _need(_OUTPUT, "export")
+    run = finetune_run.load_finished_run(workdir)
+    is_finetuned = finetune_run.is_finetuning_workdir(os.fspath(run.run_dir))
+    head = run.task.huggingface_head() if is_finetuned else FinetunedHead(serving.MASKED_LM)
+    model_config = run.task.model_config
+    served = serving.ServedModel(
+        model_config, run.task.model, jax.tree.map(np.asarray, run.params), head,
+        run.task.tokenizer.huggingface_files(model_config.max_position_embeddings))
+    for path in serving.export(served, export_format, output):
+        print(f"wrote {path}", flush=True)
 
 
 _TABLE = flags.DEFINE_enum("table", None, ["3", "4", "5", "11", "12"],
@@ -275,6 +326,7 @@ COMMANDS: dict[tuple[str, ...], Callable[[], None]] = {
     ("checkpoint", "verify"): _checkpoint_verify,
     ("plan",): _plan,
     ("convert",): _convert,
+    ("export",): _export,
     ("ablate",): _ablate,
 }
 
@@ -290,10 +342,12 @@ COMMAND_FLAGS: dict[tuple[str, ...], tuple[str, ...]] = {
     ("pretrain",): ("config", "workdir"),
     ("finetune",): ("config", "workdir"),
     ("evaluate",): ("workdir", "split"),
-    ("predict",): ("workdir", "input", "output", "top_k", "step"),
+    ("predict",): ("workdir", "input", "output", "top_k", "step", "embeddings"),
     ("checkpoint", "verify"): ("workdir",),
-    ("plan",): ("config", "topology", "devices", "hbm_gib", "peak_tflops", "mfu", "levers", "json"),
+    ("plan",): ("config", "topology", "devices", "num_slices", "hbm_gib", "peak_tflops", "mfu",
+                "levers", "json"),
     ("convert",): ("from", "to", "path", "config_path", "output"),
+    ("export",): ("workdir", "format", "output"),
     ("ablate",): ("config", "table", "scale", "seeds", "workdir"),
 }
 
@@ -398,14 +452,34 @@ def _flag_error(error: flags.Error) -> str:
     return raised[-1].split(": ", 1)[1] if raised else lines[0]
 
 
+def _use_compilation_cache() -> None:
+    """JAX's persistent compilation cache in the directory of the config's `compilation_cache`
+    (a command without --config: the --workdir run's config.json; default
+    config_lib.DEFAULT_COMPILATION_CACHE; "": off), unless JAX_COMPILATION_CACHE_DIR names one.
+    `plan` turns it off itself: it reads the compiler's own reports."""
+    if jax.config.jax_compilation_cache_dir:
+        return
+    directory = config_lib.DEFAULT_COMPILATION_CACHE
+    if _CONFIG.value is not None:
+        directory = _CONFIG.value.get("compilation_cache", directory)
+    elif _WORKDIR.value is not None:
+        saved = epath.Path(_WORKDIR.value) / workdir_names.CONFIG_FILE
+        if saved.exists():
+            directory = json.loads(saved.read_bytes()).get("compilation_cache", directory)
+    if directory:
+        jax.config.update("jax_compilation_cache_dir", os.path.expanduser(directory))
+
+
 def _run(command: Callable[[], None], name: str) -> None:
     """Runs a command; errors it raises on purpose print as one clear line, not a traceback."""
     if not flags.FLAGS["verbosity"].present:
         # Library INFO logs (Orbax, TFDS) drown the progress lines; --verbosity=0 shows them.
         absl_logging.set_verbosity(absl_logging.WARNING)
     try:
+        _use_compilation_cache()
         command()
     except (ConfigError, loop.TrainingDiverged, ValueError, OSError,  # OSError: disk, paths
+            ImportError,  # an extra that is not installed: the message names it
             file_lock.LockHeld) as error:
         if os.environ.get("ALBERT_JAX_TRACEBACK"):
             raise

@@ -78,7 +78,7 @@ def to_json(config: ml_collections.ConfigDict) -> str:
 def add_watching(config: ml_collections.ConfigDict) -> None:
     """The keys of where a run reports and what it traces (docs/watching.md), in pretraining and
     fine-tuning configs alike. metrics.jsonl and the console are always written."""
-    # Comma-separated: tensorboard, mlflow, wandb, or none (train/trackers.py).
+    # Comma-separated: tensorboard, mlflow, wandb, or none (train/reporting/trackers.py).
     config.report_to = "tensorboard"
     config.mlflow = ml_collections.ConfigDict()
     config.mlflow.tracking_uri = ""  # MLFLOW_TRACKING_URI wins; empty: MLflow's default
@@ -89,11 +89,26 @@ def add_watching(config: ml_collections.ConfigDict) -> None:
     config.wandb.mode = ""  # online | offline | disabled; empty: WANDB_MODE or online
     config.wandb.tags = ()
     # A jax.profiler trace of steps start_step .. start_step + num_steps - 1 (num_steps 0: off)
-    # into <workdir>/tensorboard/plugins/profile/ (train/profiler.py).
+    # into <workdir>/tensorboard/plugins/profile/ (train/reporting/profiler.py).
     config.profile = ml_collections.ConfigDict()
     config.profile.start_step = 10
     config.profile.num_steps = 0
     config.profile.all_processes = False  # False: process 0 only
+
+
+# XLA's compiled programs kept across runs (JAX's persistent compilation cache): a second
+# finetune, predict or export of the same shapes loads them instead of compiling. Empty: off.
+DEFAULT_COMPILATION_CACHE = "~/.cache/albert_jax/jax_cache"
+
+
+# The lengths a fine-tuning batch (and a fill-mask or embeddings batch of a pretraining run) may
+# run at below seq_len (train/buckets.py).
+DEFAULT_LENGTH_BUCKETS = (64, 128, 256)
+
+
+def add_compilation_cache(config: ml_collections.ConfigDict) -> None:
+    """The `compilation_cache` key of pretraining and fine-tuning configs (cli.py reads it)."""
+    config.compilation_cache = DEFAULT_COMPILATION_CACHE
 
 
 def finetune_config(args: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
@@ -107,6 +122,7 @@ def finetune_config(args: ml_collections.ConfigDict) -> ml_collections.ConfigDic
     # SentencePiece .model or WordPiece vocab.txt; empty: the one that comes with init_from
     config.tokenizer = ""
     config.compute_dtype = "float32"
+    add_compilation_cache(config)
 
     config.data = ml_collections.ConfigDict()
     config.data.path = ""  # the task's folder in the original format
@@ -122,7 +138,7 @@ def finetune_config(args: ml_collections.ConfigDict) -> ml_collections.ConfigDic
     config.seq_len = 512  # SPEC 8.2 max_seq_length
     # Each batch runs at the shortest of these (or seq_len) that holds its longest example:
     # the same results as padding to seq_len (train/buckets.py); () pads every batch to seq_len.
-    config.length_buckets = (64, 128, 256)
+    config.length_buckets = DEFAULT_LENGTH_BUCKETS
     config.batch_size = 32
     config.eval_batch_size = 64
     config.num_microbatches = 1
@@ -146,6 +162,9 @@ def finetune_config(args: ml_collections.ConfigDict) -> ml_collections.ConfigDic
     config.mesh.data = -1
     config.mesh.fsdp = 1
     config.mesh.tensor = 1
+    config.mesh.num_slices = 1  # TPU slices joined over the data-center network (DCN)
+    config.mesh.dcn_data = -1  # slices the data axis spans (-1: those dcn_fsdp leaves)
+    config.mesh.dcn_fsdp = 1  # slices fsdp spans: its all-gathers would cross DCN every layer
 
     config.log_every_steps = 50
     config.eval_every_steps = 100  # SPEC 8.1: every saved checkpoint is evaluated on dev

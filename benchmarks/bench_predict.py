@@ -3,6 +3,10 @@ on the same exported model: rows/s, peak memory, and that both give the same lab
 
   nice -n 10 .venv/bin/python benchmarks/bench_predict.py [--rows=100000] [--round_rows=10000]
       [--rounds=5] [--workdir=W] [--hf_batch_sizes=8,32,64,128] [--json]
+  nice -n 10 .venv/bin/python benchmarks/bench_predict.py --commands --model=albert-base-v2 \
+      --rows=1000 [--rounds=3] [--workdir=W]
+
+With --commands, the comparison is of whole commands instead (6. below).
 
 1. The model: a fine-tuned classification workdir of the `demo` preset (E64 H128 L4), trained
    from scratch for `--train_steps` steps (throughput does not depend on quality) by
@@ -31,6 +35,14 @@ on the same exported model: rows/s, peak memory, and that both give the same lab
    lines. Peak memory: the subprocess's resident high-water mark (VmHWM of /proc/self/status,
    which counts XLA's and torch's own allocations, unlike tracemalloc) at the end, and its
    delta over the resident size after the imports, before the model is loaded.
+6. --commands: `albert-jax predict --workdir=W --input=rows.csv --output=...` against a script
+   that imports transformers, builds the same pipeline (batch size: the first of
+   `--hf_batch_sizes`) and writes the same lines, each a fresh process timed from outside
+   (start-up, imports, load and compile included), interleaved ours, HF, ours, HF ... for
+   `--rounds` rounds; medians of each side and of the per-round ratio. Ours runs with its
+   persistent compilation cache in a folder of its own that starts empty, so the first round
+   compiles (shown apart) and the later ones load the compiled programs, as a user's second
+   predict does.
 5. Agreement: the two full passes' output files, row by row: the same predicted label on more
    than 99.9% of the rows (else the exit status is 1), the largest difference of a probability
    (the tight check: a few steps from scratch may leave a model that predicts mostly one
@@ -97,9 +109,10 @@ def _cli(*args: str) -> None:
         raise RuntimeError(f"{' '.join(command)} failed:\n{result.stderr[-3000:]}")
 
 
-def make_run(workdir: str, train_steps: int) -> None:
-    """A fine-tuned `demo` classification run in `workdir`, from scratch on pairs of the demo
-    corpus (module docstring, 1)."""
+def make_run(workdir: str, train_steps: int, model: str = "demo") -> None:
+    """A fine-tuned classification run of the `model` preset (its vocabulary the demo corpus's
+    4,000 pieces) in `workdir`, from scratch on pairs of the demo corpus (module docstring,
+    1)."""
     from albert_jax.data import tokenizer as tokenizer_lib
     from albert_jax.finetune.demo import demo_sentences
 
@@ -112,7 +125,8 @@ def make_run(workdir: str, train_steps: int) -> None:
     dev = write_csv(os.path.join(data, "dev.csv"), pair_rows(256, seed=2),
                     ("id", "text", "text_b", "label"))
     every = str(max(train_steps // 2, 1))
-    _cli("finetune", "--config=configs/custom.py:kind=classification", "--config.model=demo",
+    _cli("finetune", "--config=configs/custom.py:kind=classification", f"--config.model={model}",
+         "--config.model_overrides.vocab_size=4000",
          f"--config.tokenizer={spm}", "--config.data.comma_rule=hf",
          f"--config.data.train_file={train}", f"--config.data.dev_file={dev}",
          "--config.data.text_b=text_b", "--config.data.id=id", "--config.seq_len=128",
@@ -282,12 +296,13 @@ def _machine() -> dict[str, Any]:
             "python": platform.python_version()}
 
 
-def prepare_models(workdir: str, scratch: str, train_steps: int) -> dict[str, Any]:
+def prepare_models(workdir: str, scratch: str, train_steps: int, model: str = "demo"
+                   ) -> dict[str, Any]:
     """The fine-tuned run in `workdir` (made there if absent, module docstring 1) and its
     HuggingFace export in `scratch`/hf: {hf_model, seq_len, eval_batch_size, chunk_rows}."""
     if not os.path.exists(os.path.join(workdir, workdir_names.CONFIG_FILE)):
-        print(f"fine-tuning the demo model in {workdir} ...", file=sys.stderr, flush=True)
-        make_run(workdir, train_steps)
+        print(f"fine-tuning the {model} model in {workdir} ...", file=sys.stderr, flush=True)
+        make_run(workdir, train_steps, model)
     hf_model = os.path.join(scratch, "hf")
     _cli("convert", "--from=orbax", f"--path={workdir}", "--to=huggingface",
          f"--output={hf_model}")
@@ -357,6 +372,79 @@ def benchmark(args: argparse.Namespace, scratch: str) -> dict[str, Any]:
     }
 
 
+def _wall_seconds(command: list[str], environment: dict[str, str]) -> float:
+    started = time.perf_counter()
+    process = subprocess.run(command, cwd=REPO, capture_output=True, text=True, env=environment)
+    if process.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed:\n{process.stderr[-3000:]}")
+    return time.perf_counter() - started
+
+
+def whole_commands(args: argparse.Namespace, scratch: str) -> dict[str, Any]:
+    """Module docstring 6: `albert-jax predict` and HF's pipeline as whole commands."""
+    started = time.perf_counter()
+    models = prepare_models(args.workdir, scratch, args.train_steps, args.model)
+    input_path = write_csv(os.path.join(scratch, "rows.csv"), pair_rows(args.rows, seed=3),
+                           ("id", "text", "text_b"))
+    environment = dict(os.environ, JAX_COMPILATION_CACHE_DIR=os.path.join(scratch, "jax_cache"))
+    hf_batch_size = args.hf_batch_sizes[0]
+    commands = {
+        "ours": [sys.executable, "-m", "albert_jax.cli", "predict", f"--workdir={args.workdir}",
+                 f"--input={input_path}", f"--output={os.path.join(scratch, 'ours.jsonl')}"],
+        "hf": [sys.executable, os.path.abspath(__file__), "--_side=hf", f"--_input={input_path}",
+               f"--_output={os.path.join(scratch, 'hf.jsonl')}",
+               f"--_result={os.path.join(scratch, 'hf.result.json')}",
+               f"--_hf_model={models['hf_model']}", f"--_hf_batch_size={hf_batch_size}",
+               f"--_seq_len={models['seq_len']}", f"--_chunk_rows={models['chunk_rows']}"]}
+    machine_before = _machine()
+    seconds: dict[str, list[float]] = {side: [] for side in commands}
+    for round_index in range(args.rounds):
+        for side, command in commands.items():
+            seconds[side].append(_wall_seconds(command, environment))
+        print(f"round {round_index + 1}/{args.rounds}: " + ", ".join(
+            f"{side} {values[-1]:.1f} s" for side, values in seconds.items()),
+            file=sys.stderr, flush=True)
+    return {"rows": args.rows, "rounds": args.rounds, "model": args.model,
+            "seq_len": models["seq_len"], "eval_batch_size": models["eval_batch_size"],
+            "hf_batch_size": hf_batch_size, "seconds": seconds,
+            "median_seconds": {side: statistics.median(values) for side, values in seconds.items()},
+            "ratio_hf_over_ours": statistics.median(
+                theirs / mine for mine, theirs in zip(seconds["ours"], seconds["hf"])),
+            "agreement": agreement(os.path.join(scratch, "ours.jsonl"),
+                                   os.path.join(scratch, "hf.jsonl")),
+            "machine": machine_before, "load_average_after": os.getloadavg(),
+            "total_seconds": time.perf_counter() - started}
+
+
+def commands_table(result: dict[str, Any]) -> str:
+    machine, seconds = result["machine"], result["seconds"]
+    median = result["median_seconds"]
+    return "\n".join([
+        f"predict as whole commands, {result['model']} preset (2 labels), {result['rows']:,} "
+        f"pairs of 4..40-word sentences, seq_len {result['seq_len']}, {result['rounds']} "
+        "interleaved rounds",
+        f"machine: {machine['cpu']}, {machine['cores']} cores, load average "
+        f"{' '.join(f'{x:.1f}' for x in machine['load_average'])} before, "
+        f"{' '.join(f'{x:.1f}' for x in result['load_average_after'])} after; jax "
+        f"{machine['jax']}, torch {machine['torch']} ({machine['torch_threads']} threads), "
+        f"transformers {machine['transformers']}",
+        f"ours eval_batch_size {result['eval_batch_size']} at length buckets; HF batch size "
+        f"{result['hf_batch_size']}",
+        "",
+        "| | albert-jax predict | HF pipeline script | HF / ours |",
+        "|---|---|---|---|",
+        f"| seconds per command, median | {median['ours']:.1f} | {median['hf']:.1f} | "
+        f"**{result['ratio_hf_over_ours']:.2f}x** (median of per-round ratios) |",
+        f"| every round, s | {', '.join(f'{x:.1f}' for x in seconds['ours'])} (the first "
+        f"compiles) | {', '.join(f'{x:.1f}' for x in seconds['hf'])} | |",
+        "",
+        f"agreement of the last round's files: same label "
+        f"{100 * result['agreement']['label_agreement']:.3f}%, largest probability difference "
+        f"{result['agreement']['max_probability_difference']:.2e}",
+        f"total {result['total_seconds']:.0f} s",
+    ])
+
+
 def table(result: dict[str, Any]) -> str:
     machine, full, rounds = result["machine"], result["full"], result["rounds_rows_per_s"]
     lines = [
@@ -409,6 +497,10 @@ def main() -> None:
     parser.add_argument("--workdir", default="",
                         help="a fine-tuned classification workdir to reuse (made there if absent)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    parser.add_argument("--commands", action="store_true",
+                        help="whole commands, interleaved (module docstring 6)")
+    parser.add_argument("--model", default="demo",
+                        help="the preset of a new run (demo, albert-base-v2)")
     for hidden in ("_side", "_input", "_output", "_result", "_hf_model"):
         parser.add_argument(f"--{hidden}", default="", help=argparse.SUPPRESS)
     for hidden in ("_hf_batch_size", "_seq_len", "_chunk_rows"):
@@ -417,12 +509,13 @@ def main() -> None:
     if args._side:
         _full_pass_child(args)
         return
-    if args.round_rows > args.rows:
+    if args.round_rows > args.rows and not args.commands:
         parser.error(f"--round_rows={args.round_rows} exceeds --rows={args.rows}")
     with tempfile.TemporaryDirectory(prefix="bench_predict-") as scratch:
         args.workdir = args.workdir or os.path.join(scratch, "run")
-        result = benchmark(args, scratch)
-    print(json.dumps(result, indent=2) if args.json else table(result))
+        result = (whole_commands if args.commands else benchmark)(args, scratch)
+    print(json.dumps(result, indent=2) if args.json
+          else (commands_table if args.commands else table)(result))
     if result["agreement"]["label_agreement"] < MIN_LABEL_AGREEMENT:
         sys.exit(f"the two sides agree on {result['agreement']['label_agreement']:.4%} of the "
                  f"labels, under {MIN_LABEL_AGREEMENT:.1%}: they do not compute the same thing")

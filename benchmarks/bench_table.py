@@ -69,7 +69,7 @@ import optax
 
 from albert_jax import pretraining
 from albert_jax import config as config_lib
-from albert_jax.finetune.glue_task import MrpcTask
+from albert_jax.finetune.glue.task import MrpcTask
 from albert_jax.model import get_config
 from albert_jax.train import buckets, flops, optim, sharding
 from albert_jax.train import state as state_lib

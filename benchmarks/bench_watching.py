@@ -2,7 +2,7 @@
 
   python benchmarks/bench_watching.py [--before=/path/to/a/checkout/of/main] [--rounds=3]
 
-1. The host time the loop adds to every step (train/profiler.py with profile.num_steps=0: a
+1. The host time the loop adds to every step (train/reporting/profiler.py, profile.num_steps=0: a
    StepTraceAnnotation while no trace runs), in microseconds, beside nothing.
 2. With --before: tiny fine-tunes (40 steps, logged every 10) of this checkout and of
    `--before`, interleaved `--rounds` times; the median logged steps_per_second of each (the
@@ -27,7 +27,7 @@ import ml_collections
 
 from albert_jax.data import tokenizer as tokenizer_lib
 from albert_jax.finetune.demo import demo_sentences
-from albert_jax.train import profiler as profiler_lib
+from albert_jax.train import reporting
 
 HERE = Path(__file__).resolve().parents[1]
 CALLS = 200_000
@@ -43,7 +43,7 @@ def _per_call_us(body) -> float:
 def host_overhead() -> list[tuple[str, float]]:
     config = ml_collections.ConfigDict({"profile": {"start_step": 10**9, "num_steps": 0,
                                                     "all_processes": False}})
-    profiler = profiler_lib.StepProfiler(config, Path(tempfile.mkdtemp()), start_step=0)
+    profiler = reporting.StepProfiler(config, Path(tempfile.mkdtemp()), start_step=0)
 
     def nothing(step):
         with contextlib.nullcontext():

@@ -25,7 +25,8 @@ import tempfile
 import time
 
 from albert_jax.data import tokenizer as tokenizer_lib
-from albert_jax.finetune import run as finetune_run, squad
+from albert_jax.finetune import run as finetune_run
+from albert_jax.finetune.squad import data as squad
 from configs import squad as squad_config
 
 FILLER = ("man woman child dog cat bird house road car book song market garden door table "

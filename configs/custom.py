@@ -1,6 +1,7 @@
 """Fine-tuning on your own data: classification, regression or multiple choice over CSV, TSV,
-JSON Lines or Parquet files (finetune/tables.py reads them, in the columns finetune/custom_data.py
-takes from this config); tagging over CoNLL, JSON Lines or Parquet files (finetune/tagging_data.py).
+JSON Lines or Parquet files (finetune/core/tables.py reads them, in the columns
+finetune/custom/data.py takes from this config); tagging over CoNLL, JSON Lines or Parquet files
+(finetune/custom/tagging_data.py).
 
   albert-jax finetune --config=configs/custom.py:kind=classification \
       --config.data.train_file=train.csv --config.data.dev_file=dev.csv \
@@ -66,9 +67,13 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
     # Your own files, not a task folder or a TFDS dataset.
     del config.data.path, config.data.tfds_name, config.data.tfds_data_dir
-    config.data.train_file = ""  # .csv, .tsv, .jsonl or .parquet
+    config.data.train_file = ""  # .csv, .tsv, .jsonl, .parquet, a `datasets` folder or .arrow
     config.data.dev_file = ""
     config.data.test_file = ""  # optional; its labels too
+    # Or a HuggingFace dataset by name (datasets.load_dataset; offline: its cache): then
+    # train_file, dev_file and test_file name its splits (default train, validation; no test).
+    config.data.hf_dataset = ""
+    config.data.hf_config = ""  # the dataset's configuration, where it has several
     config.data.id = ""
     if args.kind == "token_classification":
         config.data.tokens = "tokens"  # .jsonl / .parquet: the list of words

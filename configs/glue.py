@@ -16,7 +16,7 @@ import ml_collections
 
 from albert_jax.config import finetune_config, parse_arg, shrink_finetune_config
 from albert_jax.errors import ConfigError
-from albert_jax.finetune import glue
+from albert_jax.finetune.glue import data as glue
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:

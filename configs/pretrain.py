@@ -12,7 +12,8 @@ from __future__ import annotations
 import ml_collections
 from ml_collections import config_dict
 
-from albert_jax.config import add_watching, parse_arg, model_overrides_placeholder
+from albert_jax.config import (add_compilation_cache, add_watching, model_overrides_placeholder,
+                               parse_arg)
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -22,6 +23,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # Any model field, e.g. --config.model_overrides.num_hidden_layers=24; None keeps the preset.
     config.model_overrides = model_overrides_placeholder()
     config.compute_dtype = "float32"  # or "bfloat16" (float32 accumulation, float32 params)
+    add_compilation_cache(config)  # compilation_cache: a directory, or "" for off
 
     # SPEC 6.6: batch 4096 x seq 512, 125k steps; 20 predictions per sequence.
     config.seed = 12345  # SPEC 1.1 random_seed
@@ -91,6 +93,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.mesh.data = -1  # -1: all devices not used by the other axes
     config.mesh.fsdp = 1
     config.mesh.tensor = 1
+    config.mesh.num_slices = 1  # TPU slices joined over the data-center network (DCN)
+    config.mesh.dcn_data = -1  # slices the data axis spans (-1: those dcn_fsdp leaves)
+    config.mesh.dcn_fsdp = 1  # slices fsdp spans: its all-gathers would cross DCN every layer
 
     config.log_every_steps = 100
     config.eval_every_steps = 5000

@@ -11,7 +11,7 @@ hyper-parameters.
 The argument: `version=1.1|2.0` (required), `size=base|large|xlarge|xxlarge` or `model=<preset>`
 (only for a from-scratch run: with `init_from` the architecture comes from the checkpoint),
 `runlocal` (tiny sizes for a laptop CPU). Dev metrics are the official evaluator's percentages
-(finetune/squad_task.py).
+(finetune/squad/task.py).
 """
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.max_answer_length = 30
     config.n_best_size = 20
     # A training window without the whole answer: "cls" labels it start = end = 0 as the
-    # reference (SPEC 8.3); "drop" leaves it out (v1.1 only; finetune/squad.py says why).
+    # reference (SPEC 8.3); "drop" leaves it out (v1.1 only; finetune/squad/data.py says why).
     config.train_windows_without_answer = "cls"
     config.classifier_dropout = 0.1  # v2.0: the answer-class dropout (dropout_prob); v1.1: none
     # SQuAD reads two files, not a task folder.

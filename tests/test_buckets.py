@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from albert_jax.errors import ConfigError
-from albert_jax.finetune import registry, run as finetune_run
+from albert_jax.finetune.core import registry
+from albert_jax.finetune import run as finetune_run
 from albert_jax.train import buckets, validation
 from configs import glue as glue_config
 from configs import squad as squad_config

@@ -20,8 +20,8 @@ import pytest
 
 from albert_jax.data import corpus
 from albert_jax.data.tokenizer import Tokenizer
-from albert_jax.finetune import pretrained as pretrained_lib
-from albert_jax.finetune import registry
+from albert_jax.finetune.core import pretrained as pretrained_lib
+from albert_jax.finetune.core import registry
 from albert_jax.model import AlbertForPreTraining
 from albert_jax.train import checkpoint
 from cli_fixtures import cli

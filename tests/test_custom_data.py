@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 from albert_jax.errors import ConfigError
-from albert_jax.finetune import custom_data, features, tables
-from albert_jax.finetune.tables import Columns
-from albert_jax.finetune.examples import ChoiceQuestion as Question, TextExample as Example
+from albert_jax.finetune.custom import data as custom_data
+from albert_jax.finetune.core import features, tables
+from albert_jax.finetune.core.tables import Columns
+from albert_jax.finetune.core.examples import ChoiceQuestion as Question, TextExample as Example
 from albert_jax.model import AlbertForMultipleChoice, get_config
 from configs import custom as custom_config
 from finetune_fixtures import sentence

@@ -117,7 +117,7 @@ def test_the_command_line_refuses_a_flag_its_command_does_not_read():
         cli.main(["albert-jax", "predict", "--workdir=w", "--input=in.csv", "--split=test"])
     assert str(exit_.value) == ("albert-jax predict: error: --split is not a flag of "
                                 "`albert-jax predict`, which reads --workdir, --input, --output, "
-                                "--top_k, --step")
+                                "--top_k, --step, --embeddings")
 
 
 def test_a_command_that_parses_gives_its_config(monkeypatch):

@@ -17,7 +17,8 @@ from albert_jax.convert import load_huggingface, save_huggingface  # noqa: E402
 from albert_jax.convert.huggingface import FinetunedHead  # noqa: E402
 from albert_jax.data import tokenizer as tokenizer_lib  # noqa: E402
 from albert_jax.errors import ConfigError  # noqa: E402
-from albert_jax.finetune import registry, run as finetune_run  # noqa: E402
+from albert_jax.finetune import run as finetune_run  # noqa: E402
+from albert_jax.finetune.core import registry  # noqa: E402
 from albert_jax.finetune.demo import demo_sentences  # noqa: E402
 from albert_jax.model import (AlbertForMultipleChoice, AlbertForQuestionAnswering,  # noqa: E402
                               AlbertForSequenceClassification, get_config)

@@ -15,7 +15,9 @@ import pytest
 
 from albert_jax import config as config_lib, pretraining
 from albert_jax.data import corpus
-from albert_jax.finetune import glue, race, run as finetune_run
+from albert_jax.finetune.glue import data as glue
+from albert_jax.finetune.race import data as race
+from albert_jax.finetune import run as finetune_run
 from configs import glue as glue_config, race as race_config, squad as squad_config
 import squad_fixtures
 from finetune_fixtures import write_glue_task, write_race

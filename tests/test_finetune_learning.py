@@ -18,7 +18,7 @@ import pytest
 from albert_jax.data import tokenizer as tokenizer_lib
 from albert_jax.finetune import run as finetune_run
 from albert_jax.finetune.demo import demo_sentences
-from albert_jax.finetune.task import real_rows
+from albert_jax.finetune.core.task import real_rows
 from cli_fixtures import cli
 
 _VOCAB_SIZE = 1000
@@ -153,7 +153,7 @@ def write_three_way_task(directory: Path, pools: dict[str, list[str]], num_train
 
 
 @pytest.mark.slow
-def test_own_three_class_task_from_real_text_is_well_above_chance(spm_model, sentence_pools,
+def test_custom_three_class_task_from_real_text_is_well_above_chance(spm_model, sentence_pools,
                                                                   tmp_path):
     steps = 400
     paths = write_three_way_task(tmp_path, sentence_pools, num_train=steps * 32)
@@ -198,7 +198,7 @@ def test_own_three_class_task_from_real_text_is_well_above_chance(spm_model, sen
 def test_the_demo_paraphrase_task_reads_as_mrpc(tmp_path):
     """`make demo`'s task: GLUE's MRPC reader takes it; labels balanced; a positive pair is the
     sentence less one word; dev sentences never appear in train."""
-    from albert_jax.finetune import glue
+    from albert_jax.finetune.glue import data as glue
     from albert_jax.finetune.demo import write_paraphrase_task
 
     data_path = write_paraphrase_task(str(tmp_path), num_train=400, num_dev=100, num_test=20)

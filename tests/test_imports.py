@@ -1,5 +1,6 @@
 """The package structure drawn from the imports (ARCHITECTURE.md): every import of ours points
-down the layer table, and no module imports itself back through others."""
+down the layer table, finetune/'s families import only its core and kinds, and no module imports
+itself back through others."""
 import ast
 import pathlib
 
@@ -57,6 +58,36 @@ def test_every_unit_is_in_the_layer_table():
     assert {_unit(module) for module in GRAPH if module != "albert_jax"} == set(RANK)
 
 
+# finetune/'s folders: what the families share, lowest first; every other folder is a family.
+FINETUNE = "albert_jax.finetune"
+SHARED = ["core", "kinds"]
+
+
+def _finetune_folder(module: str) -> str | None:
+    """`glue` for albert_jax.finetune.glue.task; None outside finetune's folders (run.py, ...)."""
+    parts = module.split(".")
+    is_folder = (len(parts) > 2 and parts[1] == "finetune"
+                 and (PACKAGE / "finetune" / parts[2]).is_dir())
+    return parts[2] if is_folder else None
+
+
+def test_finetune_has_its_shared_folders_and_families():
+    folders = {_finetune_folder(module) for module in GRAPH} - {None}
+    assert set(SHARED) <= folders and len(folders - set(SHARED)) >= 4
+
+
+@pytest.mark.parametrize("module", sorted(m for m in GRAPH if _finetune_folder(m)))
+def test_a_family_imports_only_the_core_and_the_kinds(module):
+    # core imports only core; kinds only core (and kinds); a family core, kinds and itself:
+    # never another family, nor the package's entry points (run.py, demo.py, fill_mask.py).
+    folder = _finetune_folder(module)
+    allowed = set(SHARED[:SHARED.index(folder) + 1]) if folder in SHARED else {*SHARED, folder}
+    wrong = sorted(target for target in GRAPH[module]
+                   if target.startswith(FINETUNE) and _finetune_folder(target) not in allowed)
+    assert not wrong, (f"{module} imports {wrong}: a folder of finetune/ imports only "
+                       f"{', '.join(sorted(allowed))} (ARCHITECTURE.md)")
+
+
 @pytest.mark.parametrize("module", sorted(m for m in GRAPH if m != "albert_jax"))
 def test_imports_point_down_the_layers(module):
     upward = sorted(target for target in GRAPH[module]
@@ -80,7 +111,7 @@ def test_no_module_imports_itself_back():
     def visit(module: str, path: list[str]) -> None:
         state[module] = "open"
         for target in sorted(edges[module]):
-            if target == module or (package_of(target) == module):
+            if target == module or target.startswith(module + "."):
                 continue  # a package importing its own modules
             if state.get(target) == "open":
                 raise AssertionError("import cycle: " + " -> ".join(

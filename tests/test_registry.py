@@ -7,11 +7,12 @@ import re
 import pytest
 
 from albert_jax.errors import ConfigError
-from albert_jax.finetune import glue, registry
-from albert_jax.finetune.classification import ClassificationTask, RegressionTask
-from albert_jax.finetune.multiple_choice import MultipleChoiceTask
-from albert_jax.finetune.task import FinetuneTask
-from albert_jax.finetune.token_classification import TokenClassificationTask
+from albert_jax.finetune.core import registry
+from albert_jax.finetune.core.task import FinetuneTask
+from albert_jax.finetune.glue import data as glue
+from albert_jax.finetune.kinds.classification import ClassificationTask, RegressionTask
+from albert_jax.finetune.kinds.multiple_choice import MultipleChoiceTask
+from albert_jax.finetune.kinds.token_classification import TokenClassificationTask
 
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "albert_jax"
 CONFIGS = PACKAGE.parent / "configs"
@@ -70,6 +71,20 @@ def test_the_families():
     assert issubclass(registry.get("token_classification"), TokenClassificationTask)
 
 
+def test_a_task_file_imports_its_bases_from_the_package():
+    # docs/adding-a-task.md: a user's file imports from albert_jax.finetune, whatever folder
+    # of it the class lives in.
+    import albert_jax.finetune as finetune
+    assert finetune.registry is registry and finetune.FinetuneTask is FinetuneTask
+    assert finetune.TokenClassificationTask is TokenClassificationTask
+    for name, exported in [("classification", finetune.CustomClassificationTask),
+                           ("regression", finetune.CustomRegressionTask),
+                           ("multiple_choice", finetune.CustomMultipleChoiceTask),
+                           ("token_classification", finetune.CustomTokenClassificationTask)]:
+        assert registry.get(name) is exported
+    assert set(finetune.__all__) <= set(vars(finetune))
+
+
 def test_an_unknown_task_is_one_line_listing_the_names():
     with pytest.raises(ConfigError) as error:
         registry.get("mnli2")
@@ -85,7 +100,7 @@ def test_a_name_is_registered_once():
 
 def test_a_class_by_path(tmp_path):
     (tmp_path / "mine.py").write_text(
-        "from albert_jax.finetune.glue_task import MrpcTask\n"
+        "from albert_jax.finetune.glue.task import MrpcTask\n"
         "class Mine(MrpcTask):\n    name = 'mine'\n"
         "NotATask = int\n")
     task_class = registry.get(f"{tmp_path / 'mine.py'}:Mine")
@@ -96,11 +111,12 @@ def test_a_class_by_path(tmp_path):
         registry.get(f"{tmp_path / 'gone.py'}:Mine")
     with pytest.raises(ConfigError, match="cannot import"):
         registry.get("no_such_package.module:Task")
-    assert registry.get("albert_jax.finetune.race_task:RaceTask") is registry.get("race")
+    assert registry.get("albert_jax.finetune.race.task:RaceTask") is registry.get("race")
 
 
 @pytest.mark.parametrize("path", ["finetune/run.py", "cli.py", "train/plan.py",
-                                  "train/loop.py", "finetune/task.py", "finetune/registry.py"])
+                                  "train/loop.py", "finetune/core/task.py",
+                                  "finetune/core/registry.py"])
 def test_the_entry_points_name_no_task(path):
     """No branch on a task's name outside the task's own file (ARCHITECTURE.md)."""
     source = (PACKAGE / path).read_text()

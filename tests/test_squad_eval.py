@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from albert_jax.finetune import squad_eval
+from albert_jax.finetune.squad import official_eval as squad_eval
 
 
 def squad_file(*questions):
@@ -229,8 +229,9 @@ def test_main_prints_the_evaluation(tmp_path, capsys):
 def test_main_runs_as_a_module(tmp_path):
     data_file = write_json(tmp_path / "dev.json", squad_file(("q", ["cat"])))
     prediction_file = write_json(tmp_path / "predictions.json", {"q": "The cat"})
-    completed = subprocess.run([sys.executable, "-m", "albert_jax.finetune.squad_eval", data_file,
-                                prediction_file], capture_output=True, text=True, check=True)
+    completed = subprocess.run([sys.executable, "-m", "albert_jax.finetune.squad.official_eval",
+                                data_file, prediction_file], capture_output=True, text=True,
+                               check=True)
     assert json.loads(completed.stdout) == {"exact": 100.0, "f1": 100.0, "total": 1,
                                             "HasAns_exact": 100.0, "HasAns_f1": 100.0, "HasAns_total": 1}
 

@@ -24,10 +24,13 @@ from seqeval.metrics.sequence_labeling import precision_recall_fscore_support
 
 from albert_jax.convert import formats
 from albert_jax.data import tokenizer as tokenizer_lib
-from albert_jax.finetune import entities, fill_mask, run as finetune_run
-from albert_jax.finetune import tagging_data, tagging_features
+from albert_jax.finetune import fill_mask, run as finetune_run
+from albert_jax.finetune.core import entities
+from albert_jax.finetune.core.examples import Sentence
+from albert_jax.finetune.custom import tagging_data
+from albert_jax.finetune.custom.tagging_task import CustomTokenClassificationTask
 from albert_jax.finetune.demo import demo_sentences
-from albert_jax.finetune.tagging_task import OwnTaggingTask
+from albert_jax.finetune.kinds import token_features
 from cli_fixtures import cli
 from configs import custom as custom_config
 
@@ -183,12 +186,12 @@ def test_every_word_is_predicted_once_from_its_most_context_window(spm, label_al
     tokenizer = tokenizer_lib.Tokenizer.load(spm)
     words = " ".join(demo_sentences()[:6]).split()  # ~60 words, ~100 pieces
     tags = determiner_tags(words)
-    sentence = tagging_data.Sentence("0", tuple(words), tuple(tags), "f:1")
+    sentence = Sentence("0", tuple(words), tuple(tags), "f:1")
     labels = ("O", "B-DEF", "B-INDEF", "I-DEF", "I-INDEF")
     label_ids = {tag: index for index, tag in enumerate(labels)}
-    arrays = tagging_features.build([sentence], tokenizer, seq_len=24, doc_stride=7,
+    arrays = token_features.build([sentence], tokenizer, seq_len=24, doc_stride=7,
                                     label_ids=label_ids, label_all_pieces=label_all_pieces)
-    pieces = tagging_features.word_pieces(tokenizer, words)
+    pieces = token_features.word_pieces(tokenizer, words)
     assert len(arrays["input_ids"]) > 5  # many windows
     predicted = [(row, position) for row, position in zip(*np.nonzero(arrays["word_index"] >= 0))]
     assert sorted(arrays["word_index"][row, position] for row, position in predicted) == list(
@@ -209,7 +212,7 @@ def test_every_word_is_predicted_once_from_its_most_context_window(spm, label_al
         assert arrays["input_ids"][row, position] == pieces[word][0]
         assert arrays["labels"][row, position] == label_ids[tags[word]]
     # The other pieces: ignored, or the word's tag (B-X as I-X) with label_all_pieces.
-    labelled = (arrays["labels"] != tagging_features.IGNORED).sum(axis=1)
+    labelled = (arrays["labels"] != token_features.IGNORED).sum(axis=1)
     real = arrays["input_mask"].sum(axis=1) - 2
     if label_all_pieces:
         assert (labelled == real).all()
@@ -351,7 +354,7 @@ def test_bad_training_files_stop_the_task_before_anything_is_written(tmp_path, s
     config.tokenizer = spm
     config.data.train_file = config.data.dev_file = str(tmp_path / "train.jsonl")
     with pytest.raises(ValueError, match=re.escape(message)) as error:
-        OwnTaggingTask.from_config(config)
+        CustomTokenClassificationTask.from_config(config)
     assert "\n" not in str(error.value)
 
 

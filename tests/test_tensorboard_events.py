@@ -7,7 +7,7 @@ import pytest
 from tensorboardX import record_writer, summary
 from tensorboardX.proto import event_pb2
 
-from albert_jax.train import tensorboard_events
+from albert_jax.train.reporting import tensorboard_events
 
 
 def framed(event: event_pb2.Event) -> bytes:

@@ -22,7 +22,8 @@ from tensorboardX import SummaryWriter, record_writer
 from tensorboardX.proto import event_pb2
 
 from albert_jax import file_lock, files
-from albert_jax.train import checkpoint, integrity, metrics as metrics_lib, workdir_lock
+from albert_jax.train import checkpoint, integrity, workdir_lock
+from albert_jax.train.reporting import metrics as metrics_lib
 from albert_jax.train import workdir as workdir_names
 from cli_fixtures import start_cli
 from finetune_fixtures import write_glue_task

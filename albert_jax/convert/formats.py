@@ -29,7 +29,7 @@ def convert(source: str, target: str, path: str, output: str,
     """Reads the `source`-format weights at `path` and writes them in `target` format to the
     new directory `output`; returns their model config. `config_path` (albert_config.json) is
     needed for, and only for, `source="tf"`: a TF checkpoint does not record its model config.
-    (The tokenizer that comes with the weights: finetune/run.py `carry_tokenizer`.)"""
+    (The tokenizer that comes with the weights: tokenizer_files.py `carry_tokenizer`.)"""
     if source not in SOURCES:
         raise ValueError(f"unknown source format {source!r}; choose one of {SOURCES}")
     if target not in TARGETS:

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
-import dataclasses
 import hashlib
 import json
 import multiprocessing
@@ -54,6 +53,7 @@ from albert_jax.errors import ConfigError
 
 LOCK_FILE = "build.lock"
 PLAN_FILE = "plan.json"
+_IO_THREADS = 32  # manifests read and shards renamed at once (requests, on a bucket)
 
 
 class DataBuildLocked(file_lock.LockHeld):
@@ -147,6 +147,9 @@ def build_from_config(config: ml_collections.ConfigDict, *, num_processes: int |
     if beam_pipeline_options:
         from albert_jax.data import beam_build  # Apache Beam only where asked for
         beam_options = beam_build.pipeline_options(beam_pipeline_options)
+        beam_build.check_paths_reach_workers(beam_options, {
+            "data.corpus": [source for source, size in sources if size is not None],
+            "data.dir": [os.fspath(config.data.dir)]})
     if builder.is_prepared():
         _print_existing(builder)
         return builder.data_dir
@@ -225,12 +228,12 @@ def _build(builder: AlbertPretraining, config: ml_collections.ConfigDict,
     units = make_units(sources, settings.unit_bytes)
     context = build_context(builder, config, units)
     _start_or_resume(context, units)
-    pending = [unit for unit in units
-               if build_unit.read_manifest(context.units_dir, unit.index, context.plan) is None]
+    manifests = _read_manifests(context, units)
+    pending = [unit for unit, manifest in zip(units, manifests) if manifest is None]
     where = (f"Apache Beam ({beam_pipeline_options})" if beam_options is not None
              else _plural(min(builder.num_processes, max(len(pending), 1)), "process"))
     print(f"building {builder.data_dir}\n  from {settings.description}\n"
-          f"  {_plural(len(units), 'unit')} of ~{settings.unit_bytes / 2**20:g} MiB of text"
+          f"  {_plural(len(units), 'unit')} of ~{settings.unit_bytes / 2**20:.3g} MiB of text"
           + (f", {len(units) - len(pending)} built before" if len(pending) < len(units) else "")
           + f"; {len(pending)} to build with {where}")
     start = time.time()
@@ -239,7 +242,9 @@ def _build(builder: AlbertPretraining, config: ml_collections.ConfigDict,
         beam_build.run(context, pending, beam_options)
     else:
         _run_locally(context, pending, builder.num_processes)
-    _finalize(builder, context, units)
+    built = iter(_read_manifests(context, pending))
+    _finalize(builder, context, units,
+              [manifest if manifest is not None else next(built) for manifest in manifests])
     _print_report(builder, config, time.time() - start)
 
 
@@ -298,13 +303,20 @@ def _report_unit(manifest: dict[str, Any], num_units: int) -> None:
     print(f"  unit {manifest['unit'] + 1}/{num_units} built: {examples} examples", flush=True)
 
 
+def _read_manifests(context: build_unit.BuildContext,
+                    units: list[build_unit.Unit]) -> list[dict[str, Any] | None]:
+    """The manifest of each unit built under this plan, or None; read in parallel (tens of
+    thousands of units in a bucket are as many requests)."""
+    with concurrent.futures.ThreadPoolExecutor(_IO_THREADS) as pool:
+        return list(pool.map(lambda unit: build_unit.read_manifest(
+            context.units_dir, unit.index, context.plan), units))
+
+
 def _finalize(builder: AlbertPretraining, context: build_unit.BuildContext,
-              units: list[build_unit.Unit]) -> None:
+              units: list[build_unit.Unit], manifests: list[dict[str, Any] | None]) -> None:
     """The units' shards renamed to TFDS's names in unit order, the metadata last; then the
     units' folder removed."""
     settings = builder.builder_config
-    manifests = [build_unit.read_manifest(context.units_dir, unit.index, context.plan)
-                 for unit in units]
     missing = [unit.index for unit, manifest in zip(units, manifests) if manifest is None]
     if missing:
         raise RuntimeError(f"units {missing} of {builder.data_dir} were not built (the runner "
@@ -329,7 +341,8 @@ def _finalize(builder: AlbertPretraining, context: build_unit.BuildContext,
         shards = [(context.units_dir, shard) for manifest in manifests
                   for shard in manifest["splits"][split]["shards"]]
         split_infos.append(shard_writer.adopt_split(
-            epath.Path(builder.data_dir), builder.name, settings.file_format, split, shards))
+            epath.Path(builder.data_dir), builder.name, settings.file_format, split, shards,
+            threads=_IO_THREADS))
     builder.info.set_splits(tfds.core.SplitDict(split_infos))
     builder.info.write_to_directory(builder.data_dir)  # dataset_info.json last: now it is built
     context.units_dir.rmtree()

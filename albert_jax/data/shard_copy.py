@@ -45,7 +45,6 @@ from etils import epath
 from albert_jax import files
 from albert_jax.errors import ConfigError
 
-DEFAULT_LOCAL_DIR = "~/.cache/albert_jax/data"
 _CHUNK_BYTES = 8 << 20
 _COPY_THREADS = 4  # shards copied at once: one stream from a bucket is far below a VM's network
 _GCSFUSE_HINT = ("or mount the bucket with gcsfuse (python -m launch.tpu setup "

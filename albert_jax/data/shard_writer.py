@@ -24,6 +24,7 @@ written under a temporary name and renamed; a gs:// one is written in a local st
 """
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import shutil
 import tempfile
@@ -77,22 +78,30 @@ def write_unit_shards(examples: Iterable[bytes], units_dir: epath.Path, prefix: 
 
 
 def adopt_split(dataset_dir: epath.Path, dataset_name: str, file_format: str, split: str,
-                shards: list[tuple[epath.Path, dict[str, Any]]]) -> tfds.core.SplitInfo:
+                shards: list[tuple[epath.Path, dict[str, Any]]], *,
+                threads: int = 1) -> tfds.core.SplitInfo:
     """Renames the units' shards of `split` (in order: (folder, {"file", "examples", "bytes"}))
-    to TFDS's `<name>-<split>.<suffix>-0000k-of-0000n` in `dataset_dir`; its SplitInfo. Run
-    again after a kill, it finds the shards already renamed and goes on."""
+    to TFDS's `<name>-<split>.<suffix>-0000k-of-0000n` in `dataset_dir`, `threads` at a time;
+    its SplitInfo. Run again after a kill, it finds the shards already renamed and goes on."""
     suffix = file_adapters.FileFormat(file_format).file_suffix
     template = tfds.core.ShardedFileTemplate(data_dir=dataset_dir, dataset_name=dataset_name,
                                              split=split, filetype_suffix=suffix)
-    for index, (folder, shard) in enumerate(shards):
+
+    def adopt(index: int) -> None:
+        folder, shard = shards[index]
         source = folder / shard["file"]
         target = template.sharded_filepath(shard_index=index, num_shards=len(shards))
-        if source.exists():
+        if target.exists():  # renamed before a kill (on gs:// a copy, then the delete)
+            source.unlink(missing_ok=True)
+            return
+        try:
             source.rename(target)
-        elif not target.exists():
-            raise FileNotFoundError(
-                f"shard {source} of the unfinished build is missing; delete {dataset_dir} and "
-                f"build again")
+        except FileNotFoundError:
+            raise FileNotFoundError(f"shard {source} of the unfinished build is missing; delete "
+                                    f"{dataset_dir} and build again") from None
+
+    with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+        list(pool.map(adopt, range(len(shards))))
     return tfds.core.SplitInfo(
         name=split, shard_lengths=[shard["examples"] for _, shard in shards],
         num_bytes=sum(shard["bytes"] for _, shard in shards), filename_template=template)

@@ -23,10 +23,11 @@ import ml_collections
 import numpy as np
 from etils import epath
 
+from albert_jax import config as config_lib
 from albert_jax.data import pipeline
 from albert_jax.data.tokenizer import Tokenizer
 from albert_jax.errors import ConfigError
-from albert_jax.finetune.task import ArraySource, padded, real_rows
+from albert_jax.finetune.core.task import ArraySource, padded, real_rows
 from albert_jax.model import ModelConfig
 from albert_jax.pretraining import PretrainingTask
 from albert_jax.train import workdir as workdir_names
@@ -43,7 +44,11 @@ class MaskedText:
 
 
 class FillMaskTask(PretrainingTask):
-    """A pretraining run's model, asked for the top_k pieces at each [MASK] of a text."""
+    """A pretraining run's model, asked for the top_k pieces at each [MASK] of a text. Its
+    batches run at length buckets (the fine-tuning default, config_lib.DEFAULT_LENGTH_BUCKETS,
+    below the run's seq_len): a batch of short texts does not pay for seq_len."""
+
+    sequence_fields = ("input_ids", "segment_ids", "input_mask")
 
     def __init__(self, config: ml_collections.ConfigDict, model_config: ModelConfig,
                  tokenizer: Tokenizer, top_k: int = DEFAULT_TOP_K) -> None:
@@ -74,6 +79,8 @@ class FillMaskTask(PretrainingTask):
                 "keeps its tokenizer there")
         tokenizer = Tokenizer.load(os.fspath(tokenizer_path),
                                    lower=bool(config.data.get("do_lower_case", True)))
+        config = config.copy_and_resolve_references()
+        config.length_buckets = config.get("length_buckets", config_lib.DEFAULT_LENGTH_BUCKETS)
         return cls(config, model_config, tokenizer, DEFAULT_TOP_K if top_k is None else top_k)
 
     def prediction_splits(self, kind: str) -> tuple[str, ...]:

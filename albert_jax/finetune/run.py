@@ -1,5 +1,5 @@
 """`albert-jax finetune`, `evaluate`, `predict` and the fine-tuned HuggingFace export, for every
-registered task (finetune/registry.py); nothing here names a task.
+registered task (core/registry.py); nothing here names a task.
 
   finetune: config -> the task class of `config.task` -> its checks, tokenizer, architecture
             and backbone from `init_from` -> the training loop (best dev checkpoint kept in
@@ -13,6 +13,8 @@ registered task (finetune/registry.py); nothing here names a task.
   predict:  the same checkpoint on a file of new examples -> one JSON line per example, in
             input order, streamed in chunks. On a pretraining workdir (its config names no
             task): fill-mask with the run's latest (or --step) checkpoint (fill_mask.py).
+            With --embeddings=cls|mean, on either kind of run: one vector per row
+            (embeddings.py), as JSON Lines or one .npy array.
   export_huggingface (`albert-jax convert --from=orbax --path=<workdir> --to=huggingface`): the
             same best checkpoint as the transformers class of its task, labels included.
 """
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import io
 import json
 import os
 import statistics
@@ -33,13 +36,14 @@ import numpy as np
 from etils import epath
 
 from albert_jax import files
+from albert_jax.convert import tokenizer_files
 from albert_jax.convert.huggingface import save_huggingface
-from albert_jax.data.tokenizer import Tokenizer
 from albert_jax.errors import ConfigError
-from albert_jax.finetune import fill_mask, registry
-from albert_jax.finetune import pretrained as pretrained_lib
-from albert_jax.finetune.task import FinetuneTask, real_rows
-from albert_jax.finetune.text_files import open_text
+from albert_jax.finetune import embeddings as embeddings_lib
+from albert_jax.finetune import fill_mask
+from albert_jax.finetune.core import registry
+from albert_jax.finetune.core.task import FinetuneTask, real_rows
+from albert_jax.finetune.core.text_files import open_text
 from albert_jax.train import buckets, checkpoint, loop, sharding
 from albert_jax.train import step as step_lib
 from albert_jax.train import workdir as workdir_names
@@ -232,33 +236,52 @@ def _write_records(path: str, records: list[dict[str, Any]]) -> str:
 
 # --- albert-jax predict -------------------------------------------------------------------------
 
+def with_embeddings(run: FinishedRun, pooling: str) -> FinishedRun:
+    """`run` predicting the pooled vectors of its backbone (embeddings.py) instead of its task's
+    outputs."""
+    task = embeddings_lib.Embeddings(run.task, pooling)
+    eval_step = step_lib.jit_eval_step(task, run.mesh,
+                                       jax.tree.map(lambda leaf: leaf.sharding, run.params))
+    return dataclasses.replace(run, task=task, eval_step=eval_step)
+
+
 def predict(workdir: str, input_path: str, output: str | None = None, *,
-            step: int | None = None, **options: Any) -> str:
+            step: int | None = None, embeddings: str | None = None, **options: Any) -> str:
     """`albert-jax predict`: the checkpoint of `workdir` (`load_finished_run`: a fine-tuning
     run's best dev one; a pretraining run's `step` or latest, with fill-mask `options`) on the
     examples of `input_path`, one JSON object per line in input order, into `output` (default
-    <workdir>/predictions/<input name>.jsonl; "-": standard output). A file is written under a
-    temporary name and renamed when complete, so a killed predict leaves no half file.
-    Returns where the predictions went."""
+    <workdir>/predictions/<input name>.jsonl; "-": standard output). `embeddings` ("cls" or
+    "mean"): one vector per row instead (`with_embeddings`), as JSON Lines, or as one float32
+    .npy array [rows, hidden] for an `output` ending .npy. A file is written under a temporary
+    name and renamed when complete, so a killed predict leaves no half file. Returns where the
+    predictions went."""
     if not epath.Path(input_path).exists():
         raise FileNotFoundError(f"--input={input_path} does not exist")
+    if embeddings is not None and embeddings not in embeddings_lib.POOLINGS:
+        raise ValueError(f"--embeddings={embeddings!r}: choose one of "
+                         f"{', '.join(embeddings_lib.POOLINGS)}")
     if output is None:  # (os.path's lexical functions read a gs:// path as well)
         name = os.path.splitext(os.path.basename(os.path.normpath(input_path)))[0]
         output = os.fspath(epath.Path(workdir) / workdir_names.PREDICTIONS_SUBDIR / f"{name}.jsonl")
     to_stdout = output == "-"
+    as_array = embeddings is not None and output.endswith(".npy")
     is_main = jax.process_index() == 0
     # With --output=-, standard output carries the predictions alone; every message goes to
     # standard error.
     with contextlib.redirect_stdout(sys.stderr) if to_stdout else contextlib.nullcontext():
         run = load_finished_run(workdir, step=step, **options)
+        if embeddings is not None:
+            run = with_embeddings(run, embeddings)
         print(f"Predicting with {run.description}.", flush=True)
         total = sum(len(examples) for examples in run.task.read_inputs(input_path,
                                                                         PREDICT_CHUNK_ROWS))
-        with _output_lines(output, is_main) as write:
+        with _output_file(output, is_main, binary=as_array) as write:
+            if as_array:  # the .npy header first: the row count is known
+                write(_npy_header((total, run.task.model_config.hidden_size)))
             rows, started = 0, time.perf_counter()
             for examples in run.task.read_inputs(input_path, PREDICT_CHUNK_ROWS):
                 for record in run.prediction_records(examples):
-                    write(json.dumps(record, ensure_ascii=False) + "\n")
+                    write(_serialized(record, as_array))
                 rows += len(examples)
                 rate = rows / max(time.perf_counter() - started, 1e-9)
                 print(f"predict: {rows}/{total} rows, {rate:.1f} rows/s, ETA "
@@ -270,11 +293,28 @@ def predict(workdir: str, input_path: str, output: str | None = None, *,
     return output
 
 
+def _serialized(record: dict[str, Any], as_array: bool) -> str | bytes:
+    """A record as its JSON line; an embedding record's vector alone as float32 bytes (.npy)."""
+    if as_array:
+        return np.asarray(record["embedding"], "<f4").tobytes()
+    if isinstance(record.get("embedding"), np.ndarray):
+        record = dict(record, embedding=record["embedding"].tolist())
+    return json.dumps(record, ensure_ascii=False) + "\n"
+
+
+def _npy_header(shape: tuple[int, int]) -> bytes:
+    """The header of a .npy file of float32 [rows, width], C order (NumPy's format 1.0)."""
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        header, {"descr": "<f4", "fortran_order": False, "shape": shape})
+    return header.getvalue()
+
+
 @contextlib.contextmanager
-def _output_lines(output: str, is_main: bool) -> Iterator[Any]:
-    """write(line) to `output` ("-": standard output), under a temporary name renamed at the
-    end; an exception removes the temporary file and leaves `output` as it was. Other
-    processes than the first write nothing."""
+def _output_file(output: str, is_main: bool, binary: bool = False) -> Iterator[Any]:
+    """write(text) (`binary`: write(bytes)) to `output` ("-": standard output), under a
+    temporary name renamed at the end; an exception removes the temporary file and leaves
+    `output` as it was. Other processes than the first write nothing."""
     if not is_main:
         yield lambda line: None
         return
@@ -287,38 +327,11 @@ def _output_lines(output: str, is_main: bool) -> Iterator[Any]:
     epath.Path(output).parent.mkdir(parents=True, exist_ok=True)
     partial = epath.Path(f"{output}.partial-{os.getpid()}")
     try:
-        with open_text(partial, "w") as file:
+        with partial.open("wb") if binary else open_text(partial, "w") as file:
             yield file.write
         partial.replace(output)
     finally:
         partial.unlink(missing_ok=True)
-
-
-def write_huggingface_tokenizer(tokenizer: Tokenizer, output: str, model_max_length: int) -> None:
-    """The tokenizer files of a transformers model folder: spiece.model (AlbertTokenizer) or a
-    WordPiece vocabulary as BertTokenizerFast, exact to our ids (`Tokenizer.huggingface_files`)."""
-    for name, content in tokenizer.huggingface_files(model_max_length).items():
-        files.write_atomically(os.fspath(epath.Path(output) / name), content)
-
-
-def carry_tokenizer(source: str, path: str, config_path: str | None, target: str, output: str,
-                    model_max_length: int) -> None:
-    """`albert-jax convert`: keeps the tokenizer that came with the weights (beside a TF
-    checkpoint, e.g. the Chinese models' vocab_chinese.txt, in a HuggingFace folder or a
-    workdir) with the output: as the workdir's spiece.model / vocab.txt (an Orbax output, which
-    `init_from` then finds), or as transformers tokenizer files. Says so either way."""
-    found = pretrained_lib.source_tokenizer(source, path, config_path)
-    if found is None:
-        print(f"no tokenizer found with {path}; give fine-tuning one with --config.tokenizer")
-        return
-    tokenizer = Tokenizer.load(found)
-    if target == "huggingface":
-        write_huggingface_tokenizer(tokenizer, output, model_max_length)
-    else:
-        for name, content in tokenizer.files(workdir_names.TOKENIZER_FILES[tokenizer.kind]).items():
-            files.write_atomically(os.fspath(epath.Path(output) / name), content)
-    print(f"kept the {tokenizer.kind} tokenizer {found} ({tokenizer.vocab_size} pieces) with "
-          f"{output}")
 
 
 # --- albert-jax convert --from=orbax --to=huggingface of a fine-tuned workdir -------------------
@@ -326,7 +339,8 @@ def carry_tokenizer(source: str, path: str, config_path: str | None, target: str
 def export_huggingface(workdir: str, output: str) -> None:
     """Writes the best dev checkpoint of fine-tuning `workdir` (of its best seed) to `output` as
     a transformers model of its task's class (config.json with the labels, model.safetensors)
-    with the run's tokenizer beside it (`write_huggingface_tokenizer`), so `from_pretrained(output)`
+    with the run's tokenizer beside it (`tokenizer_files.write_huggingface_tokenizer`), so
+    `from_pretrained(output)`
     gives model and tokenizer."""
     run_dir = _run_dir(epath.Path(workdir))
     config = _saved_config(run_dir)
@@ -336,6 +350,7 @@ def export_huggingface(workdir: str, output: str) -> None:
     task = registry.get(config.task).from_run(config, run_dir, model_config)
     head = task.huggingface_head()
     save_huggingface(model_config, jax.tree.map(np.asarray, params), output, head=head)
-    write_huggingface_tokenizer(task.tokenizer, output, model_config.max_position_embeddings)
+    tokenizer_files.write_huggingface_tokenizer(task.tokenizer, output,
+                                                model_config.max_position_embeddings)
     print(f"wrote the best dev checkpoint of {run_dir} (step {best['step']}, {best['metric']} "
           f"{best['value']:.4f}) as transformers.{head.architecture} to {output}", flush=True)

@@ -23,10 +23,10 @@ from absl import logging
 from etils import epath
 
 from albert_jax import config as config_lib, files
-from albert_jax.train import buckets, checkpoint, flops, metrics as metrics_lib, optim, sharding
+from albert_jax.train import buckets, checkpoint, flops, optim, reporting, sharding
 from albert_jax.train import state as state_lib
 from albert_jax.train import step as step_lib
-from albert_jax.train import profiler as profiler_lib, trackers, validation, workdir_lock
+from albert_jax.train import validation, workdir_lock
 from albert_jax.train import workdir as workdir_names
 from albert_jax.train.task import HostBatch, Task
 
@@ -234,11 +234,12 @@ def _train(config: ml_collections.ConfigDict, workdir: epath.Path,
     eval_step = step_lib.jit_eval_step(task, mesh, state_shardings.params)
     rng = jax.device_put(jax.random.PRNGKey(config.seed + 1), sharding.replicated(mesh))
     lengths = _announced_lengths(config, task)
-    progress = metrics_lib.Progress(
+    progress = reporting.Progress(
         total_steps=config.total_steps, batch_size=config.batch_size,
         peak_flops=flops.peak_flops_per_device(config.compute_dtype) * jax.device_count())
-    writer = _open_writer(config, workdir, task, progress, step)  # after the truncation
-    profiler = profiler_lib.StepProfiler(config, workdir, start_step=step)
+    writer = reporting.open_writer(config, workdir, progress, step, task.console_line,
+                                   hparams=_flatten(config.to_dict()))  # after the truncation
+    profiler = reporting.StepProfiler(config, workdir, start_step=step)
 
     # --- Loop ---
     preemption = _Preemption()
@@ -294,21 +295,6 @@ def _train(config: ml_collections.ConfigDict, workdir: epath.Path,
     if is_main and step >= config.total_steps:
         task.final_report(eval_metrics)
     return eval_metrics
-
-
-def _open_writer(config: ml_collections.ConfigDict, workdir: epath.Path, task: Task,
-                 progress: metrics_lib.Progress, step: int) -> metrics_lib.MetricsWriter:
-    """metrics.jsonl, the console, TensorBoard and the trackers of config.report_to (host 0);
-    the trackers get the flattened config once."""
-    names = trackers.report_to(config)
-    is_main = jax.process_index() == 0
-    console = metrics_lib.ConsoleWriter(
-        lambda at, logged: progress.line(at, logged, task.console_line(logged)))
-    writer = metrics_lib.MetricsWriter(
-        workdir, start_step=step, enabled=is_main, tensorboard="tensorboard" in names,
-        writers=[console, *(trackers.open_trackers(config, workdir) if is_main else [])])
-    writer.write_hparams(_flatten(config.to_dict()))
-    return writer
 
 
 def _summary(best: dict[str, Any] | None, eval_metrics: dict[str, dict[str, float]],
@@ -378,7 +364,7 @@ def _open_best(workdir: epath.Path, task: Task, best: dict[str, Any] | None
 
 
 def _report_and_keep_best(config: ml_collections.ConfigDict, workdir: epath.Path, task: Task,
-                          writer: metrics_lib.MetricsWriter,
+                          writer: reporting.MetricsWriter,
                           best_checkpointer: checkpoint.Checkpointer | None,
                           best: dict[str, Any] | None, state: Any, step: int,
                           eval_metrics: dict[str, dict[str, float]]) -> dict[str, Any] | None:

@@ -11,7 +11,7 @@ import jax
 import ml_collections
 
 from albert_jax.errors import ConfigError
-from albert_jax.train import buckets, optim, sharding, trackers
+from albert_jax.train import buckets, optim, reporting, sharding
 from albert_jax.train import step as step_lib
 
 # Run-config keys that count something: at least 1 when the config has them.
@@ -40,7 +40,7 @@ def check_numbers(config: ml_collections.ConfigDict) -> None:
     if "length_buckets" in config and "seq_len" in config:
         buckets.lengths_of(config)
     if "report_to" in config:
-        trackers.report_to(config)  # an unknown name, or a tracker's package not installed
+        reporting.report_to(config)  # an unknown name, or a tracker's package not installed
     if "profile" in config and (config.profile.num_steps < 0 or config.profile.start_step < 1):
         raise ConfigError(f"config profile.start_step={config.profile.start_step}, "
                           f"profile.num_steps={config.profile.num_steps}: steps count from 1, "

@@ -1,0 +1,101 @@
+"""The tokenizer that comes with a checkpoint: found beside it (an official TF checkpoint, a
+HuggingFace folder, one of our workdirs) and carried with the weights `albert-jax convert` writes,
+as a workdir's spiece.model / vocab.txt or as transformers tokenizer files.
+
+  found = source_tokenizer("tf", "albert_base/model.ckpt-best", "albert_base/albert_config.json")
+  carry_tokenizer("tf", path, config_path, "huggingface", "hf_out", model_max_length=512)
+  write_huggingface_tokenizer(Tokenizer.load(found), "hf_out", model_max_length=512)
+
+Fine-tuning's `init_from` finds a checkpoint's tokenizer with the same functions
+(finetune/core/pretrained.py).
+"""
+from __future__ import annotations
+
+import json
+import os
+
+from etils import epath
+
+from albert_jax import files
+from albert_jax.data.tokenizer import Tokenizer
+from albert_jax.train import workdir as workdir_names
+
+_TF_TOKENIZER_FILE = "30k-clean.model"  # the official TF releases (SPEC 2.1)
+_TF_VOCAB_FILE = "vocab_chinese.txt"  # the Chinese TF releases (SPEC 2.5)
+
+
+def _first_existing(*paths: epath.Path) -> str | None:
+    return next((os.fspath(path) for path in paths if path.exists()), None)
+
+
+def workdir_tokenizer(path: epath.Path) -> str | None:
+    """The tokenizer of one of our workdirs: its copy, else the file its config names."""
+    for directory in (path, path.parent, path.parent.parent):  # workdir, checkpoints/, <step>/
+        copy = workdir_names.tokenizer_path(directory)
+        if copy is not None:
+            return os.fspath(copy)
+        if (directory / workdir_names.CONFIG_FILE).exists():
+            saved = json.loads((directory / workdir_names.CONFIG_FILE).read_bytes())
+            named = saved.get("tokenizer") or saved.get("data", {}).get("tokenizer")
+            if named and epath.Path(named).exists():
+                return named
+    return None
+
+
+def _glob(directory: epath.Path, pattern: str) -> list[str]:
+    """The paths in `directory` (local or gs://) that match `pattern`, sorted."""
+    return sorted(os.fspath(path) for path in directory.glob(pattern))
+
+
+def tf_tokenizer(directory: epath.Path) -> str | None:
+    """The tokenizer beside a TF checkpoint: 30k-clean.model (the English releases), spiece.model,
+    another .model, else a vocabulary: vocab.txt or the Chinese releases' vocab_chinese.txt
+    (another vocab*.txt last)."""
+    found = _first_existing(directory / _TF_TOKENIZER_FILE,
+                            directory / workdir_names.TOKENIZER_FILE)
+    found = found or next(iter(_glob(directory, "*.model")), None)
+    found = found or _first_existing(directory / workdir_names.VOCAB_FILE,
+                                     directory / _TF_VOCAB_FILE)
+    return found or next(iter(_glob(directory, "vocab*.txt")), None)
+
+
+def source_tokenizer(source: str, path: str, config_path: str | None) -> str | None:
+    """The tokenizer that comes with the checkpoint `albert-jax convert --from=<source>` reads:
+    beside a TF checkpoint (or its albert_config.json), in a HuggingFace folder, or one of our
+    workdirs' (fine-tuning's `init_from` finds the same ones); None when there is none."""
+    root = epath.Path(path)
+    directory = root if root.is_dir() else root.parent
+    if source == "tf":
+        found = tf_tokenizer(directory)
+        return found or (tf_tokenizer(epath.Path(config_path).parent) if config_path else None)
+    if source == "huggingface":
+        found = workdir_names.tokenizer_path(directory)
+        return found and os.fspath(found)
+    return workdir_tokenizer(root)
+
+
+def write_huggingface_tokenizer(tokenizer: Tokenizer, output: str, model_max_length: int) -> None:
+    """The tokenizer files of a transformers model folder: spiece.model (AlbertTokenizer) or a
+    WordPiece vocabulary as BertTokenizerFast, exact to our ids (`Tokenizer.huggingface_files`)."""
+    for name, content in tokenizer.huggingface_files(model_max_length).items():
+        files.write_atomically(os.fspath(epath.Path(output) / name), content)
+
+
+def carry_tokenizer(source: str, path: str, config_path: str | None, target: str, output: str,
+                    model_max_length: int) -> None:
+    """`albert-jax convert`: keeps the tokenizer that came with the weights (beside a TF
+    checkpoint, e.g. the Chinese models' vocab_chinese.txt, in a HuggingFace folder or a
+    workdir) with the output: as the workdir's spiece.model / vocab.txt (an Orbax output, which
+    `init_from` then finds), or as transformers tokenizer files. Says so either way."""
+    found = source_tokenizer(source, path, config_path)
+    if found is None:
+        print(f"no tokenizer found with {path}; give fine-tuning one with --config.tokenizer")
+        return
+    tokenizer = Tokenizer.load(found)
+    if target == "huggingface":
+        write_huggingface_tokenizer(tokenizer, output, model_max_length)
+    else:
+        for name, content in tokenizer.files(workdir_names.TOKENIZER_FILES[tokenizer.kind]).items():
+            files.write_atomically(os.fspath(epath.Path(output) / name), content)
+    print(f"kept the {tokenizer.kind} tokenizer {found} ({tokenizer.vocab_size} pieces) with "
+          f"{output}")

@@ -1,0 +1,253 @@
+"""`albert-jax export`: every head as ONNX (run by onnxruntime) and as StableHLO (run by a process
+with JAX alone, albert_jax not importable) gives our logits within 1e-4, at several batch sizes
+and lengths from one file; bad input is one line and writes nothing."""
+import csv
+import json
+import os
+import subprocess
+import sys
+
+import flax.linen as nn
+import jax
+import numpy as np
+import pytest
+
+ort = pytest.importorskip("onnxruntime")
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from albert_jax.convert import serving  # noqa: E402
+from albert_jax.convert.huggingface import FinetunedHead  # noqa: E402
+from albert_jax.data import tokenizer as tokenizer_lib  # noqa: E402
+from albert_jax.data.tokenizer import Tokenizer  # noqa: E402
+from albert_jax.finetune import run as finetune_run  # noqa: E402
+from albert_jax.finetune.demo import demo_sentences  # noqa: E402
+from albert_jax.train import checkpoint  # noqa: E402
+from albert_jax.model import (AlbertForMultipleChoice, AlbertForPreTraining,  # noqa: E402
+                              AlbertForQuestionAnswering, AlbertForSequenceClassification,
+                              AlbertForTokenClassification, example_inputs, get_config)
+from cli_fixtures import cli  # noqa: E402
+
+CONFIG = get_config("tiny", vocab_size=64, hidden_act="gelu_tanh", hidden_size=24,
+                    num_attention_heads=3, max_position_embeddings=48)
+SHAPES = ((1, 5), (3, 17), (2, 48))  # [batch, sequence]: lengths the export never saw
+HEADS = {  # name -> (model, head)
+    "classification": (AlbertForSequenceClassification(CONFIG, num_labels=3),
+                       FinetunedHead("AlbertForSequenceClassification", ("a", "b", "c"))),
+    "regression": (AlbertForSequenceClassification(CONFIG, num_labels=1),
+                   FinetunedHead("AlbertForSequenceClassification")),
+    "multiple_choice": (AlbertForMultipleChoice(CONFIG), FinetunedHead("AlbertForMultipleChoice")),
+    "span": (AlbertForQuestionAnswering(CONFIG), FinetunedHead("AlbertForQuestionAnswering")),
+    "tagging": (AlbertForTokenClassification(CONFIG, num_labels=5),
+                FinetunedHead("AlbertForTokenClassification", ("O", "B-X", "I-X", "B-Y", "I-Y"))),
+    "masked_lm": (AlbertForPreTraining(CONFIG), FinetunedHead(serving.MASKED_LM)),
+}
+
+
+def _served(name: str) -> serving.ServedModel:
+    """The head's model with initialised params, every leaf perturbed (a zero bias hides a
+    mapping mistake)."""
+    model, head = HEADS[name]
+    shape = (1, 2, 8) if name == "multiple_choice" else (1, 8)
+    inputs = example_inputs(shape)
+    if name == "masked_lm":
+        inputs = (*inputs, np.zeros((1, 2), np.int32))
+    params = nn.unbox(model.init(jax.random.PRNGKey(0), *inputs)["params"])
+    rng = np.random.default_rng(1)
+    params = jax.tree.map(lambda leaf: np.asarray(leaf) + 0.1 * rng.standard_normal(leaf.shape)
+                          .astype(np.float32), params)
+    return serving.ServedModel(CONFIG, model, params, head, {"spiece.model": b"tokenizer bytes"})
+
+
+def _ours(served: serving.ServedModel, batches: list[dict[str, np.ndarray]]
+          ) -> list[tuple[np.ndarray, ...]]:
+    """Our outputs of each of `batches`, from one call of the model on all their rows padded to
+    the longest (a row's outputs do not depend on its padding: the -10000 bias, SPEC 3.2.6),
+    the sequence outputs cut back to each batch's length."""
+    longest = max(batch["input_ids"].shape[-1] for batch in batches)
+    padded = [np.concatenate([np.pad(batch[key], [(0, 0)] * (batch[key].ndim - 1)
+                                     + [(0, longest - batch[key].shape[-1])])
+                              for batch in batches]) for key in serving.INPUTS]
+    outputs = [np.asarray(output) for output in jax.jit(served.apply)(*padded)]
+    results, start = [], 0
+    for batch in batches:
+        rows, length = batch["input_ids"].shape[0], batch["input_ids"].shape[-1]
+        cut = [output[start:start + rows] for output in outputs]
+        dims = serving.OUTPUTS[served.head.architecture].values()
+        results.append(tuple(value[:, :length] if "sequence" in dim else value
+                             for value, dim in zip(cut, dims)))
+        start += rows
+    return results
+
+
+def _inputs(shape: tuple[int, ...], multiple_choice: bool, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random ids, two segments, and padding after a different length in each row."""
+    rng = np.random.default_rng(seed)
+    shape = (shape[0], 3, shape[1]) if multiple_choice else shape
+    input_ids = rng.integers(0, CONFIG.vocab_size, shape).astype(np.int32)
+    lengths = rng.integers(2, shape[-1] + 1, shape[:-1])
+    positions = np.arange(shape[-1])
+    input_mask = (positions < lengths[..., None]).astype(np.int32)
+    segment_ids = ((positions >= lengths[..., None] // 2) & (input_mask == 1)).astype(np.int32)
+    return {"input_ids": input_ids, "input_mask": input_mask, "segment_ids": segment_ids}
+
+
+@pytest.mark.parametrize("name", [name if name == "classification" else
+                                  pytest.param(name, marks=pytest.mark.slow) for name in HEADS])
+def test_onnx_runtime_gives_our_outputs(name, tmp_path):
+    served = _served(name)
+    written = serving.export(served, "onnx", str(tmp_path / "out"))
+    assert sorted(os.path.basename(path) for path in written) == [
+        "model.onnx", "signature.json", "spiece.model"]
+    signature = json.loads((tmp_path / "out" / "signature.json").read_text())
+    assert signature["inputs"] == ["input_ids", "input_mask", "segment_ids"]
+    assert signature["outputs"] == list(serving.OUTPUTS[served.head.architecture])
+    assert signature["labels"] == list(served.head.labels)
+    session = ort.InferenceSession(str(tmp_path / "out" / "model.onnx"))
+    assert [node.name for node in session.get_inputs()] == signature["inputs"]
+    batches = [_inputs(shape, name == "multiple_choice") for shape in SHAPES]
+    for inputs, ours in zip(batches, _ours(served, batches)):
+        theirs = session.run(signature["outputs"], inputs)
+        assert len(theirs) == len(ours)
+        for got, want in zip(theirs, ours):
+            assert got.shape == want.shape
+            np.testing.assert_allclose(got, np.asarray(want), atol=1e-4, rtol=0)
+
+
+# Run with JAX alone: no albert_jax on the path, and any attempt to import it fails.
+_JAX_ALONE = """
+import importlib.util, json, sys
+sys.path = [entry for entry in sys.path if entry not in ("", {root!r})]
+sys.meta_path = [finder for finder in sys.meta_path if "albert_jax" not in repr(finder)]
+assert importlib.util.find_spec("albert_jax") is None, "albert_jax is importable"
+sys.modules["albert_jax"] = None
+import jax, numpy as np
+for folder, inputs in json.loads(sys.argv[1]):
+    signature = json.load(open(folder + "/signature.json"))
+    exported = jax.export.deserialize(open(folder + "/model.jax_export", "rb").read())
+    arrays = np.load(inputs)
+    outputs = exported.call(*(arrays[name] for name in signature["inputs"]))
+    np.savez(inputs + ".out.npz", *outputs)
+"""
+
+
+@pytest.mark.slow
+def test_stablehlo_runs_with_jax_alone(tmp_path):
+    """Every head exported once, run at three shapes by one fresh process."""
+    jobs, expected = [], {}
+    for name in HEADS:
+        served = _served(name)
+        folder = tmp_path / name
+        serving.export(served, "stablehlo", str(folder))
+        signature = json.loads((folder / "signature.json").read_text())
+        assert signature["inputs"] == ["input_ids", "input_mask", "segment_ids"]
+        batches = [_inputs(shape, name == "multiple_choice", seed=number)
+                   for number, shape in enumerate(SHAPES)]
+        for number, (inputs, ours) in enumerate(zip(batches, _ours(served, batches))):
+            path = str(tmp_path / f"{name}-{number}.npz")
+            np.savez(path, **inputs)
+            jobs.append((str(folder), path))
+            expected[path] = ours
+    root = os.path.dirname(os.path.dirname(os.path.abspath(serving.__file__)))
+    environment = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    result = subprocess.run([sys.executable, "-c", _JAX_ALONE.format(root=root), json.dumps(jobs)],
+                            cwd=tmp_path, env=environment, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    for path, ours in expected.items():
+        theirs = np.load(path + ".out.npz")
+        assert len(theirs.files) == len(ours)
+        for index, want in enumerate(ours):
+            np.testing.assert_allclose(theirs[f"arr_{index}"], np.asarray(want), atol=1e-4,
+                                       rtol=0)
+
+
+def test_bad_format_and_used_output_write_nothing(tmp_path):
+    served = _served("classification")
+    with pytest.raises(ValueError, match="--format='tflite': choose one of onnx, stablehlo"):
+        serving.export(served, "tflite", str(tmp_path / "new"))
+    assert not (tmp_path / "new").exists()
+    (tmp_path / "used").mkdir()
+    (tmp_path / "used" / "keep.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="not an empty directory"):
+        serving.export(served, "onnx", str(tmp_path / "used"))
+    assert os.listdir(tmp_path / "used") == ["keep.txt"]
+    unknown = serving.ServedModel(CONFIG, served.model, served.params,
+                                  FinetunedHead("AlbertForQuestionAnsweringV2"), {})
+    with pytest.raises(ValueError, match="AlbertForQuestionAnsweringV2 head has no serving export"):
+        serving.export(unknown, "stablehlo", str(tmp_path / "new"))
+    assert not (tmp_path / "new").exists()
+
+
+def test_onnx_without_the_serving_extra_names_it(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "onnx", None)  # as if not installed
+    with pytest.raises(ImportError, match=r"pip install 'albert-jax\[serving\]'"):
+        serving.export(_served("regression"), "onnx", str(tmp_path / "new"))
+    assert not (tmp_path / "new").exists()
+
+
+@pytest.mark.slow
+def test_export_command_on_a_pretraining_run(pretrained_tiny, tmp_path):
+    """A pretraining run's MLM logits on real text, ONNX against our predict's model; the
+    tokenizer travels; an unknown format is one line that writes nothing."""
+    output = tmp_path / "onnx"
+    result = cli("export", f"--workdir={pretrained_tiny}", "--format=onnx", f"--output={output}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert sorted(os.listdir(output)) == ["model.onnx", "signature.json", "spiece.model"]
+    tokenizer = Tokenizer.load(str(output / "spiece.model"))
+    model_config, params = checkpoint.load(str(pretrained_tiny / "checkpoints"))
+    served = serving.ServedModel(model_config, AlbertForPreTraining(model_config),
+                                 jax.tree.map(np.asarray, params), FinetunedHead(serving.MASKED_LM),
+                                 {})
+    session = ort.InferenceSession(str(output / "model.onnx"))
+    for text in ("the cat sat on the mat", "a man walked his dog along the river to the city "
+                 "and back again before the train left"):
+        ids = np.asarray([[tokenizer.cls_id, *tokenizer.encode(text).tolist(), tokenizer.sep_id]],
+                         np.int32)
+        inputs = {"input_ids": ids, "input_mask": np.ones_like(ids), "segment_ids": 0 * ids}
+        (theirs,) = session.run(None, inputs)
+        ((ours,),) = _ours(served, [inputs])
+        np.testing.assert_allclose(theirs, np.asarray(ours), atol=1e-4, rtol=0)
+    result = cli("export", f"--workdir={pretrained_tiny}", "--format=tflite",
+                 f"--output={tmp_path / 'bad'}")
+    assert result.returncode != 0 and "--format" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert not (tmp_path / "bad").exists()
+
+
+@pytest.mark.slow
+def test_export_command_on_a_finetuned_run(tmp_path):
+    """A fine-tuned classification run (own data, two steps) as ONNX: its labels in
+    signature.json, ONNX Runtime's logits on the run's own features of real rows of several
+    lengths equal to the run's model."""
+    sentences = demo_sentences()
+    with open(tmp_path / "train.csv", "w", encoding="utf-8", newline="") as file:
+        csv.writer(file).writerows([("text", "label")] + [
+            (text, ("yes", "no")[n % 2]) for n, text in enumerate(sentences[:40])])
+    spm = tokenizer_lib.train(sentences, str(tmp_path / "spm.model"), vocab_size=200)
+    result = cli("finetune", "--config=configs/custom.py:kind=classification,runlocal",
+                 f"--config.tokenizer={spm}", f"--config.data.train_file={tmp_path / 'train.csv'}",
+                 f"--config.data.dev_file={tmp_path / 'train.csv'}", "--config.seq_len=48",
+                 "--config.batch_size=8", "--config.eval_batch_size=8", "--config.total_steps=2",
+                 "--config.eval_every_steps=2", "--config.checkpoint_every_steps=2",
+                 f"--workdir={tmp_path / 'run'}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    result = cli("export", f"--workdir={tmp_path / 'run'}", "--format=onnx",
+                 f"--output={tmp_path / 'onnx'}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    signature = json.loads((tmp_path / "onnx" / "signature.json").read_text())
+    assert signature["labels"] == ["no", "yes"] and signature["output_shapes"] == {
+        "logits": ["batch", 2]}
+    run = finetune_run.load_finished_run(str(tmp_path / "run"))
+    served = serving.ServedModel(run.task.model_config, run.task.model,
+                                 jax.tree.map(np.asarray, run.params), run.task.huggingface_head(),
+                                 {})
+    session = ort.InferenceSession(str(tmp_path / "onnx" / "model.onnx"))
+    examples = list(run.task.read_inputs(str(tmp_path / "train.csv"), 64))[0]
+    for chosen in (examples[:1], examples[1:4], examples[4:12]):
+        features = run.task.input_features(chosen)
+        length = int(features["input_mask"].sum(axis=1).max())  # cut to the longest row
+        inputs = {key: features[key][:, :length] for key in serving.INPUTS}
+        (theirs,) = session.run(None, inputs)
+        ((ours,),) = _ours(served, [inputs])
+        np.testing.assert_allclose(theirs, ours, atol=1e-4, rtol=0)
