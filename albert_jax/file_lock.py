@@ -1,6 +1,6 @@
 """One writer per folder: a lock file held for the life of a run or a data build.
 
-  lock = file_lock.acquire(path, error=MyLocked, in_use="workdir W is in use")  # or raises
+  lock = file_lock.acquire(path, in_use="workdir W is in use", advice="Wait ...")  # or raises
   ...
   lock.release()
 
@@ -141,12 +141,12 @@ def _stale(record: dict[str, Any], age_seconds: float) -> str | None:
     return None
 
 
-def _refused(path: epath.Path, record: dict[str, Any], in_use: str,
+def _refused(path: epath.Path, record: dict[str, Any], in_use: str, advice: str,
              error: type[LockHeld]) -> LockHeld:
     return error(
         f"{in_use}: its lock {path} is held by pid {record.get('pid', '?')} on host "
         f"{record.get('host', '?')} since {record.get('started', '?')} (the file names its "
-        f"command). Wait for it to end or stop it; if nothing uses this folder, delete {path}")
+        f"command). {advice}")
 
 
 class FileLock:
@@ -252,10 +252,10 @@ def _remove_stale(path: epath.Path, stale: _Held) -> None:
     aside.unlink()
 
 
-def acquire(path: str | os.PathLike, *, in_use: str,
+def acquire(path: str | os.PathLike, *, in_use: str, advice: str,
             error: type[LockHeld] = LockHeld) -> FileLock:
-    """Takes the lock file `path` (its folder must exist); raises `error` naming the holder,
-    after `in_use` (what the refusal is about), if a live process holds it. OSError or
+    """Takes the lock file `path` (its folder must exist); if a live process holds it, raises
+    `error`: `in_use` (what is refused), the holder, then `advice` (what to do). OSError or
     GoogleAPIError where the folder cannot be written."""
     path = epath.Path(path)
     record = _record()
@@ -268,7 +268,7 @@ def acquire(path: str | os.PathLike, *, in_use: str,
             continue  # released in between
         reason = _stale(held.record, held.age_seconds)
         if reason is None:
-            raise _refused(path, held.record, in_use, error)
+            raise _refused(path, held.record, in_use, advice, error)
         logging.warning("taking over the lock %s of pid %s on host %s: %s", path,
                         held.record.get("pid", "?"), held.record.get("host", "?"), reason)
         _remove_stale(path, held)

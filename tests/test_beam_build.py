@@ -155,7 +155,7 @@ def test_a_second_build_of_one_folder_is_refused(corpus_settings, tmp_path):
     folder.mkdir(parents=True)
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sys, time\nfrom albert_jax import file_lock\n"
-         "file_lock.acquire(sys.argv[1], in_use='busy')\nprint('held', flush=True)\n"
+         "file_lock.acquire(sys.argv[1], in_use='busy', advice='wait')\nprint('held', flush=True)\n"
          "time.sleep(600)", str(folder / builder.LOCK_FILE)],
         cwd=REPO, stdout=subprocess.PIPE, text=True)
     try:

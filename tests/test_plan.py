@@ -153,7 +153,8 @@ def test_cli_prints_the_local_disk_a_host_needs_for_shards_in_a_bucket(tmp_path)
                       for name in os.listdir(dataset_dir) if ".array_record-" in name)
     settings = {"data.corpus": config.data.corpus, "data.tokenizer": config.data.tokenizer,
                 "data.dir": config.data.dir, "data.vocab_size": 200, "seq_len": 64,
-                "data.dupe_factor": 2, "data.eval_fraction": 0.1, "batch_size": 16}
+                "data.dupe_factor": 2, "data.eval_fraction": 0.1, "data.unit_bytes": 1,
+                "batch_size": 16}
     result = cli("plan", "--config=configs/pretrain.py:runlocal",
                  *(f"--config.{key}={value}" for key, value in settings.items()),
                  "--devices=8", "--nolevers")

@@ -157,7 +157,9 @@ def build_from_config(config: ml_collections.ConfigDict, *, num_processes: int |
     dataset_dir.mkdir(parents=True, exist_ok=True)
     lock = file_lock.acquire(
         dataset_dir / LOCK_FILE, error=DataBuildLocked,
-        in_use=f"data folder {dataset_dir} is being built by another `albert-jax data build`")
+        in_use=f"data folder {dataset_dir} is being built by another `albert-jax data build`",
+        advice=f"Wait for that build to end or stop it; if no build uses this folder, delete "
+               f"{dataset_dir / LOCK_FILE}")
     try:
         if builder.is_prepared():  # finished by the build that held the lock before
             _print_existing(builder)

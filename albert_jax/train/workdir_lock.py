@@ -35,7 +35,9 @@ def acquire(workdir: str | os.PathLike) -> file_lock.FileLock:
         workdir.mkdir(parents=True, exist_ok=True)
         return file_lock.acquire(
             workdir / workdir_names.LOCK_FILE, error=WorkdirLocked,
-            in_use=f"workdir {workdir} is in use (or give another --workdir)")
+            in_use=f"workdir {workdir} is in use",
+            advice=f"Wait for that run to end or stop it, or use another --workdir; if no run "
+                   f"uses this workdir, delete {workdir / workdir_names.LOCK_FILE}")
     except (OSError, google_exceptions.GoogleAPIError) as error:
         raise WorkdirNotWritable(
             f"cannot write in workdir {workdir} ({files.error_reason(error)}): a run keeps its config, "
