@@ -13,7 +13,8 @@
                              [--embeddings=cls|mean]   (one vector per row; .npy or JSONL)
   albert-jax checkpoint verify --workdir=DIR    (one line per checkpoint; exit 0 if all intact)
   albert-jax plan            --config=configs/pretrain.py:size=xxlarge --topology=v5e:16x16
-                             [--devices=N --hbm_gib=16] [--json]   (HBM per device; fits?)
+                             [--devices=N --hbm_gib=16] [--num_slices=N] [--json]
+                             (HBM per device; fits? what crosses slices)
   albert-jax squad-eval      DATA.json PREDICTIONS.json [--na-prob-file=F]
   albert-jax convert         --from=tf --path=model.ckpt-best --config_path=albert_config.json
                              --to=huggingface --output=DIR
@@ -47,7 +48,7 @@ from albert_jax.errors import ConfigError
 from albert_jax.finetune import registry, run as finetune_run
 from albert_jax.finetune.squad import official_eval as squad_eval
 from albert_jax.train import checkpoint, integrity, loop, plan as plan_lib
-from albert_jax.train import workdir as workdir_names
+from albert_jax.train import sharding, workdir as workdir_names
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file, e.g. configs/pretrain.py:size=base.",
                                           lock_config=True)
@@ -98,6 +99,10 @@ _STEP = flags.DEFINE_integer("step", None, "predict on a pretraining workdir: th
 _TOPOLOGY = flags.DEFINE_string("topology", None, "plan: TPU slice, e.g. v5e:16x16 (needs the "
                                 "[tpu] extra, libtpu; no TPU needed).")
 _DEVICES = flags.DEFINE_integer("devices", None, "plan: N fake CPU devices instead of a TPU.")
+_NUM_SLICES = flags.DEFINE_integer("num_slices", None, "plan: that many copies of --topology "
+                                   "(or groups of --devices) joined over the data-center "
+                                   "network; the config's mesh.num_slices must agree (left at "
+                                   "1, it takes this). Default: mesh.num_slices.")
 _HBM_GIB = flags.DEFINE_float("hbm_gib", 16.0, "plan --devices: GiB of memory per device assumed.")
 _PEAK_TFLOPS = flags.DEFINE_float("peak_tflops", 197.0, "plan --devices: peak TFLOP/s per device "
                                   "assumed (197: TPU v5e bf16).")
@@ -216,13 +221,31 @@ def _plan() -> None:
     # which a program loaded from a persistent compilation cache (JAX_COMPILATION_CACHE_DIR, as
     # pods often set) does not carry: this process compiles everything itself.
     jax.config.update("jax_enable_compilation_cache", False)
-    target = (plan_lib.tpu_target(_TOPOLOGY.value) if _TOPOLOGY.value is not None
-              else plan_lib.cpu_target(_DEVICES.value, _HBM_GIB.value, _PEAK_TFLOPS.value))
+    num_slices = _plan_num_slices(config)
+    target = (plan_lib.tpu_target(_TOPOLOGY.value, num_slices) if _TOPOLOGY.value is not None
+              else plan_lib.cpu_target(_DEVICES.value, _HBM_GIB.value, _PEAK_TFLOPS.value,
+                                       num_slices))
     result = plan_lib.plan(config, _plan_task, target, mfu=_MFU.value, try_levers=_LEVERS.value)
     if "task" not in config:  # pretraining: the local disk a host needs for shards in a bucket
         result["hosts"] = plan_lib.num_hosts(target)
         result["data_local_bytes_per_host"] = _data_local_bytes(config, result["hosts"])
     print(json.dumps(result) if _JSON.value else plan_lib.format_plan(result), flush=True)
+
+
+def _plan_num_slices(config: ml_collections.ConfigDict) -> int:
+    """The slices of plan's target: --num_slices, which a config leaving mesh.num_slices at 1
+    (not set on the command line) takes; a config that names another count is refused."""
+    configured = sharding.num_slices(config.mesh)
+    wanted = _NUM_SLICES.value
+    if wanted is None or wanted == configured:
+        return configured
+    overridden = "mesh.num_slices" in config_flags.get_override_values(flags.FLAGS["config"])
+    if configured != 1 or overridden:
+        raise ConfigError(f"--num_slices={wanted} but config mesh.num_slices={configured}: make "
+                          f"them agree (e.g. --config.mesh.num_slices={wanted})")
+    with config.unlocked():
+        config.mesh.num_slices = wanted
+    return wanted
 
 
 def _data_local_bytes(config: ml_collections.ConfigDict, hosts: int) -> int | None:
@@ -321,7 +344,8 @@ COMMAND_FLAGS: dict[tuple[str, ...], tuple[str, ...]] = {
     ("evaluate",): ("workdir", "split"),
     ("predict",): ("workdir", "input", "output", "top_k", "step", "embeddings"),
     ("checkpoint", "verify"): ("workdir",),
-    ("plan",): ("config", "topology", "devices", "hbm_gib", "peak_tflops", "mfu", "levers", "json"),
+    ("plan",): ("config", "topology", "devices", "num_slices", "hbm_gib", "peak_tflops", "mfu",
+                "levers", "json"),
     ("convert",): ("from", "to", "path", "config_path", "output"),
     ("export",): ("workdir", "format", "output"),
     ("ablate",): ("config", "table", "scale", "seeds", "workdir"),

@@ -162,6 +162,9 @@ def finetune_config(args: ml_collections.ConfigDict) -> ml_collections.ConfigDic
     config.mesh.data = -1
     config.mesh.fsdp = 1
     config.mesh.tensor = 1
+    config.mesh.num_slices = 1  # TPU slices joined over the data-center network (DCN)
+    config.mesh.dcn_data = -1  # slices the data axis spans (-1: those dcn_fsdp leaves)
+    config.mesh.dcn_fsdp = 1  # slices fsdp spans: its all-gathers would cross DCN every layer
 
     config.log_every_steps = 50
     config.eval_every_steps = 100  # SPEC 8.1: every saved checkpoint is evaluated on dev

@@ -2,7 +2,7 @@
 
   python benchmarks/bench_watching.py [--before=/path/to/a/checkout/of/main] [--rounds=3]
 
-1. The host time the loop adds to every step (train/reporting/profiler.py with profile.num_steps=0: a
+1. The host time the loop adds to every step (train/reporting/profiler.py, profile.num_steps=0: a
    StepTraceAnnotation while no trace runs), in microseconds, beside nothing.
 2. With --before: tiny fine-tunes (40 steps, logged every 10) of this checkout and of
    `--before`, interleaved `--rounds` times; the median logged steps_per_second of each (the

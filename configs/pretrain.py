@@ -50,6 +50,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # What `albert-jax tokenizer train` writes: "sentencepiece" (a .model) or "wordpiece" (a BERT
     # vocab.txt, SPEC 2.5). Loading goes by the file: a .model is SentencePiece, else WordPiece.
     config.data.tokenizer_kind = "sentencepiece"
+    # `tokenizer train` reads the corpus's files in a seeded order until it has this many
+    # sentences (SentencePiece's input_sentence_size), so a TB corpus is not read whole.
+    config.data.input_sentence_size = 10_000_000
     config.data.vocab_size = 30000
     config.data.dir = "runs/data"  # the TFDS data_dir the build writes into (local or gs://)
     # With a gs:// data.dir, each build worker writes one shard at a time in a local folder and
@@ -90,6 +93,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.mesh.data = -1  # -1: all devices not used by the other axes
     config.mesh.fsdp = 1
     config.mesh.tensor = 1
+    config.mesh.num_slices = 1  # TPU slices joined over the data-center network (DCN)
+    config.mesh.dcn_data = -1  # slices the data axis spans (-1: those dcn_fsdp leaves)
+    config.mesh.dcn_fsdp = 1  # slices fsdp spans: its all-gathers would cross DCN every layer
 
     config.log_every_steps = 100
     config.eval_every_steps = 5000

@@ -39,6 +39,18 @@ up: create, wait until the TPU is ready, setup, run. If the TPU does not stay re
   checkpoint in its gs:// workdir. A failure while the TPU stays ready is the command's own: up
   stops there.
   At the end (also after a failure, Ctrl-C or SIGTERM) it deletes what it created, unless --keep.
+
+--num_slices=N (every verb; N > 1 implies --queued): N slices of --accelerator_type as one job
+  over the data-center network (multislice; docs/launching.md "More than one slice"). create
+  makes one queued resource with `--node-count=N --node-prefix=TPU`, whose slices are the TPU
+  VMs TPU-0 ... TPU-<N-1>; setup installs on every worker of every slice; run asks for slice 0's
+  worker 0 address and runs the same albert-jax command on every worker of every slice at once,
+  each with MEGASCALE_COORDINATOR_ADDRESS (that address), MEGASCALE_PORT, MEGASCALE_NUM_SLICES
+  and its MEGASCALE_SLICE_ID; their output is shown prefixed [slice], and when one slice's
+  command fails (a lost slice) the others are stopped, so the job ends instead of waiting in a
+  collective. up then sees the lost slice (the queued resource or a slice not ready), deletes
+  the queued resource and starts again; the rerun resumes from the last checkpoint, whatever
+  the slice count (docs/launching.md). logs follows slice 0's worker 0.
 """
 from __future__ import annotations
 
@@ -47,7 +59,7 @@ import signal
 import subprocess
 import sys
 import time
-from typing import NoReturn, Sequence
+from typing import Callable, NoReturn, Sequence
 
 from launch import command_line
 from launch import processes
@@ -74,6 +86,20 @@ class Gcloud:
             return 0
         try:
             return processes.exit_status(subprocess.run(list(argv)).returncode)
+        except FileNotFoundError:
+            _gcloud_missing()
+
+    def run_all(self, argvs: Sequence[Sequence[str]]) -> int:
+        """Runs one argv like `run`, several side by side (output prefixed [i]; when one fails
+        the others are stopped); 0 or the first failure's status (0 in a dry run)."""
+        if len(argvs) == 1:
+            return self.run(argvs[0])
+        for argv in argvs:
+            command_line.show(argv, prefix="$ ")
+        if self.dry_run:
+            return 0
+        try:
+            return processes.run_all(argvs)
         except FileNotFoundError:
             _gcloud_missing()
 
@@ -121,11 +147,13 @@ def wait_until_ready(gcloud: Gcloud, tpu: Tpu, poll_seconds: float) -> bool:
 def stays_ready(gcloud: Gcloud, tpu: Tpu, settle_seconds: float, poll_seconds: float) -> bool:
     """Whether the TPU VM (and its queued resource, if queued) is ready now and still is
     `settle_seconds` later: a preemption's SIGTERM can end the run before the state shows it."""
-    checks = [(tpu_commands.describe_node_state(tpu), tpu_commands.NODE_READY)]
+    checks = [(tpu_commands.describe_node_state(tpu, node), tpu_commands.NODE_READY)
+              for node in tpu_commands.node_names(tpu)]
     if tpu.queued:
         checks.insert(0, (tpu_commands.describe_queued_resource_state(tpu),
                           tpu_commands.QUEUED_RESOURCE_READY))
-    print(f"# Retry unless the state stays {' and '.join(ready for _, ready in checks)} for "
+    states = " and ".join(dict.fromkeys(ready for _, ready in checks))  # each once, in order
+    print(f"# Retry unless the state stays {states} for "
           f"{settle_seconds:g} s (a preemption can end the run before the state shows it):",
           flush=True)
     for argv, _ in checks:
@@ -148,13 +176,32 @@ def _exit_on_sigterm(signum: int, frame: object) -> NoReturn:
     sys.exit(128 + signum)  # SystemExit unwinds through `up`'s finally, which deletes the TPU
 
 
-def up(gcloud: Gcloud, tpu: Tpu, *, create: Sequence[str], setup: Sequence[str],
-       run: Sequence[str], max_retries: int, poll_seconds: float, settle_seconds: float,
-       keep: bool) -> int:
-    """Creates the TPU, waits until it is ready, runs `setup` and then `run` (ssh argvs) on it;
-    recreates it when it is lost to a preemption, at most `max_retries` times; deletes it at the
-    end unless `keep`. Returns 0, or the status of the step that failed (1 if the TPU was lost
-    while waiting for it)."""
+def run_commands(gcloud: Gcloud, tpu: Tpu, run_line: Callable[[str | None, int], str]
+                 ) -> list[list[str]] | None:
+    """The ssh argvs, one per slice, that run `run_line(coordinator address, slice id)` on
+    every worker. Several slices need slice 0's worker 0 address, asked first (None if it
+    cannot be read); one slice runs `run_line(None, 0)`."""
+    if tpu.num_slices == 1:
+        return [tpu_commands.ssh(tpu, worker="all", command=run_line(None, 0))]
+    describe = tpu_commands.describe_coordinator_address(tpu)
+    print("# Slice 0's worker 0 coordinates the slices; its address:", flush=True)
+    command_line.show(describe, prefix="$ ")
+    address = ("ADDRESS_OF_SLICE_0_WORKER_0" if gcloud.dry_run else gcloud.state(describe))
+    if not address:
+        print(f"launch.tpu: could not read the address of {tpu_commands.node_names(tpu)[0]}'s "
+              "worker 0 (the command above)", file=sys.stderr, flush=True)
+        return None
+    return [tpu_commands.ssh(tpu, worker="all", node=node, command=run_line(address, index))
+            for index, node in enumerate(tpu_commands.node_names(tpu))]
+
+
+def up(gcloud: Gcloud, tpu: Tpu, *, create: Sequence[str], setup: Sequence[Sequence[str]],
+       run: Callable[[], list[list[str]] | None], max_retries: int, poll_seconds: float,
+       settle_seconds: float, keep: bool) -> int:
+    """Creates the TPU, waits until it is ready, runs `setup` and then `run()` (ssh argvs, one
+    per slice, side by side) on it; recreates it when it is lost to a preemption, at most
+    `max_retries` times; deletes it at the end unless `keep`. Returns 0, or the status of the
+    step that failed (1 if the TPU was lost while waiting for it)."""
     ending = "keep the TPU (--keep)" if keep else "delete (also after a failure or Ctrl-C)"
     print(f"# up: create, wait until ready, setup, run, then {ending}.\n"
           "# If the TPU does not stay ready after the setup or the run ends (preempted), delete "
@@ -182,9 +229,10 @@ def up(gcloud: Gcloud, tpu: Tpu, *, create: Sequence[str], setup: Sequence[str],
             created = True
             status = 1
             if wait_until_ready(gcloud, tpu, poll_seconds):
-                status = gcloud.run(setup)
+                status = gcloud.run_all(setup)
                 if status == 0:
-                    status = gcloud.run(run)
+                    commands = run()
+                    status = gcloud.run_all(commands) if commands else 1
                 # Success is checked too: the trainer answers a preemption's SIGTERM with a
                 # checkpoint and exit status 0.
                 if stays_ready(gcloud, tpu, settle_seconds, poll_seconds):
@@ -227,6 +275,9 @@ def _parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentPars
     location.add_argument("--project", help="GCP project (default: gcloud's)")
     location.add_argument("--dry_run", action="store_true",
                           help="print the commands, one per line; run nothing")
+    location.add_argument("--num_slices", type=int, default=1,
+                          help="slices of one multislice job (N > 1: one queued resource of N "
+                               "TPU VMs, TPU-0 ... TPU-<N-1>; implies --queued)")
     queued = argparse.ArgumentParser(add_help=False)
     queued.add_argument("--queued", action="store_true",
                         help="through a queued resource named like the TPU: it waits in a "
@@ -317,6 +368,10 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
             verb.error(f"--gcsfuse={args.gcsfuse}: give BUCKET:/MOUNT/PATH, e.g. "
                        "my-bucket:/mnt/my-bucket (a bucket name, an absolute path)")
         args.gcsfuse = (bucket, mount_point)
+    if args.num_slices < 1:
+        verb.error(f"--num_slices={args.num_slices} must be a positive integer")
+    if args.num_slices > 1 and args.verb in ("create", "delete", "up"):
+        args.queued = True  # several slices are one queued resource
     if args.queued and args.provisioning == "preemptible":
         verb.error("--preemptible does not apply to a queued resource: use --spot with --queued")
     if args.verb in ("create", "up") and not args.runtime_version:
@@ -348,27 +403,38 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: Sequence[str]) -> int:
     args, albert_jax_args = parse_args(argv)
-    tpu = Tpu(name=args.tpu, zone=args.zone, project=args.project, queued=args.queued)
+    tpu = Tpu(name=args.tpu, zone=args.zone, project=args.project,
+              queued=args.queued or args.num_slices > 1, num_slices=args.num_slices)
     gcloud = Gcloud(dry_run=args.dry_run)
     if args.verb in ("create", "up"):
         create = tpu_commands.create(tpu, accelerator_type=args.accelerator_type,
                                      runtime_version=args.runtime_version,
                                      provisioning=args.provisioning)
     if args.verb in ("setup", "up"):
-        setup = tpu_commands.ssh(tpu, worker="all", command=tpu_commands.setup_command(
-            args.repo, args.branch or tpu_commands.DEFAULT_BRANCH, args.gcsfuse))
+        setup_line = tpu_commands.setup_command(args.repo, args.branch
+                                                or tpu_commands.DEFAULT_BRANCH, args.gcsfuse)
+        setup = [tpu_commands.ssh(tpu, worker="all", command=setup_line, node=node)
+                 for node in tpu_commands.node_names(tpu)]
     if args.verb in ("run", "up"):
-        run = tpu_commands.ssh(tpu, worker="all", command=tpu_commands.run_command(
-            args.workdir_setup, command_line.with_multihost(albert_jax_args), args.log_file))
+        def run_line(address: str | None, slice_id: int) -> str:
+            env = (None if address is None else
+                   tpu_commands.megascale_env(address, tpu.num_slices, slice_id))
+            return tpu_commands.run_command(args.workdir_setup,
+                                            command_line.with_multihost(albert_jax_args),
+                                            args.log_file, env)
+
+        def run() -> list[list[str]] | None:
+            return run_commands(gcloud, tpu, run_line)
 
     if args.verb == "create":
         return gcloud.run(create)
     if args.verb == "setup":
-        return gcloud.run(setup)
+        return gcloud.run_all(setup)
     if args.verb == "run":
-        return gcloud.run(run)
+        commands = run()
+        return gcloud.run_all(commands) if commands else 1
     if args.verb == "logs":
-        return gcloud.run(tpu_commands.ssh(tpu, worker="0",
+        return gcloud.run(tpu_commands.ssh(tpu, worker="0", node=tpu_commands.node_names(tpu)[0],
                                            command=tpu_commands.tail_command(args.log_file)))
     if args.verb == "delete":
         return gcloud.run(tpu_commands.delete(tpu))

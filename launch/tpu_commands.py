@@ -5,6 +5,11 @@ resource (`gcloud compute tpus queued-resources create NAME --node-id=NAME`), wh
 queue until there is capacity and then creates the TPU VM; the queued resource has the TPU's
 name. Either way, its workers (one per host of the slice) are reached with
 `gcloud compute tpus tpu-vm ssh NAME --worker=...`. Nothing here runs a command: see launch.tpu.
+
+Several slices (multislice, `num_slices` > 1) are one queued resource NAME with
+`--node-count=N --node-prefix=NAME`: its TPU VMs are NAME-0 ... NAME-<N-1>, one per slice, and
+their workers join one JAX job over the data-center network through the Megascale variables
+(`megascale_env`) that the run sets on every worker: slice 0's worker 0 coordinates.
 """
 from __future__ import annotations
 
@@ -39,23 +44,35 @@ NODE_READY = "READY"
 NODE_LOST = ("PREEMPTED", "TERMINATED")
 QUEUED_RESOURCE_READY = "ACTIVE"
 QUEUED_RESOURCE_LOST = ("FAILED", "SUSPENDING", "SUSPENDED")
+# The port of the Megascale coordinator on slice 0's worker 0 (any port the workers leave free;
+# Ray's TPU support takes 8081).
+MEGASCALE_PORT = 8080
 
 
 @dataclasses.dataclass(frozen=True)
 class Tpu:
-    """A TPU VM: its name and where it is; `queued`: it is made by the queued resource `name`."""
+    """A TPU VM: its name and where it is; `queued`: it is made by the queued resource `name`;
+    `num_slices` > 1: that many TPU VMs (slices) of one queued resource (always queued)."""
     name: str
     zone: str
     project: str | None = None
     queued: bool = False
+    num_slices: int = 1
+
+
+def node_names(tpu: Tpu) -> list[str]:
+    """The TPU VMs: `name`, or name-0 ... name-<N-1> for N slices (gcloud's --node-prefix)."""
+    if tpu.num_slices == 1:
+        return [tpu.name]
+    return [f"{tpu.name}-{index}" for index in range(tpu.num_slices)]
 
 
 def _location(tpu: Tpu) -> list[str]:
     return [f"--zone={tpu.zone}"] + ([f"--project={tpu.project}"] if tpu.project else [])
 
 
-def _node(tpu: Tpu, verb: str) -> list[str]:
-    return ["gcloud", "compute", "tpus", "tpu-vm", verb, tpu.name, *_location(tpu)]
+def _node(tpu: Tpu, verb: str, node: str | None = None) -> list[str]:
+    return ["gcloud", "compute", "tpus", "tpu-vm", verb, node or tpu.name, *_location(tpu)]
 
 
 def _queued_resource(tpu: Tpu, verb: str) -> list[str]:
@@ -75,9 +92,10 @@ def create(tpu: Tpu, *, accelerator_type: str, runtime_version: str,
     takes "spot").
     """
     if tpu.queued:
-        argv = _queued_resource(tpu, "create") + [
-            f"--node-id={tpu.name}", f"--accelerator-type={accelerator_type}",
-            f"--runtime-version={runtime_version}"]
+        nodes = ([f"--node-id={tpu.name}"] if tpu.num_slices == 1 else
+                 [f"--node-count={tpu.num_slices}", f"--node-prefix={tpu.name}"])
+        argv = _queued_resource(tpu, "create") + nodes + [
+            f"--accelerator-type={accelerator_type}", f"--runtime-version={runtime_version}"]
     else:
         argv = _node(tpu, "create") + [f"--accelerator-type={accelerator_type}",
                                        f"--version={runtime_version}"]
@@ -91,9 +109,25 @@ def delete(tpu: Tpu) -> list[str]:
     return _node(tpu, "delete") + ["--quiet"]
 
 
-def describe_node_state(tpu: Tpu) -> list[str]:
-    """The gcloud argv that prints the TPU VM's state alone (READY, CREATING, PREEMPTED...)."""
-    return _node(tpu, "describe") + ["--format=value(state)"]
+def describe_node_state(tpu: Tpu, node: str | None = None) -> list[str]:
+    """The gcloud argv that prints the TPU VM's (or slice `node`'s) state alone (READY,
+    CREATING, PREEMPTED...)."""
+    return _node(tpu, "describe", node) + ["--format=value(state)"]
+
+
+def describe_coordinator_address(tpu: Tpu) -> list[str]:
+    """The gcloud argv that prints the internal IP address of slice 0's worker 0."""
+    return _node(tpu, "describe", node_names(tpu)[0]) + [
+        "--format=value(networkEndpoints[0].ipAddress)"]
+
+
+def megascale_env(coordinator_address: str, num_slices: int, slice_id: int) -> dict[str, str]:
+    """What every worker of slice `slice_id` needs to join a job of `num_slices` slices: the
+    Megascale runtime's coordinator, slice count and slice id (jax.distributed also reads them:
+    process ids run slice by slice, and slice 0's worker 0 is process 0)."""
+    return {"MEGASCALE_COORDINATOR_ADDRESS": coordinator_address,
+            "MEGASCALE_PORT": str(MEGASCALE_PORT), "MEGASCALE_NUM_SLICES": str(num_slices),
+            "MEGASCALE_SLICE_ID": str(slice_id)}
 
 
 def describe_queued_resource_state(tpu: Tpu) -> list[str]:
@@ -101,9 +135,10 @@ def describe_queued_resource_state(tpu: Tpu) -> list[str]:
     return _queued_resource(tpu, "describe") + ["--format=value(state.state)"]
 
 
-def ssh(tpu: Tpu, *, worker: str, command: str) -> list[str]:
-    """The gcloud argv that runs the shell line `command` on worker `worker` ("all", "0"...)."""
-    return _node(tpu, "ssh") + [f"--worker={worker}", f"--command={command}"]
+def ssh(tpu: Tpu, *, worker: str, command: str, node: str | None = None) -> list[str]:
+    """The gcloud argv that runs the shell line `command` on worker `worker` ("all", "0"...)
+    of the TPU VM (or of slice `node`)."""
+    return _node(tpu, "ssh", node) + [f"--worker={worker}", f"--command={command}"]
 
 
 def remote_path(path: str) -> str:
@@ -157,14 +192,18 @@ def gcsfuse_steps(bucket: str, mount_point: str) -> list[str]:
             f"{mount_point})"]
 
 
-def run_command(workdir_setup: str, albert_jax_args: Sequence[str], log_file: str) -> str:
-    """Shell line that runs albert-jax ARGS, its output also appended to `log_file`.
+def run_command(workdir_setup: str, albert_jax_args: Sequence[str], log_file: str,
+                env: dict[str, str] | None = None) -> str:
+    """Shell line that runs albert-jax ARGS, its output also appended to `log_file`, with the
+    variables `env` exported first.
 
     Every worker keeps its own log; worker 0's is process 0's. pipefail makes the line's status
     albert-jax's, not tee's (the remote shell of a TPU VM is bash).
     """
     command = command_line.remote_command(workdir_setup, albert_jax_args)
-    return f"set -o pipefail && {command} 2>&1 | tee -a {remote_path(log_file)}"
+    exports = "".join(f"export {name}={shlex.quote(value)} && "
+                      for name, value in (env or {}).items())
+    return f"set -o pipefail && {exports}{command} 2>&1 | tee -a {remote_path(log_file)}"
 
 
 def tail_command(log_file: str) -> str:

@@ -82,7 +82,7 @@ def _rows(count: int) -> list[dict]:
              "label": LABELS[n % 3]} for n in range(count)]
 
 
-def _write_own_data(folder: Path, rows: list[dict]) -> None:
+def _write_custom_files(folder: Path, rows: list[dict]) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     with (folder / "data.csv").open("w", encoding="utf-8-sig", newline="") as file:  # a BOM
         writer = csv.DictWriter(file, fieldnames=list(rows[0]))
@@ -97,8 +97,8 @@ def _write_own_data(folder: Path, rows: list[dict]) -> None:
                                 row_group_size=3)
 
 
-def test_own_data_reads_from_a_bucket_as_locally(tmp_path, bucket):
-    _write_own_data(tmp_path, _rows(10))
+def test_custom_files_read_from_a_bucket_as_locally(tmp_path, bucket):
+    _write_custom_files(tmp_path, _rows(10))
     remote = upload(tmp_path, f"{bucket}/data")
     columns = tables.Columns(text_a="text", label="label", id="id")
     for name in ("data.csv", "data.tsv", "data.jsonl", "data.parquet"):

@@ -153,7 +153,7 @@ def write_three_way_task(directory: Path, pools: dict[str, list[str]], num_train
 
 
 @pytest.mark.slow
-def test_own_three_class_task_from_real_text_is_well_above_chance(spm_model, sentence_pools,
+def test_custom_three_class_task_from_real_text_is_well_above_chance(spm_model, sentence_pools,
                                                                   tmp_path):
     steps = 400
     paths = write_three_way_task(tmp_path, sentence_pools, num_train=steps * 32)

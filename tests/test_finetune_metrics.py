@@ -183,7 +183,7 @@ def test_bad_input_is_a_clear_value_error(call, message):
 # --- Own data -----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("seed", range(6))
-def test_own_data_metrics_equal_sklearn_and_scipy(seed):
+def test_custom_metrics_equal_sklearn_and_scipy(seed):
     rng = np.random.default_rng(seed)
     num_classes = int(rng.integers(2, 7))
     num_examples = int(rng.integers(5, 200))
@@ -209,7 +209,7 @@ def test_own_data_metrics_equal_sklearn_and_scipy(seed):
         "mse": sklearn_metrics.mean_squared_error(scores, predicted_scores)})
 
 
-def test_own_data_hand_computed():
+def test_custom_metrics_hand_computed():
     # Per-class F1 2TP/(2TP+FP+FN): class 0 2/(2+0+1), class 1 4/(4+1+1), class 2 0/(0+1+0).
     predictions, labels = [0, 1, 1, 2, 1], [0, 1, 1, 1, 0]
     metrics = classification_metrics(predictions, labels, 3)
@@ -221,7 +221,7 @@ def test_own_data_hand_computed():
     assert regression_metrics([2.0, 2.0], [1.0, 3.0])["pearson"] == 0.0
 
 
-def test_own_data_metric_names():
+def test_custom_metric_names():
     outputs = {"classification": classification_metrics([0, 1], [0, 1], 2),
                "regression": regression_metrics([0.0, 1.0], [0.0, 1.0]),
                "multiple_choice": multiple_choice_metrics([0, 1], [0, 1], 2)}
@@ -242,6 +242,6 @@ def test_own_data_metric_names():
     (lambda: multiple_choice_metrics([0, 1], [0, 5], 5),
      r"multiple_choice: labels .* 0\.\.4, got 5"),
 ])
-def test_own_data_bad_input(call, message):
+def test_custom_metrics_bad_input(call, message):
     with pytest.raises(ValueError, match=message):
         call()

@@ -114,6 +114,17 @@ GOLDEN_DRY_RUNS = {
     "launch_tpu_delete.txt": ["delete", *TPU],
     "launch_tpu_delete_queued.txt": ["delete", *TPU, "--queued"],
     "launch_tpu_up.txt": [*UP, "--", *HOSTILE],
+    "launch_tpu_create_slices.txt": ["create", "--tpu=my-v5e", "--zone=us-west4-a",
+                                     "--num_slices=2", "--accelerator_type=v5litepod-256",
+                                     "--spot"],
+    "launch_tpu_run_slices.txt": ["run", "--tpu=my-v5e", "--zone=us-west4-a", "--num_slices=2",
+                                  "--", *HOSTILE],
+    "launch_tpu_logs_slices.txt": ["logs", "--tpu=my-v5e", "--zone=us-west4-a",
+                                   "--num_slices=2"],
+    "launch_tpu_up_slices.txt": ["up", "--tpu=my-v5e", "--zone=us-west4-a", "--num_slices=2",
+                                 "--accelerator_type=v5litepod-256", "--spot",
+                                 f"--repo={REPO_URL}", "--", "pretrain",
+                                 "--config.mesh.num_slices=2", "--workdir=gs://bucket/run3"],
     "launch_tpu_up_queued_keep.txt": ["up", "--tpu=my-v5e", "--zone=us-west4-a", "--queued",
                                       "--accelerator_type=v5litepod-16", "--spot",
                                       f"--repo={REPO_URL}", "--max_retries=5", "--keep", "--",
@@ -268,9 +279,13 @@ FAKE_GCLOUD = '''#!{python}
 
 answers.json maps a step ("tpu-vm describe", "queued-resources create", "tpu-vm ssh run", ...)
 to the answers of its next calls: a state (printed), an exit status, or "hang" (sleeps).
-A step without an entry succeeds; one whose answers are used up fails loudly.
+A step may name its TPU VM ("tpu-vm ssh run my-v5e-1"): then that VM's calls answer from it.
+A step without an entry succeeds; one whose answers are used up fails loudly. An answer
+{{"after_hang": status}} waits until another call hangs, then exits with `status`. Several
+fakes may run at once (the slices of a multislice run): answers.json is read and written under
+a lock.
 """
-import json, os, pathlib, sys, time
+import fcntl, json, os, pathlib, sys, time
 directory = pathlib.Path(os.environ["FAKE_GCLOUD_DIR"])
 argv = sys.argv[1:]
 with open(directory / "calls.jsonl", "a") as log:
@@ -278,13 +293,21 @@ with open(directory / "calls.jsonl", "a") as log:
 step = " ".join(argv[2:4])
 if step == "tpu-vm ssh":
     step += " run" if "albert-jax" in argv[-1] else " other"
-answers = json.loads((directory / "answers.json").read_text())
-if step not in answers:
-    sys.exit(0)
-if not answers[step]:
-    sys.exit(f"fake gcloud: no answer left for {{step}}")
-answer = answers[step].pop(0)
-(directory / "answers.json").write_text(json.dumps(answers))
+with open(directory / "answers.lock", "w") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    answers = json.loads((directory / "answers.json").read_text())
+    if f"{{step}} {{argv[4]}}" in answers:
+        step = f"{{step}} {{argv[4]}}"
+    if step not in answers:
+        sys.exit(0)
+    if not answers[step]:
+        sys.exit(f"fake gcloud: no answer left for {{step}}")
+    answer = answers[step].pop(0)
+    (directory / "answers.json").write_text(json.dumps(answers))
+if isinstance(answer, dict):
+    while not (directory / "hanging").exists():
+        time.sleep(0.01)
+    sys.exit(answer["after_hang"])
 if answer == "hang":
     (directory / "hanging").touch()
     time.sleep(60)
@@ -463,6 +486,83 @@ def test_up_through_a_queued_resource(fake_gcloud, capsys):
     # The queued resource may still be ACTIVE while its TPU is already preempted.
     assert calls() == [create, describe, describe, describe, setup, run, describe, describe_node,
                        delete, create, describe, setup, run, describe, describe_node, delete]
+
+
+SLICES_UP = ["up", "--tpu=my-v5e", "--zone=us-west4-a", "--num_slices=2",
+             "--accelerator_type=v5litepod-256", "--spot", f"--repo={REPO_URL}", *FAST, "--",
+             "pretrain", "--config.mesh.num_slices=2", "--workdir=gs://bucket/run3"]
+
+
+def megascale_env(ssh_argv: list[str]) -> dict[str, str]:
+    """The MEGASCALE_* variables a run line exports, as bash would see them."""
+    words = shlex.split(ssh_argv[-1].removeprefix("--command="))
+    return dict(word.split("=", 1) for word in words if word.startswith("MEGASCALE_"))
+
+
+def test_up_on_two_slices_runs_one_command_everywhere_with_each_slice_id(fake_gcloud, capsys):
+    answer, calls = fake_gcloud
+    (create, wait, setup_0, setup_1, address, run_0, run_1, check, check_0, check_1,
+     delete) = dry_run_commands(capsys, SLICES_UP)
+    assert "--node-count=2" in create and "--node-prefix=my-v5e" in create
+    assert [setup_0[5], setup_1[5], run_0[5], run_1[5]] == ["my-v5e-0", "my-v5e-1"] * 2
+    assert address[4:6] == ["describe", "my-v5e-0"] and check == wait
+    assert remote_albert_jax_args(run_0) == remote_albert_jax_args(run_1) == [
+        "pretrain", "--config.mesh.num_slices=2", "--workdir=gs://bucket/run3", "--multihost"]
+    answer(**{"queued-resources describe": ["ACTIVE", "ACTIVE"],
+              "tpu-vm describe my-v5e-0": ["10.130.0.7", "READY"],
+              "tpu-vm describe my-v5e-1": ["READY"]})
+    assert tpu.main(SLICES_UP) == 0
+    made = calls()
+    # The slices' setups, and then their runs, run side by side: in either order.
+    assert made[0] == create and made[1] == wait and made[4] == address
+    assert sorted(made[2:4]) == [setup_0, setup_1]
+    assert made[7:] == [check, check_0, check_1, delete]
+    runs = sorted(made[5:7], key=lambda argv: argv[5])
+    assert [megascale_env(run) for run in runs] == [
+        {"MEGASCALE_COORDINATOR_ADDRESS": "10.130.0.7", "MEGASCALE_PORT": "8080",
+         "MEGASCALE_NUM_SLICES": "2", "MEGASCALE_SLICE_ID": str(slice_id)}
+        for slice_id in (0, 1)]
+    assert remote_albert_jax_args(runs[0]) == remote_albert_jax_args(runs[1])
+
+
+def test_a_lost_slice_ends_the_job_and_up_resumes_on_new_slices(fake_gcloud, capsys):
+    """Slice 1 is preempted mid-run (its ssh fails); slice 0's run, which would wait for it in
+    its next collective, is stopped; the queued resource is no longer ACTIVE, so up deletes
+    it, creates the slices again and reruns (which resumes from the checkpoint)."""
+    answer, calls = fake_gcloud
+    answer(**{"queued-resources describe": ["ACTIVE", "SUSPENDING", "ACTIVE", "ACTIVE"],
+              "tpu-vm describe my-v5e-0": ["10.130.0.7", "10.130.0.9", "READY"],
+              "tpu-vm describe my-v5e-1": ["READY"],
+              "tpu-vm ssh run my-v5e-0": ["hang", 0],
+              "tpu-vm ssh run my-v5e-1": [{"after_hang": 255}, 0]})
+    assert tpu.main(SLICES_UP) == 0
+    names = [" ".join(argv[3:6]) for argv in calls()]
+    attempt = ["queued-resources create my-v5e", "queued-resources describe my-v5e",
+               "tpu-vm ssh my-v5e-0", "tpu-vm ssh my-v5e-1", "tpu-vm describe my-v5e-0",
+               "tpu-vm ssh my-v5e-0", "tpu-vm ssh my-v5e-1"]
+    assert sorted(names[:7]) == sorted(attempt)
+    assert names[7:9] == ["queued-resources describe my-v5e", "queued-resources delete my-v5e"]
+    assert sorted(names[9:16]) == sorted(attempt)
+    assert names[16:] == ["queued-resources describe my-v5e", "tpu-vm describe my-v5e-0",
+                          "tpu-vm describe my-v5e-1", "queued-resources delete my-v5e"]
+    out, err = capsys.readouterr()
+    assert "[launch] process 1 exited with status 255; stopping the others" in err
+    assert "# The TPU was lost: recreating it (retry 1 of 3)." in out
+    # The rerun's coordinator is the new slice 0's address.
+    reruns = [argv for argv in calls()[9:] if "albert-jax" in argv[-1]]
+    assert {megascale_env(run)["MEGASCALE_COORDINATOR_ADDRESS"] for run in reruns} == {
+        "10.130.0.9"}
+
+
+def test_num_slices_errors(capsys):
+    with pytest.raises(SystemExit):
+        tpu.main(["create", "--tpu=t", "--zone=z", "--accelerator_type=v5litepod-16",
+                  "--num_slices=0"])
+    assert "--num_slices=0 must be a positive integer" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        tpu.main(["create", "--tpu=t", "--zone=z", "--accelerator_type=v5litepod-16",
+                  "--num_slices=2", "--preemptible"])
+    assert "--preemptible does not apply to a queued resource" in capsys.readouterr().err
 
 
 def test_delete_failing_at_the_end_is_reported(fake_gcloud, capsys):

@@ -186,6 +186,28 @@ def test_two_processes_train_as_one_eight_device_job(demo_pretraining_data, two_
 
 
 @pytest.mark.slow
+def test_two_processes_as_two_slices_train_as_the_one_slice_mesh(demo_pretraining_data,
+                                                                 two_hosts, tmp_path):
+    """mesh.num_slices=2 with each process standing for a slice (its 4 CPU devices): data=2
+    spans the slices, fsdp=4 stays inside each. The hybrid layout puts each slice in its own
+    data row, which is the one-slice mesh's layout of the same shape here, so the run must
+    compute exactly what the 2-process one-slice run computed."""
+    workdir = tmp_path / "two_slices"
+    launched = launch_two_processes({**demo_pretraining_data, **RUN, "mesh.num_slices": 2},
+                                    workdir, tmp_path / "two_slices.log")
+    output = finish(launched, tmp_path / "two_slices.log")
+    assert "[0] multihost: process 0 of 2, 4 local / 8 global cpu devices" in output
+    one_slice_workdir, _, reference = two_hosts
+    got, one_slice = train_records(workdir), train_records(one_slice_workdir)
+    assert [[record[key] for key in COMPARED] for record in got] == [
+        [record[key] for key in COMPARED] for record in one_slice]  # bit for bit
+    assert_same_records(got, train_records(reference))
+    config = run_config({**demo_pretraining_data, **RUN})
+    jax.tree.map(np.testing.assert_array_equal, restored_state(workdir, config),
+                 restored_state(one_slice_workdir, config))
+
+
+@pytest.mark.slow
 def test_two_process_checkpoint_resumes_in_one_process_on_another_mesh(
         demo_pretraining_data, two_hosts, uninterrupted, tmp_path, capsys):
     """2 processes on data=2 x fsdp=4 saved step STEPS; this process resumes on data=8."""

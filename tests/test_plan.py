@@ -298,3 +298,109 @@ def test_tpu_plans_splash_under_auto_and_it_drops_the_scores():
     # tiny, 16 sequences a chip: each layer's f32 scores and probabilities are
     # 16 x 4 heads x 512 x 512 x 4 B = 64 MiB apiece, kept for the backward pass under xla.
     assert xla["temp_bytes_per_device"] - splash["temp_bytes_per_device"] > 128 * 2**20
+
+
+# More than one slice: 8 CPU devices standing for 2 slices of 4.
+
+def two_slice_config(data: int, fsdp: int, dcn_fsdp: int = 1):
+    """tiny with one layer use (a shared layer used twice would all-reduce each use's gradient
+    apart on CPU), seq_len = its 64 positions (all of the position table gets a gradient)."""
+    config = pretrain_config(data, fsdp, batch_size=16)
+    config.data.vocab_size = 1000
+    config.model_overrides.num_hidden_layers = 1
+    config.mesh.num_slices, config.mesh.dcn_fsdp = 2, dcn_fsdp
+    return config
+
+
+@pytest.fixture(scope="module")
+def two_slices():
+    return plan.cpu_target(8, hbm_gib=16, peak_tflops=197, num_slices=2)
+
+
+@pytest.mark.slow
+def test_only_the_gradient_all_reduce_crosses_slices_when_they_split_data(two_slices):
+    config = two_slice_config(data=8, fsdp=1)
+    measured = plan.measure(config, _plan_task, two_slices)
+    # Hand count, data=8 over the slices: the f32 gradient of every parameter, the tied word
+    # embeddings [V, E] twice (the input lookup's and the output projection's gradients are
+    # all-reduced apart), and a few f32 scalars of the step's metrics.
+    params = measured.param_bytes_per_device  # replicated: the whole f32 model
+    word_embeddings = 1000 * 16 * 4
+    assert {c["kind"] for c in measured.dcn_collectives} == {"all-reduce"}
+    assert 0 <= measured.dcn_bytes_per_step_per_device - (params + word_embeddings) < 64
+    assert measured.dcn_warning == "" and measured.dcn_measured
+    # fsdp inside each slice (data=4 = 2 slices x 2): still only all-reduces cross.
+    inside = plan.measure(two_slice_config(data=4, fsdp=2), _plan_task, two_slices)
+    assert {c["kind"] for c in inside.dcn_collectives} == {"all-reduce"}
+    assert inside.dcn_warning == ""
+
+
+@pytest.mark.slow
+def test_fsdp_across_slices_warns_and_names_the_lever(two_slices):
+    measured = plan.measure(two_slice_config(data=2, fsdp=4, dcn_fsdp=2), _plan_task, two_slices)
+    kinds = {c["kind"] for c in measured.dcn_collectives}
+    assert "all-gather" in kinds, kinds
+    assert measured.dcn_warning.startswith("WARNING: besides the gradient all-reduce")
+    assert "set mesh.dcn_fsdp=1 (mesh.dcn_data=2)" in measured.dcn_warning
+
+
+@pytest.mark.slow
+def test_one_slice_moves_nothing_across_slices():
+    target = plan.cpu_target(8, hbm_gib=16, peak_tflops=197)
+    measured = plan.measure(pretrain_config(8, 1, batch_size=16), _plan_task, target)
+    assert (measured.dcn_bytes_per_step_per_device, measured.dcn_collectives,
+            measured.dcn_warning) == (0, [], "")
+
+
+def test_slice_counts_must_agree():
+    two_slices = plan.cpu_target(8, hbm_gib=16, peak_tflops=197, num_slices=2)
+    with pytest.raises(ConfigError, match=r"config mesh.num_slices=1 but the target 8 CPU "
+                                          r"devices as 2 slices of 4 has 2 slice\(s\)"):
+        plan.measure(pretrain_config(8, 1), _plan_task, two_slices)
+    with pytest.raises(ConfigError, match=r"--devices=8 is not divisible by --num_slices=3"):
+        plan.cpu_target(8, hbm_gib=16, peak_tflops=197, num_slices=3)
+
+
+def test_cli_num_slices_disagreeing_with_the_config_is_one_line():
+    result = cli("plan", "--config=configs/pretrain.py:model=tiny", "--devices=8",
+                 "--num_slices=2", "--config.mesh.num_slices=4")
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert ("--num_slices=2 but config mesh.num_slices=4: make them agree "
+            "(e.g. --config.mesh.num_slices=2)") in result.stderr
+
+
+@pytest.mark.slow
+def test_cli_json_reports_cross_slice_traffic():
+    result = cli("plan", "--config=configs/pretrain.py:model=tiny", "--devices=8",
+                 "--num_slices=2", "--config.batch_size=16", "--config.seq_len=64",
+                 "--config.data.max_predictions=4", "--config.data.vocab_size=1000",
+                 "--config.model_overrides.num_hidden_layers=1", "--json")
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["num_slices"] == 2 and report["topology"] == "8 CPU devices as 2 slices of 4"
+    assert isinstance(report["dcn_bytes_per_step_per_device"], int)
+    assert report["dcn_bytes_per_step_per_device"] == sum(
+        c["bytes"] for c in report["dcn_collectives"]) > 0
+    assert all(set(c) == {"kind", "bytes"} for c in report["dcn_collectives"])
+    assert report["dcn_warning"] == ""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,
+                    reason="needs the [tpu] extra (libtpu compiles for abstract TPU devices)")
+def test_two_v5e_slices_move_the_gradients_across_and_warn_for_fsdp_across():
+    def two_slice_plan(*flags):
+        return tpu_plan(32, "--num_slices=2", "--config.model_overrides.num_hidden_layers=1",
+                        *flags)
+
+    data = two_slice_plan()
+    assert data["topology"] == "2 x v5e:2x2" and data["devices"] == 8
+    # Hand count as on CPU (the whole f32 model, the tied [30000, 16] table twice), each
+    # gradient buffer padded to TPU tiles of [8, 128] f32 on its way (under 10 % here).
+    gradients = data["param_bytes_per_device"] + 30000 * 16 * 4
+    assert {c["kind"] for c in data["dcn_collectives"]} == {"all-reduce"}
+    assert gradients <= data["dcn_bytes_per_step_per_device"] <= 1.1 * gradients
+    assert data["dcn_warning"] == ""
+    fsdp = two_slice_plan("--config.mesh.fsdp=4", "--config.mesh.dcn_fsdp=2")
+    assert "all-gather" in {c["kind"] for c in fsdp["dcn_collectives"]}
+    assert "set mesh.dcn_fsdp=1 (mesh.dcn_data=2)" in fsdp["dcn_warning"]

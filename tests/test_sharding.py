@@ -1,4 +1,5 @@
 """Mesh from config, logical-axis rules, sharded init, train state shardings (8 CPU devices)."""
+import importlib.util
 import os
 
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
@@ -55,6 +56,95 @@ def test_mesh_errors_name_values_and_device_count(axes, message):
 def test_mesh_on_given_devices():
     mesh = sharding.make_mesh(mesh_config(-1, 1, 2), devices=jax.devices()[:4])
     assert tuple(mesh.shape.values()) == (2, 1, 2)
+
+
+# More than one slice: 8 CPU devices standing for slices of consecutive devices.
+
+def multi_slice_config(data, fsdp, num_slices, **dcn):
+    return ml_collections.ConfigDict(dict(data=data, fsdp=fsdp, tensor=1, num_slices=num_slices,
+                                          **dcn))
+
+
+def device_ids(mesh):
+    return np.vectorize(lambda device: device.id)(mesh.devices)[:, :, 0].tolist()
+
+
+def test_one_slice_is_todays_mesh():
+    for axes in [(8, 1, 1), (2, 4, 1), (2, 2, 2)]:
+        keyed = ml_collections.ConfigDict(dict(zip(("data", "fsdp", "tensor"), axes),
+                                               num_slices=1, dcn_data=-1, dcn_fsdp=1))
+        today = jax.make_mesh(axes, sharding.MESH_AXES, devices=jax.devices(),
+                              axis_types=(jax.sharding.AxisType.Auto,) * 3)
+        assert sharding.make_mesh(keyed).devices.tolist() == today.devices.tolist()
+
+
+def test_two_slices_on_data_put_each_slice_in_its_own_data_rows():
+    # Slice 0 = devices 0-3, slice 1 = 4-7 (consecutive groups, as CPU stand-ins); data is
+    # slice-major: rows 0-1 inside slice 0, rows 2-3 inside slice 1; fsdp never leaves a slice.
+    mesh = sharding.make_mesh(multi_slice_config(-1, 2, 2))
+    assert dict(mesh.shape) == {"data": 4, "fsdp": 2, "tensor": 1}
+    assert device_ids(mesh) == [[0, 1], [2, 3], [4, 5], [6, 7]]
+
+
+def test_fsdp_across_two_slices_tiles_the_slices_along_fsdp():
+    mesh = sharding.make_mesh(multi_slice_config(2, 4, 2, dcn_data=1, dcn_fsdp=2))
+    assert device_ids(mesh) == [[0, 1, 4, 5], [2, 3, 6, 7]]
+    # Four slices of 2, two on each axis: the blocks tile data x fsdp.
+    mesh = sharding.make_mesh(multi_slice_config(4, 2, 4, dcn_data=2, dcn_fsdp=2))
+    assert device_ids(mesh) == [[0, 2], [1, 3], [4, 6], [5, 7]]
+
+
+@pytest.mark.parametrize("config, message", [
+    (multi_slice_config(4, 2, 2, dcn_data=2, dcn_fsdp=2),
+     "mesh.dcn_data=2 x mesh.dcn_fsdp=2 must equal mesh.num_slices=2"),
+    (multi_slice_config(8, 1, 2, dcn_fsdp=2),
+     "mesh.fsdp=1 (over all slices) is not divisible by mesh.dcn_fsdp=2"),
+    (multi_slice_config(2, 4, 2, dcn_fsdp=4), "mesh.dcn_fsdp=4 does not divide mesh.num_slices=2"),
+    (multi_slice_config(8, 1, 3), "mesh.num_slices=3 does not divide the 8 devices"),
+    (multi_slice_config(1, 8, 4, dcn_fsdp=2),
+     "mesh.data=1 (over all slices) is not divisible by mesh.dcn_data=2"),
+    (multi_slice_config(8, 1, 0), "mesh.num_slices=0 must be a positive integer"),
+    (multi_slice_config(8, 1, 2, dcn_fsdp=-1), "mesh.dcn_fsdp=-1 must be a positive integer"),
+])
+def test_multi_slice_errors_name_the_keys(config, message):
+    with pytest.raises(ConfigError) as error:
+        sharding.make_mesh(config)
+    assert message in str(error.value)
+
+
+class SliceDevice:
+    """A device that names its slice, as TPU devices of a multi-slice job do."""
+
+    platform = "tpu"
+
+    def __init__(self, device_id, slice_index):
+        self.id, self.slice_index = device_id, slice_index
+
+
+def test_devices_are_grouped_by_their_slice_index():
+    devices = [SliceDevice(i, slice_index) for i, slice_index in enumerate([1, 0, 1, 0])]
+    assert [[d.id for d in group] for group in sharding.device_slices(devices, 2)] == [
+        [1, 3], [0, 2]]
+    with pytest.raises(ConfigError, match=r"mesh.num_slices=4 but the devices are in 2 "
+                                          r"slice\(s\); set mesh.num_slices=2"):
+        sharding.device_slices(devices, 4)
+    # A run left at one slice on a multi-slice job is told, not laid out across slices blindly.
+    with pytest.raises(ConfigError, match=r"mesh.num_slices=1 but the devices are in 2 slice"):
+        sharding.make_mesh(multi_slice_config(4, 1, 1), devices)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,
+                    reason="needs the [tpu] extra (libtpu's abstract devices name their slice)")
+def test_the_layout_is_create_hybrid_device_mesh_on_tpu_slices(monkeypatch):
+    from jax.experimental import mesh_utils
+    from albert_jax.train import plan
+    monkeypatch.setenv("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")  # other tests' plans may hold libtpu
+    devices = list(plan.tpu_target("v5e:2x2", num_slices=2).devices)
+    for config, inner, dcn in [(multi_slice_config(4, 2, 2), (2, 2, 1), (2, 1, 1)),
+                               (multi_slice_config(2, 4, 2, dcn_data=1, dcn_fsdp=2), (2, 2, 1),
+                                (1, 2, 1))]:
+        expected = mesh_utils.create_hybrid_device_mesh(inner, dcn, devices)
+        assert sharding.make_mesh(config, devices).devices.tolist() == expected.tolist()
 
 
 def boxed_params(**overrides):

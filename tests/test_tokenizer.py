@@ -202,6 +202,34 @@ def test_train_from_config(tmp_path, capsys):
     assert os.path.getmtime(config.data.tokenizer) == before
 
 
+def test_train_from_config_reads_only_its_sample(tmp_path, capsys):
+    """A corpus of 8 files of 120 sentences and a sample of 300: reading stops inside the third
+    file visited (in an order drawn from the seed); the same seed trains the same model."""
+    for index in range(8):
+        (tmp_path / f"part{index}.txt").write_text(
+            "\n\n".join("\n".join(_sentences(8, 10 * index + seed)) for seed in range(15)))
+    sources = corpus.list_sources(str(tmp_path / "*.txt"))
+    stats = corpus.CorpusStats()
+    sample = list(corpus.sample_sentences(sources, 300, seed=3, stats=stats))
+    # 300 / 8 = 37.5: 38 documents read, 15 + 15 + 8 of the third file; its last 7 never read.
+    assert len(sample) == 300 and stats.sources == 3 and stats.documents == 38
+    visited = [index for index in range(8) if _sentences(8, 10 * index)[0] in sample]
+    assert len(visited) == 3 and visited != [0, 1, 2]  # not simply the first files
+    assert sample == list(corpus.sample_sentences(sources, 300, seed=3))
+    assert sample != list(corpus.sample_sentences(sources, 300, seed=4))
+    models = []
+    for name in ("a", "b"):
+        config = ml_collections.ConfigDict({"seed": 3, "data": {
+            "corpus": str(tmp_path / "*.txt"), "vocab_size": 150, "do_lower_case": True,
+            "input_sentence_size": 300, "tokenizer": str(tmp_path / name / "spm.model")}})
+        train_from_config(config)
+        printed = capsys.readouterr().out
+        assert "300 sentences" in printed and "3 of 8 sources" in printed, printed
+        assert "reading stopped at data.input_sentence_size=300" in printed
+        models.append((tmp_path / name / "spm.model").read_bytes())
+    assert models[0] == models[1]
+
+
 def test_train_from_a_bucket_corpus_into_a_bucket(tmp_path, bucket, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)  # where a path string taken for a local one would land
     text = "\n\n".join("\n".join(_sentences(8, seed)) for seed in range(60))

@@ -34,10 +34,13 @@ SCRIPT = textwrap.dedent("""
     optimizer, lr_fn = optim.make_optimizer(optim_config, total_steps=10)
     batches = [synthetic_batch(np.random.default_rng(i), 8, 16, 4, 128) for i in range(3)]
     losses = {}
-    for data, fsdp, tensor in [(1, 1, 1), (8, 1, 1), (2, 4, 1), (2, 2, 2)]:
+    # The last: 2 slices of 4 devices (consecutive CPU devices) with fsdp across them.
+    for data, fsdp, tensor, dcn_fsdp in [(1, 1, 1, 0), (8, 1, 1, 0), (2, 4, 1, 0), (2, 2, 2, 0),
+                                         (2, 4, 1, 2)]:
         devices = jax.devices()[:data * fsdp * tensor]
-        mesh = sharding.make_mesh(ml_collections.ConfigDict(dict(data=data, fsdp=fsdp, tensor=tensor)),
-                                  devices=devices)
+        slices = dict(num_slices=dcn_fsdp, dcn_data=1, dcn_fsdp=dcn_fsdp) if dcn_fsdp else {}
+        mesh = sharding.make_mesh(ml_collections.ConfigDict(dict(data=data, fsdp=fsdp, tensor=tensor,
+                                                                 **slices)), devices=devices)
         _, shardings = state_lib.abstract_train_state(model, optimizer, mesh, task.init_inputs())
         state = state_lib.init_train_state(model, optimizer, mesh, jax.random.PRNGKey(0),
                                            task.init_inputs())
@@ -54,7 +57,7 @@ SCRIPT = textwrap.dedent("""
         # The params really are spread over the mesh.
         kernel = state.params["albert"]["encoder"]["group_0"]["inner_group_0"]["ffn"]["intermediate"]["kernel"]
         run.append(len(kernel.sharding.device_set))
-        losses[f"{data},{fsdp},{tensor}"] = run
+        losses[f"{data},{fsdp},{tensor}" + (f" on {dcn_fsdp} slices" if dcn_fsdp else "")] = run
     print("RESULT" + json.dumps(losses))
 """)
 
@@ -70,7 +73,8 @@ def test_losses_after_3_steps_match_on_every_mesh(tmp_path):
     losses = json.loads(line[len("RESULT"):])
     reference = np.array(losses.pop("1,1,1")[:3])
     assert np.all(np.isfinite(reference)) and len(set(reference.tolist())) == 3, reference
-    expected_devices = {"8,1,1": 1, "2,4,1": 4, "2,2,2": 4}  # the FFN kernel is split over fsdp x tensor
+    # The FFN kernel is split over fsdp x tensor.
+    expected_devices = {"8,1,1": 1, "2,4,1": 4, "2,2,2": 4, "2,4,1 on 2 slices": 4}
     for mesh, run in losses.items():
         np.testing.assert_allclose(run[:3], reference, rtol=1e-5, atol=1e-5, err_msg=mesh)
         assert run[3] >= expected_devices[mesh], (mesh, run[3])

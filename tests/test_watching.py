@@ -1,9 +1,11 @@
 """Watching a run (docs/watching.md): report_to=mlflow on a SQLite store matches metrics.jsonl,
-and a run killed with SIGKILL and resumed still has one MLflow run with one value per step;
-W&B offline keeps its run id across a resume; a tracker that raises or is not installed never
-stops training; config.profile traces the chosen steps."""
+and a run killed with SIGKILL and resumed still has one MLflow run with one value per step, and
+TensorBoard (read by its own reader) every point of metrics.jsonl once; W&B offline keeps its
+run id across a resume, and its files go to WANDB_DIR when set; a tracker that raises or is not
+installed never stops training; config.profile traces the chosen steps."""
 import gzip
 import json
+import math
 import os
 import signal
 import subprocess
@@ -11,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from albert_jax.data import tokenizer as tokenizer_lib
@@ -59,6 +62,17 @@ def _values(workdir: Path) -> list[tuple]:
             if key not in ("step", "split", *TIMING)]
 
 
+def _tensorboard_points(workdir: Path) -> list[tuple[int, str, float]]:
+    """Every (step, tag, value) TensorBoard shows of the workdir's event files, read with its
+    own reader (which applies the SessionLog START of each resumed run)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    reader = EventAccumulator(str(workdir / workdir_names.TENSORBOARD_SUBDIR),
+                              size_guidance={"scalars": 0})  # 0: keep every point
+    reader.Reload()
+    return [(event.step, tag, event.value) for tag in reader.Tags()["scalars"]
+            for event in reader.Scalars(tag)]
+
+
 @pytest.fixture(scope="module")
 def baseline(task_files, tmp_path_factory) -> Path:
     """The run with the default report_to (tensorboard)."""
@@ -69,7 +83,8 @@ def baseline(task_files, tmp_path_factory) -> Path:
 
 
 @pytest.mark.slow
-def test_mlflow_has_every_step_once_after_a_sigkill_and_resume(task_files, baseline, tmp_path):
+def test_mlflow_and_tensorboard_have_every_step_once_after_a_sigkill_and_resume(
+        task_files, baseline, tmp_path):
     workdir = tmp_path / "run"
     from mlflow.tracking import MlflowClient  # here: every xdist worker collects this file
 
@@ -119,6 +134,17 @@ def test_mlflow_has_every_step_once_after_a_sigkill_and_resume(task_files, basel
     best = json.loads((workdir / workdir_names.BEST_FILE).read_text())
     assert run.data.metrics["best/accuracy"] == best["accuracy"]
 
+    # TensorBoard: two event files (the killed run's, the resumed run's); every point of
+    # metrics.jsonl, timings too, once with its value (as float32), and no other: the points of
+    # the checkpoint's step stay, those the killed run logged after it go.
+    assert len(list((workdir / workdir_names.TENSORBOARD_SUBDIR).iterdir())) == 2
+    shown = _tensorboard_points(workdir)
+    expected = [(record["step"], f"{record['split']}/{key}" if "split" in record else key,
+                 float(np.float32(value)))
+                for record in _records(workdir) for key, value in record.items()
+                if key not in ("step", "split") and math.isfinite(value)]
+    assert sorted(shown) == sorted(expected)
+
 
 @pytest.mark.slow
 def test_wandb_offline_continues_the_same_run(task_files, tmp_path):
@@ -134,6 +160,21 @@ def test_wandb_offline_continues_the_same_run(task_files, tmp_path):
     assert len(runs) == 2 and all(run.name.endswith(f"-{run_id}") for run in runs)
     assert all((run / f"run-{run_id}.wandb").stat().st_size > 0 for run in runs)
     assert not (workdir / workdir_names.TENSORBOARD_SUBDIR).exists()  # not asked for
+
+
+@pytest.mark.slow
+def test_an_explicit_wandb_dir_wins_over_the_workdir(task_files, tmp_path):
+    workdir, elsewhere = tmp_path / "run", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    environment = {**one_device_environment(), "WANDB_MODE": "offline", "WANDB_SILENT": "true",
+                   "WANDB_DIR": str(elsewhere)}
+    result = cli(*_finetune_arguments(task_files, workdir, 2, "--config.report_to=wandb"),
+                 environment=environment)
+    assert result.returncode == 0, result.stderr[-3000:]
+    run_id = (workdir / workdir_names.WANDB_RUN_FILE).read_text()  # the id stays with the run
+    (run,) = (elsewhere / "wandb").glob("offline-run-*")
+    assert run.name.endswith(f"-{run_id}") and (run / f"run-{run_id}.wandb").stat().st_size > 0
+    assert not (workdir / workdir_names.WANDB_SUBDIR).exists()
 
 
 FAILING_WANDB = '''

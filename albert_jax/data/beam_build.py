@@ -80,6 +80,21 @@ def pipeline_options(text: str) -> Any:
     return options
 
 
+def check_paths_reach_workers(options: Any, paths: dict[str, list[str]]) -> None:
+    """On a runner whose workers are other machines, every path they read or write must be in
+    a bucket: one line naming the first local one ({config key: paths})."""
+    beam = _import_beam()
+    runner = options.view_as(beam.options.pipeline_options.StandardOptions).runner or ""
+    if runner.rsplit(".", 1)[-1] in beam.options.pipeline_options.StandardOptions.LOCAL_RUNNERS:
+        return
+    for key, values in paths.items():
+        local = [path for path in values if "://" not in path]
+        if local:
+            raise ConfigError(f"config.{key}: {local[0]!r} is on this machine, which the "
+                              f"{runner} workers cannot read or write; put it in a bucket "
+                              f"(gs://...)")
+
+
 def run(context: build_unit.BuildContext, units: list[build_unit.Unit], options: Any) -> None:
     """Builds `units` on the pipeline of `options`; returns when the runner has finished."""
     if not units:

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
-import dataclasses
 import hashlib
 import json
 import multiprocessing
@@ -148,6 +147,9 @@ def build_from_config(config: ml_collections.ConfigDict, *, num_processes: int |
     if beam_pipeline_options:
         from albert_jax.data import beam_build  # Apache Beam only where asked for
         beam_options = beam_build.pipeline_options(beam_pipeline_options)
+        beam_build.check_paths_reach_workers(beam_options, {
+            "data.corpus": [source for source, size in sources if size is not None],
+            "data.dir": [os.fspath(config.data.dir)]})
     if builder.is_prepared():
         _print_existing(builder)
         return builder.data_dir
@@ -231,7 +233,7 @@ def _build(builder: AlbertPretraining, config: ml_collections.ConfigDict,
     where = (f"Apache Beam ({beam_pipeline_options})" if beam_options is not None
              else _plural(min(builder.num_processes, max(len(pending), 1)), "process"))
     print(f"building {builder.data_dir}\n  from {settings.description}\n"
-          f"  {_plural(len(units), 'unit')} of ~{settings.unit_bytes / 2**20:g} MiB of text"
+          f"  {_plural(len(units), 'unit')} of ~{settings.unit_bytes / 2**20:.3g} MiB of text"
           + (f", {len(units) - len(pending)} built before" if len(pending) < len(units) else "")
           + f"; {len(pending)} to build with {where}")
     start = time.time()

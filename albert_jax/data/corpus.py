@@ -31,6 +31,7 @@ import sysconfig
 import warnings
 from typing import IO, Iterator
 
+import numpy as np
 from absl import logging
 from etils import epath
 
@@ -163,6 +164,27 @@ def iter_documents(corpus: str, stats: CorpusStats | None = None) -> Iterator[li
     """The documents of every source of `corpus`, in order."""
     for source in list_sources(corpus):
         yield from read_documents(source, stats)
+
+
+def sample_sentences(sources: list[str], num_sentences: int, seed: int,
+                     stats: CorpusStats | None = None) -> Iterator[str]:
+    """At most `num_sentences` sentences of `sources` (from `list_sources`), without reading
+    the rest: the sources are visited in an order drawn from `seed`, each from its start, and
+    reading stops once `num_sentences` are yielded. The same sources and seed give the same
+    sentences; `stats.sources` counts the sources opened.
+
+    A corpus of many files gives a sample of whole files (a sentence budget of ~10M reads ~1 GB
+    of a TB corpus); a single file gives its first `num_sentences` sentences.
+    """
+    order = np.random.default_rng(seed).permutation(len(sources))
+    remaining = num_sentences
+    for index in order.tolist():
+        for document in read_documents(sources[index], stats):
+            for sentence in document[:remaining]:
+                yield sentence
+            remaining -= min(len(document), remaining)
+            if not remaining:
+                return
 
 
 def read_documents(source: str, stats: CorpusStats | None = None) -> Iterator[list[str]]:

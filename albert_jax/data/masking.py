@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import functools
 from typing import Any, Collection, Mapping, NamedTuple
 
 import numpy as np
@@ -73,8 +74,11 @@ def token_boundary(tokens: np.ndarray, word_start: np.ndarray,
 
 def _is_special(tokens: np.ndarray, special_ids: Collection[int]) -> np.ndarray:
     # bool [n]; a few comparisons beat np.isin's sort for the 2-3 special ids.
-    is_special = np.zeros(len(tokens), bool)
-    for special_id in special_ids:
+    if not special_ids:
+        return np.zeros(len(tokens), bool)
+    first, *others = special_ids
+    is_special = tokens == first
+    for special_id in others:
         is_special |= tokens == special_id
     return is_special
 
@@ -102,11 +106,17 @@ def whole_words(tokens: np.ndarray, boundary: np.ndarray,
     pieces after it. Special tokens belong to no word and end the word before them.
     """
     is_special = _is_special(tokens, special_ids)
-    previous_special = np.concatenate([[True], is_special[:-1]])
+    previous_special = np.empty_like(is_special)
+    previous_special[:1] = True
+    previous_special[1:] = is_special[:-1]
     starts_word = ~is_special & ((np.asarray(boundary) == 1) | previous_special)
-    word_starts = np.flatnonzero(starts_word)
-    word_breaks = np.concatenate([np.flatnonzero(starts_word | is_special), [len(tokens)]])
-    return word_starts, word_breaks[np.searchsorted(word_breaks, word_starts, side="right")]
+    # A word ends where the next word or special token starts, or at the end.
+    word_breaks = np.flatnonzero(starts_word | is_special)
+    next_breaks = np.empty_like(word_breaks)
+    next_breaks[:-1] = word_breaks[1:]
+    next_breaks[-1:] = len(tokens)
+    starts_at_break = starts_word[word_breaks]
+    return word_breaks[starts_at_break], next_breaks[starts_at_break]
 
 
 def choose_ngrams(word_starts: np.ndarray, word_ends: np.ndarray, rng: np.random.Generator, *,
@@ -119,31 +129,41 @@ def choose_ngrams(word_starts: np.ndarray, word_ends: np.ndarray, rng: np.random
     an n-gram that would run past the last word is cut there), shortened while it would overshoot
     the budget, skipped if it still does or overlaps an earlier n-gram.
     """
-    cumulative = np.cumsum(ngram_probabilities(max_ngram, favor_shorter_ngram)).tolist()
+    cumulative = _cumulative_ngram_probabilities(max_ngram, favor_shorter_ngram)
     num_words = len(word_starts)
-    order = rng.permutation(num_words).tolist()
-    ngram_draws = rng.random(num_words).tolist()
-    # tokens_before[w]: tokens in words 0..w-1, so words [w, w + n) hold tokens_before[w + n] -
-    # tokens_before[w] tokens.
-    tokens_before = np.concatenate([[0], np.cumsum(word_ends - word_starts)]).tolist()
+    order = rng.permutation(num_words)
+    ngram_draws = rng.random(num_words)
+    word_lengths = (word_ends - word_starts).tolist()
     covered = [False] * num_words
     chosen: list[tuple[int, int]] = []
     num_selected = 0
-    for first_word, draw in zip(order, ngram_draws):
-        if num_selected >= budget:
-            break
-        # The reference's `cand_indexes[idx:idx + n]` stops at the last word.
-        n = min(bisect.bisect_right(cumulative, draw) + 1, max_ngram, num_words - first_word)
-        while n > 1 and num_selected + tokens_before[first_word + n] - tokens_before[first_word] \
-                > budget:
-            n -= 1
-        size = tokens_before[first_word + n] - tokens_before[first_word]
-        if num_selected + size > budget or any(covered[first_word:first_word + n]):
-            continue
-        covered[first_word:first_word + n] = [True] * n
-        chosen.append((first_word, n))
-        num_selected += size
+    # The loop ends once the budget is spent, usually after a few dozen of the words: they are
+    # made Python numbers a chunk at a time.
+    for chunk in range(0, num_words, _CHUNK_WORDS):
+        for first_word, draw in zip(order[chunk:chunk + _CHUNK_WORDS].tolist(),
+                                    ngram_draws[chunk:chunk + _CHUNK_WORDS].tolist()):
+            if num_selected >= budget:
+                return chosen
+            # The reference's `cand_indexes[idx:idx + n]` stops at the last word.
+            n = min(bisect.bisect_right(cumulative, draw) + 1, max_ngram, num_words - first_word)
+            size = sum(word_lengths[first_word:first_word + n])
+            while n > 1 and num_selected + size > budget:
+                n -= 1
+                size -= word_lengths[first_word + n]
+            if num_selected + size > budget or any(covered[first_word:first_word + n]):
+                continue
+            covered[first_word:first_word + n] = [True] * n
+            chosen.append((first_word, n))
+            num_selected += size
     return chosen
+
+
+_CHUNK_WORDS = 32
+
+
+@functools.cache
+def _cumulative_ngram_probabilities(max_ngram: int, favor_shorter_ngram: bool) -> list[float]:
+    return np.cumsum(ngram_probabilities(max_ngram, favor_shorter_ngram)).tolist()
 
 
 def mask_sequence(tokens: np.ndarray, boundary: np.ndarray, rng: np.random.Generator, *,
@@ -199,19 +219,20 @@ def to_features(instance: Instance, masked: MaskedSequence, boundary: np.ndarray
         raise ValueError(f"example has {num_masked} predictions, more than "
                          f"max_predictions={max_predictions}")
 
-    def padded(values: np.ndarray, length: int, dtype: type = np.int32) -> np.ndarray:
+    def padded(values: np.ndarray | int, length: int, size: int, dtype: type = np.int32
+               ) -> np.ndarray:
         result = np.zeros(length, dtype)
-        result[:len(values)] = values
+        result[:size] = values
         return result
 
     return {
-        "input_ids": padded(masked.input_ids, seq_len),
-        "input_mask": padded(np.ones(num_tokens), seq_len),
-        "segment_ids": padded(instance.segment_ids, seq_len),
-        "token_boundary": padded(boundary, seq_len),
-        "masked_lm_positions": padded(masked.masked_lm_positions, max_predictions),
-        "masked_lm_ids": padded(masked.masked_lm_ids, max_predictions),
-        "masked_lm_weights": padded(np.ones(num_masked), max_predictions, np.float32),
+        "input_ids": padded(masked.input_ids, seq_len, num_tokens),
+        "input_mask": padded(1, seq_len, num_tokens),
+        "segment_ids": padded(instance.segment_ids, seq_len, num_tokens),
+        "token_boundary": padded(boundary, seq_len, num_tokens),
+        "masked_lm_positions": padded(masked.masked_lm_positions, max_predictions, num_masked),
+        "masked_lm_ids": padded(masked.masked_lm_ids, max_predictions, num_masked),
+        "masked_lm_weights": padded(1, max_predictions, num_masked, np.float32),
         "next_sentence_labels": np.array([instance.next_sentence_label], np.int32),
     }
 

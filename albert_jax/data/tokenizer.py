@@ -65,7 +65,9 @@ def preprocess_text(text: str, lower: bool = True) -> str:
 
     Unlike HuggingFace's AlbertTokenizer it does not rewrite ``/'' quotes (the reference does not).
     """
-    text = " ".join(text.strip().split())
+    text = " ".join(text.split())
+    if text.isascii():  # NFKD leaves ASCII as it is and it has no combining marks.
+        return text.lower() if lower else text
     text = unicodedata.normalize("NFKD", text)
     text = "".join(char for char in text if not unicodedata.combining(char))
     return text.lower() if lower else text
@@ -153,6 +155,9 @@ def _preprocess_with_origins(text: str, lower: bool) -> tuple[str, np.ndarray]:
 
 
 KINDS = ("sentencepiece", "wordpiece")
+# Sentences a tokenizer is trained on at most (SentencePiece's input_sentence_size):
+# `train_from_config` reads no more of the corpus than that.
+INPUT_SENTENCE_SIZE = 10_000_000
 HF_SPM_FILE = "spiece.model"  # the file transformers' AlbertTokenizer reads
 _MODEL_SUFFIX = ".model"
 
@@ -388,12 +393,27 @@ class SentencePieceTokenizer(Tokenizer):
     def encode(self, text: str) -> np.ndarray:
         """Token ids of one sentence, int32 [num_pieces]; same pieces as `pieces(text)`."""
         ids = np.asarray(self._sp.encode(preprocess_text(text, self.lower)), dtype=np.int32)
-        # Fast path: no piece needs the digit-comma rule. An unknown piece maps to unk_id whatever
-        # its text, so a text with <unk> takes the exact slow path as well.
-        if ids.size and (self._comma_split[ids].any() or (ids == self.unk_id).any()):
-            ids = np.asarray([self._sp.piece_to_id(piece) for piece in self.pieces(text)],
-                             dtype=np.int32)
-        return ids
+        if not ids.size:
+            return ids
+        # An unknown piece maps to unk_id whatever its text (which may end in a digit and a
+        # comma): a text with <unk> takes the exact path, through the pieces' texts.
+        if (ids == self.unk_id).any():
+            return np.asarray([self._sp.piece_to_id(piece) for piece in self.pieces(text)],
+                              dtype=np.int32)
+        if not self._comma_split[ids].any():
+            return ids
+        # Only the digit-comma pieces change (`pieces`: re-encoded, then the comma).
+        new_ids = []
+        for piece_id in ids.tolist():
+            if not self._comma_split[piece_id]:
+                new_ids.append(piece_id)
+                continue
+            piece = self._sp.id_to_piece(piece_id)
+            sub_pieces = self._sp.encode(piece[:-1].replace(SPIECE_UNDERLINE, ""), out_type=str)
+            new_ids.extend(self._sp.piece_to_id(sub_piece) for sub_piece, _, _ in
+                           self._apply_comma_rule(piece, [(sub, 0, 0) for sub in sub_pieces]))
+            new_ids.append(self._sp.piece_to_id(piece[-1]))
+        return np.asarray(new_ids, dtype=np.int32)
 
     def encode_with_offsets(self, text: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Token ids of `text` and the characters of the ORIGINAL `text` each token covers.
@@ -554,7 +574,7 @@ class WordPieceTokenizer(Tokenizer):
 
 
 def train(sentences: Iterable[str], model_path: str, vocab_size: int, *,
-          input_sentence_size: int = 10_000_000, seed: int = 0, lower: bool = True) -> str:
+          input_sentence_size: int = INPUT_SENTENCE_SIZE, seed: int = 0, lower: bool = True) -> str:
     """Trains a unigram SentencePiece model with the ALBERT settings (SPEC 2.1); returns model_path.
 
     Sentences are preprocessed (SPEC 2.2, lower-cased unless `lower=False`) first. `model_path`
@@ -606,7 +626,10 @@ def train_from_config(config: ml_collections.ConfigDict) -> None:
     """`albert-jax tokenizer train`: trains config.data.tokenizer on config.data.corpus, a
     SentencePiece model or, with config.data.tokenizer_kind="wordpiece", a WordPiece vocabulary.
 
-    Skips (and says so) when the file already exists, so the demo can be rerun.
+    Trains on at most config.data.input_sentence_size sentences (default INPUT_SENTENCE_SIZE),
+    read from the corpus's sources in an order drawn from config.seed until there are that many
+    (`corpus.sample_sentences`): a corpus of any size is read only that far. Skips (and says so)
+    when the file already exists, so the demo can be rerun.
     """
     model_path = config.data.tokenizer
     kind = config.data.get("tokenizer_kind", "sentencepiece")
@@ -614,15 +637,16 @@ def train_from_config(config: ml_collections.ConfigDict) -> None:
     if epath.Path(model_path).exists():
         print(f"tokenizer {model_path} exists; skipping training (delete it to retrain)")
         return
+    sample_size = int(config.data.get("input_sentence_size", INPUT_SENTENCE_SIZE))
+    sources = corpus.list_sources(config.data.corpus)
     stats = corpus.CorpusStats()
     num_sentences = 0
 
     def sentences() -> Iterator[str]:
         nonlocal num_sentences
-        for document in corpus.iter_documents(config.data.corpus, stats):
-            for sentence in document:
-                num_sentences += 1
-                yield sentence
+        for sentence in corpus.sample_sentences(sources, sample_size, config.seed, stats):
+            num_sentences += 1
+            yield sentence
 
     start = time.time()
     if kind == "wordpiece":
@@ -631,12 +655,14 @@ def train_from_config(config: ml_collections.ConfigDict) -> None:
         what = "WordPiece vocabulary (HuggingFace tokenizers' trainer on BasicTokenizer words)"
     else:
         train(sentences(), model_path, config.data.vocab_size, seed=config.seed,
-              lower=config.data.do_lower_case)
-        what = ("SentencePiece unigram tokenizer (SentencePiece samples at most 10,000,000 "
-                "sentences)")
-    print(f"trained {what}: {num_sentences} sentences from {config.data.corpus!r}, vocab_size "
-          f"{config.data.vocab_size}, wrote {model_path} in {time.time() - start:.1f}s\n"
-          f"{stats.report()}")
+              lower=config.data.do_lower_case, input_sentence_size=sample_size)
+        what = "SentencePiece unigram tokenizer"
+    read = ("the whole corpus" if num_sentences < sample_size
+            else f"reading stopped at data.input_sentence_size={sample_size:,} sentences")
+    print(f"trained {what}: {num_sentences} sentences from {config.data.corpus!r} ({stats.sources} "
+          f"of {len(sources)} sources, visited in an order drawn from seed {config.seed}; "
+          f"{read}), vocab_size {config.data.vocab_size}, wrote {model_path} in "
+          f"{time.time() - start:.1f}s\n{stats.report()}")
 
 
 def train_wordpiece(sentences: Iterable[str], vocab_path: str, vocab_size: int, *,

@@ -33,6 +33,14 @@ probabilities are then never arrays in HBM), rematerialisation, more microbatche
 only if none fits alone. The smallest fitting change of every lever is reported, the first in
 that order as `fits_with`.
 
+Several slices (`--num_slices`, `mesh.num_slices`): the target is that many copies of the slice
+joined over the data-center network (libtpu's `get_topology_desc(num_slices=N)`, or CPU devices
+split into N groups), the mesh is the hybrid one of train/sharding.py, and the plan also reads
+from the compiled program what crosses slices each step (train/dcn_traffic.py): the bytes per
+device, each cross-slice collective, and a warning when anything but an all-reduce (the gradient
+reduction, and the step's scalar metrics) crosses, e.g. fsdp's parameter all-gathers when
+fsdp spans slices (`mesh.dcn_fsdp` > 1).
+
 FLOPs per step are analytic (train/flops.py via the task): XLA's cost analysis counts the body
 of a scan once, not once per layer.
 """
@@ -55,7 +63,7 @@ import numpy as np
 
 from albert_jax.errors import ConfigError
 from albert_jax.model import attention
-from albert_jax.train import flops, optim, sharding, validation
+from albert_jax.train import dcn_traffic, flops, optim, sharding, validation
 from albert_jax.train import state as state_lib
 from albert_jax.train import step as step_lib
 from albert_jax.train.task import Task
@@ -102,21 +110,26 @@ class Target:
     hbm_bytes: int
     peak_flops: float
     is_tpu: bool  # the TPU compiler refuses what does not fit; on CPU we compare
+    num_slices: int = 1  # slices joined over the data-center network
 
 
-def tpu_target(topology: str) -> Target:
-    """The abstract devices of TPU `topology` (e.g. "v5e:16x16", "v4:4x4x4"), from libtpu."""
+def tpu_target(topology: str, num_slices: int = 1) -> Target:
+    """The abstract devices of `num_slices` TPU slices of `topology` (e.g. "v5e:16x16",
+    "v4:4x4x4"), from libtpu."""
     chip_name = topology.split(":", 1)[0].lower()
     chip_name = _CHIP_ALIASES.get(chip_name, chip_name)
     if chip_name not in CHIPS or ":" not in topology:
         raise ConfigError(f"--topology={topology!r} is not <chip>:<shape> for a chip in "
                           f"{sorted(CHIPS)}, e.g. v5e:16x16 or v4:4x4x4")
+    _check_num_slices(num_slices)
     if importlib.util.find_spec("libtpu") is None and not os.environ.get("TPU_LIBRARY_PATH"):
         raise ConfigError(f"--topology={topology} needs libtpu to compile for TPU: "
                           "pip install 'albert-jax[tpu]' (or plan on --devices=N CPU devices "
                           "with --hbm_gib)")
     from jax.experimental import topologies  # only with libtpu: it starts the TPU compiler
     options = {"chip_config_name": "megacore"} if chip_name in _MEGACORE else {}
+    if num_slices > 1:
+        options["num_slices"] = num_slices
     name = f"{chip_name}:{topology.split(':', 1)[1]}"
     try:
         description = topologies.get_topology_desc(platform="tpu", topology_name=name, **options)
@@ -132,15 +145,27 @@ def tpu_target(topology: str) -> Target:
         raise ConfigError(f"--topology={topology}: libtpu does not know it ({error}); use "
                           "<chip>:<shape> as gcloud names TPU slices, e.g. v5e:4x4") from None
     chip = CHIPS[chip_name]
-    return Target(topology, tuple(description.devices), chip.hbm_bytes, chip.peak_flops,
-                  is_tpu=True)
+    name = topology if num_slices == 1 else f"{num_slices} x {topology}"
+    return Target(name, tuple(description.devices), chip.hbm_bytes, chip.peak_flops,
+                  is_tpu=True, num_slices=num_slices)
 
 
-def cpu_target(num_devices: int, hbm_gib: float, peak_tflops: float) -> Target:
+def _check_num_slices(num_slices: int) -> None:
+    if not isinstance(num_slices, int) or num_slices < 1:
+        raise ConfigError(f"--num_slices={num_slices} must be a positive integer")
+
+
+def cpu_target(num_devices: int, hbm_gib: float, peak_tflops: float,
+               num_slices: int = 1) -> Target:
     """N CPU devices of this process, each standing for an accelerator of `hbm_gib` GiB; the
-    CPU compiler's buffer plan approximates the TPU's."""
+    CPU compiler's buffer plan approximates the TPU's. With `num_slices` > 1 they stand for
+    that many slices of N / num_slices devices (consecutive devices, sharding.device_slices)."""
     if num_devices < 1:
         raise ConfigError(f"--devices={num_devices} must be a positive integer")
+    _check_num_slices(num_slices)
+    if num_devices % num_slices:
+        raise ConfigError(f"--devices={num_devices} is not divisible by --num_slices="
+                          f"{num_slices}: give each slice as many devices")
     if not hbm_gib > 0 or not peak_tflops > 0:
         raise ConfigError(f"--hbm_gib={hbm_gib} and --peak_tflops={peak_tflops} must be positive")
     devices = jax.devices("cpu")
@@ -148,8 +173,10 @@ def cpu_target(num_devices: int, hbm_gib: float, peak_tflops: float) -> Target:
         raise ConfigError(f"--devices={num_devices} but this process has {len(devices)} CPU "
                           f"devices; set XLA_FLAGS=--xla_force_host_platform_device_count="
                           f"{num_devices} before JAX starts (`albert-jax plan` does)")
-    return Target(f"{num_devices} CPU devices", tuple(devices[:num_devices]),
-                  int(hbm_gib * GIB), peak_tflops * 1e12, is_tpu=False)
+    name = f"{num_devices} CPU devices" + (
+        f" as {num_slices} slices of {num_devices // num_slices}" if num_slices > 1 else "")
+    return Target(name, tuple(devices[:num_devices]), int(hbm_gib * GIB), peak_tflops * 1e12,
+                  is_tpu=False, num_slices=num_slices)
 
 
 @dataclasses.dataclass
@@ -169,6 +196,12 @@ class Measurement:
     fits: bool
     largest_buffers: list[dict[str, Any]]
     compile_seconds: float
+    # Across slices (nothing on one slice; unknown for a program the compiler refused).
+    dcn_bytes_per_step_per_device: int = 0
+    # One {kind, bytes} per cross-slice collective.
+    dcn_collectives: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    dcn_warning: str = ""  # one line when more than the gradient all-reduce crosses
+    dcn_measured: bool = True  # False: the TPU compiler refused the program: no HLO to read
 
 
 # A TPU out-of-memory compile: "RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory
@@ -217,6 +250,9 @@ def measure(config: ml_collections.ConfigDict, build_task: BuildTask,
     `build_task(config)` gives the task and its train batch as ShapeDtypeStructs of the global
     batch ([batch_size, ...]); the config is validated (mesh, batch split) before compiling.
     """
+    if sharding.num_slices(config.mesh) != target.num_slices:
+        raise ConfigError(f"config mesh.num_slices={sharding.num_slices(config.mesh)} but the "
+                          f"target {target.name} has {target.num_slices} slice(s); make them agree")
     validation.check_run(config, len(target.devices))
     mesh_shape = sharding.mesh_shape(config.mesh, len(target.devices))
     task, batch_spec = build_task(config)
@@ -245,6 +281,13 @@ def measure(config: ml_collections.ConfigDict, build_task: BuildTask,
             compiled, refusal = None, str(error)
         report_total, largest = _memory_report(dump_dir)
     seconds = time.perf_counter() - started
+    crossing = []
+    if compiled is not None and target.num_slices > 1:
+        slice_of = {device: index for index, devices in enumerate(
+            sharding.device_slices(list(target.devices), target.num_slices)) for device in devices}
+        crossing = [collective for collective in dcn_traffic.collectives(
+                        compiled.as_text(), [slice_of[device] for device in mesh.devices.flat])
+                    if collective.crosses_slices]
     if compiled is None:
         peak, fits = _refused_peak(refusal, report_total), False
         temp = peak - argument_bytes
@@ -268,7 +311,31 @@ def measure(config: ml_collections.ConfigDict, build_task: BuildTask,
                        argument_bytes_per_device=argument_bytes, temp_bytes_per_device=temp,
                        peak_bytes_per_device=peak, hbm_bytes_per_device=target.hbm_bytes,
                        fits=fits, largest_buffers=[] if fits else largest,
-                       compile_seconds=seconds)
+                       compile_seconds=seconds,
+                       dcn_bytes_per_step_per_device=sum(c.bytes_per_device for c in crossing),
+                       dcn_collectives=[{"kind": c.kind, "bytes": c.bytes_per_device}
+                                        for c in crossing],
+                       dcn_warning=_dcn_warning(crossing, config.mesh),
+                       dcn_measured=compiled is not None or target.num_slices == 1)
+
+
+def _dcn_warning(crossing: list[dcn_traffic.Collective],
+                 mesh_config: ml_collections.ConfigDict) -> str:
+    """One line when collectives other than all-reduces (the gradient reduction, the step's
+    scalar metrics) cross slices, with the lever that keeps them inside one; else ""."""
+    others = [c for c in crossing if c.kind != "all-reduce"]
+    if not others:
+        return ""
+    kinds = sorted({c.kind for c in others})
+    moved = sharding.format_bytes(sum(c.bytes_per_device for c in others))
+    slices = sharding.num_slices(mesh_config)
+    _, dcn_fsdp, _ = sharding.dcn_shape(mesh_config)
+    lever = (f"fsdp spans {dcn_fsdp} slices, so its parameter gathers cross DCN on every layer: "
+             f"set mesh.dcn_fsdp=1 (mesh.dcn_data={slices}) and keep fsdp inside a slice"
+             if dcn_fsdp > 1 else "keep fsdp inside a slice: mesh.dcn_fsdp=1")
+    return (f"WARNING: besides the gradient all-reduce, {len(others)} collective(s) "
+            f"({', '.join(kinds)}; {moved} per device per step) cross slices over the "
+            f"data-center network; {lever}")
 
 
 def _refused_peak(refusal: str, report_total: int | None) -> int:
@@ -314,8 +381,11 @@ def _lever_ladders(config: ml_collections.ConfigDict, mesh_shape: tuple[int, int
     remat_policy = measured.remat_policy
     data, fsdp, _ = mesh_shape
     batch_devices = data * fsdp
+    dcn_data, dcn_fsdp, _ = sharding.dcn_shape(config.mesh)
+    # More fsdp inside a slice: the data axis keeps spanning its slices.
     fsdp_ladder = [{"mesh.data": batch_devices // size, "mesh.fsdp": size}
-                   for size in _doublings(fsdp, batch_devices)]
+                   for size in _doublings(fsdp, batch_devices)
+                   if (batch_devices // size) % dcn_data == 0 and size % dcn_fsdp == 0]
     remat_ladder = [{"model_overrides.remat_policy": policy}
                     for policy in _REMAT_BY_MEMORY[_REMAT_BY_MEMORY.index(remat_policy) + 1:]]
     microbatch_sizes = [m for m in _doublings(config.num_microbatches, config.batch_size)
@@ -382,6 +452,7 @@ def plan(config: ml_collections.ConfigDict, build_task: BuildTask, target: Targe
                       * task.flops_per_example(config.seq_len))
     result = {
         "topology": target.name,
+        "num_slices": target.num_slices,
         "devices": len(target.devices),
         "device_kind": target.devices[0].device_kind,
         "model": task.model_config.to_dict(),
@@ -430,6 +501,24 @@ def _shorten(text: str, width: int = 100) -> str:
     return text if len(text) <= width else text[:width - 3] + "..."
 
 
+def _dcn_line(result: dict[str, Any]) -> str:
+    """What crosses slices per step, by kind of collective."""
+    if not result["dcn_measured"]:
+        return ("across slices: unknown (the compiler refused the program, so there is no "
+                "program to read)")
+    by_kind: dict[str, list[int]] = {}
+    for collective in result["dcn_collectives"]:
+        by_kind.setdefault(collective["kind"], []).append(collective["bytes"])
+    kinds = "; ".join(f"{kind} x{len(sizes)} {_size(sum(sizes))}"
+                      for kind, sizes in sorted(by_kind.items()))
+    # The gradient all-reduce moves about the parameters' bytes (f32); more means the same
+    # gradient crosses in pieces (ALBERT's shared layers: each use's contribution apart).
+    ratio = result["dcn_bytes_per_step_per_device"] / max(1, result["param_bytes_per_device"])
+    return (f"across slices (DCN) per device per step: "
+            f"{_size(result['dcn_bytes_per_step_per_device'])}" + (f" ({kinds})" if kinds else "")
+            + f", {ratio:.2g}x the parameter bytes per device")
+
+
 def format_plan(result: dict[str, Any]) -> str:
     """The plan as a few lines for a person."""
     mesh = " ".join(f"{axis}={size}" for axis, size in result["mesh"].items())
@@ -450,6 +539,10 @@ def format_plan(result: dict[str, Any]) -> str:
         f"at {result['mfu']:.0%} MFU of {result['peak_flops_per_device'] / 1e12:.4g} TFLOP/s "
         f"per device",
     ]
+    if result["num_slices"] > 1:
+        lines.append(_dcn_line(result))
+        if result["dcn_warning"]:
+            lines.append(result["dcn_warning"])
     if result["largest_buffers"]:
         lines.append("largest buffers: " + "; ".join(
             f"{_size(row['bytes'])} {_shorten(row['shapes'])}"

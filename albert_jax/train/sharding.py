@@ -21,6 +21,17 @@ data=16). So the model also names the axes of its activations (`nn.with_logical_
 batch, length, activation_hidden, activation_heads, ...) and of each Dense kernel where it is
 used (gathered over fsdp, still split over tensor), and `activation_sharding(mesh)` binds those
 names while a step is traced; outside it they are no-ops (init, single-device use).
+
+More than one slice (`mesh.num_slices` > 1): slices talk over the data-center network (DCN),
+10-100x slower than the chips' own links (ICI). `mesh.data`/`mesh.fsdp`/`mesh.tensor` are still
+the whole axes over all slices; `mesh.dcn_data`/`mesh.dcn_fsdp` say how many slices each spans
+(their product is `mesh.num_slices`; by default all on data, so that only the gradient
+all-reduce crosses DCN), and the rest of each axis lies inside a slice. The devices are laid out
+as `mesh_utils.create_hybrid_device_mesh` does (each slice's block ordered along its ICI, the
+blocks tiled over the DCN axes), so an axis index is slice-major: data index = slice's data
+position x (data per slice) + position inside the slice. TPU devices name their slice
+(`slice_index`); other devices (CPU devices standing for several slices) are split into
+`num_slices` consecutive groups, so the CPU tests run the same layout code as a TPU pod.
 """
 from __future__ import annotations
 
@@ -32,6 +43,7 @@ import flax.linen as nn
 import jax
 import ml_collections
 import numpy as np
+from jax.experimental import mesh_utils
 from jax.sharding import NamedSharding, PartitionSpec
 
 from albert_jax.errors import ConfigError
@@ -106,14 +118,83 @@ def mesh_shape(mesh_config: ml_collections.ConfigDict, num_devices: int) -> tupl
     return tuple(sizes[axis] for axis in MESH_AXES)
 
 
+def num_slices(mesh_config: ml_collections.ConfigDict) -> int:
+    """`mesh.num_slices` (1 where a config has no such key)."""
+    count = mesh_config.get("num_slices", 1)
+    if not isinstance(count, int) or count < 1:
+        raise ConfigError(f"config mesh.num_slices={count!r} must be a positive integer")
+    return count
+
+
+def dcn_shape(mesh_config: ml_collections.ConfigDict) -> tuple[int, int, int]:
+    """How many slices each mesh axis spans: (mesh.dcn_data, mesh.dcn_fsdp, 1), their product
+    `mesh.num_slices`; dcn_data=-1 (the default) is the slices dcn_fsdp leaves. Tensor
+    parallelism never crosses slices."""
+    slices = num_slices(mesh_config)
+    sizes = {"data": mesh_config.get("dcn_data", -1), "fsdp": mesh_config.get("dcn_fsdp", 1)}
+    for axis, size in sizes.items():
+        if not isinstance(size, int) or size == 0 or size < -1 or (axis != "data" and size < 1):
+            allowed = "a positive integer or -1" if axis == "data" else "a positive integer"
+            raise ConfigError(f"config mesh.dcn_{axis}={size!r} must be {allowed}")
+    if sizes["data"] == -1:
+        if slices % sizes["fsdp"]:
+            raise ConfigError(f"config mesh.dcn_fsdp={sizes['fsdp']} does not divide "
+                              f"mesh.num_slices={slices}")
+        sizes["data"] = slices // sizes["fsdp"]
+    if sizes["data"] * sizes["fsdp"] != slices:
+        raise ConfigError(f"config mesh.dcn_data={sizes['data']} x mesh.dcn_fsdp={sizes['fsdp']} "
+                          f"must equal mesh.num_slices={slices} (the slices each axis spans)")
+    return sizes["data"], sizes["fsdp"], 1
+
+
+def slice_shape(mesh_config: ml_collections.ConfigDict, num_devices: int) -> tuple[int, int, int]:
+    """(data, fsdp, tensor) inside one slice: the whole axes divided by `dcn_shape`."""
+    whole, dcn = mesh_shape(mesh_config, num_devices), dcn_shape(mesh_config)
+    for axis, size, slices in zip(MESH_AXES, whole, dcn):
+        if size % slices:
+            raise ConfigError(f"config mesh.{axis}={size} (over all slices) is not divisible by "
+                              f"mesh.dcn_{axis}={slices}, the slices it spans")
+    return tuple(size // slices for size, slices in zip(whole, dcn))
+
+
+def device_slices(devices: list[jax.Device], count: int) -> list[list[jax.Device]]:
+    """`devices` grouped by slice, in slice order: by `slice_index` for TPU devices (of a
+    multi-slice job or topology), else `count` consecutive groups (CPU devices standing for
+    slices, which name no slice or, across processes, all slice 0; in a multi-process CPU run,
+    one process per group when the counts agree)."""
+    if devices[0].platform == "tpu" and getattr(devices[0], "slice_index", None) is not None:
+        groups: dict[int, list[jax.Device]] = {}
+        for device in devices:
+            groups.setdefault(device.slice_index, []).append(device)
+        slices = [groups[index] for index in sorted(groups)]
+        if len(slices) != count:
+            raise ConfigError(f"config mesh.num_slices={count} but the devices are in "
+                              f"{len(slices)} slice(s); set mesh.num_slices={len(slices)}")
+        return slices
+    if len(devices) % count:
+        raise ConfigError(f"config mesh.num_slices={count} does not divide the {len(devices)} "
+                          "devices")
+    per_slice = len(devices) // count
+    return [devices[start:start + per_slice] for start in range(0, len(devices), per_slice)]
+
+
 def make_mesh(mesh_config: ml_collections.ConfigDict,
               devices: list[jax.Device] | None = None) -> jax.sharding.Mesh:
-    """The ("data", "fsdp", "tensor") mesh over `devices` (default: all devices of all hosts)."""
+    """The ("data", "fsdp", "tensor") mesh over `devices` (default: all devices of all hosts),
+    over several slices if `mesh.num_slices` > 1 (module docstring)."""
     devices = jax.devices() if devices is None else list(devices)
     shape = mesh_shape(mesh_config, len(devices))
-    # jax.make_mesh orders devices along the physical topology (TPU ICI rings).
-    return jax.make_mesh(shape, MESH_AXES, axis_types=(jax.sharding.AxisType.Auto,) * 3,
-                         devices=devices)
+    axis_types = (jax.sharding.AxisType.Auto,) * 3
+    slices = device_slices(devices, num_slices(mesh_config))
+    if len(slices) == 1:
+        # jax.make_mesh orders devices along the physical topology (TPU ICI rings).
+        return jax.make_mesh(shape, MESH_AXES, axis_types=axis_types, devices=devices)
+    inner, dcn = slice_shape(mesh_config, len(devices)), dcn_shape(mesh_config)
+    # mesh_utils.create_hybrid_device_mesh's layout, with our grouping of devices into slices.
+    blocks = np.empty(dcn, dtype=object)
+    for index, slice_devices in enumerate(slices):
+        blocks[np.unravel_index(index, dcn)] = mesh_utils.create_device_mesh(inner, slice_devices)
+    return jax.sharding.Mesh(np.block(blocks.tolist()), MESH_AXES, axis_types=axis_types)
 
 
 def batch_sharding(mesh: jax.sharding.Mesh) -> NamedSharding:

@@ -14,9 +14,9 @@
   <workdir>/metrics.jsonl        one record per logged step and evaluation
   <workdir>/.append-<crc32>      gs:// only: the lines being added to metrics.jsonl (files.append;
                                  the next append removes one a killed run left; in tensorboard/ too)
-  <workdir>/tensorboard/         TensorBoard event files, one per run started (train/reporting/metrics.py)
+  <workdir>/tensorboard/         TensorBoard event files, one per run started (reporting/metrics.py)
   <workdir>/tensorboard/plugins/profile/<run>/  config.profile: the jax.profiler trace
-                                 (<host>.xplane.pb, perfetto_trace.json.gz; train/reporting/profiler.py)
+                                 (<host>.xplane.pb, perfetto_trace.json.gz; reporting/profiler.py)
   <workdir>/mlflow_run_id        report_to=mlflow: the MLflow run a resumed run continues
   <workdir>/wandb_run_id         report_to=wandb: the W&B run id a resumed run continues
   <workdir>/wandb/               report_to=wandb, local workdir: W&B's run folders

@@ -82,7 +82,8 @@ def load(path: str) -> Pretrained:
             raise FileNotFoundError(f"init_from={path} has albert_config.json but no TF checkpoint "
                                     "(model.ckpt-*.index or variables/variables.index)")
         model_config, params = load_tf_checkpoint(prefix, os.fspath(directory / "albert_config.json"))
-        return Pretrained(model_config, params["albert"], tokenizer_files.tf_tokenizer(directory), "tf")
+        return Pretrained(model_config, params["albert"], tokenizer_files.tf_tokenizer(directory),
+                          "tf")
 
     hf_config = directory / workdir_names.CONFIG_FILE
     if hf_config.exists() and json.loads(hf_config.read_bytes()).get("model_type") == "albert":

@@ -1,5 +1,6 @@
-"""Dev scores of GLUE, RACE and own data, computed on the host from the gathered predictions of a
-split. A task passes its class count and names its metrics (GLUE: its spec row, glue.score).
+"""Dev scores of GLUE, RACE and custom tasks, computed on the host from the gathered predictions
+of a split. A task passes its class count and names its metrics (GLUE: its spec row,
+glue/data.py score).
 
 The numbers are those of scikit-learn (`accuracy_score`, `f1_score`, `matthews_corrcoef`,
 `mean_squared_error`) and SciPy (`pearsonr`, `spearmanr`), written with NumPy/SciPy so that
@@ -15,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 # The metrics of each family, in report order. `class_scores` and `real_scores` compute any of
-# them by name; a task's spec row (GLUE) or class (own data) picks its own.
+# them by name; a task's spec row (GLUE) or class (custom tasks) picks its own.
 CLASS_METRICS: tuple[str, ...] = ("accuracy", "f1", "macro_f1", "mcc")
 REAL_METRICS: tuple[str, ...] = ("pearson", "spearman", "mse")
 CLASSIFICATION_METRICS: tuple[str, ...] = ("accuracy", "macro_f1", "mcc")

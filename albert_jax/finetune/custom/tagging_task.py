@@ -25,7 +25,8 @@ from albert_jax.finetune.core import registry
 from albert_jax.finetune.core.examples import Sentence
 from albert_jax.finetune.core.pretrained import Pretrained
 from albert_jax.finetune.custom import data as custom_data, tagging_data
-from albert_jax.finetune.kinds.token_classification import SELECTION_METRICS, TokenClassificationTask
+from albert_jax.finetune.kinds.token_classification import (SELECTION_METRICS,
+                                                             TokenClassificationTask)
 from albert_jax.model import ModelConfig
 from albert_jax.train import workdir as workdir_names
 from albert_jax.train.task import Selection

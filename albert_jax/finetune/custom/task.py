@@ -129,7 +129,8 @@ class CustomClassificationTask(_CustomData, ClassificationTask):
 
     def _from_training_data(self, run_dir: epath.Path | None) -> None:
         # The label list sizes the classifier.
-        self.labels = custom_data.labels_in_workdir(run_dir) if run_dir is not None else self.label_list()
+        self.labels = (custom_data.labels_in_workdir(run_dir) if run_dir is not None
+                       else self.label_list())
 
     def label_list(self) -> tuple[str, ...]:
         """The labels in class order: config data.labels, else the sorted set of the training

@@ -4,7 +4,7 @@
   arrays, infos, stats = build_features(examples, tokenizer, version="v2.0",
                                         max_seq_length=MAX_SEQ_LENGTH["v2.0"], training=False)
   # arrays["input_ids"] etc. [num_features, max_seq_length] -> the model, then
-  # squad_postprocess.postprocess_v2(examples, infos, ...) -> predictions.json & co.
+  # postprocess.postprocess_v2(examples, infos, ...) -> predictions.json & co.
 
 Public API:
   VERSIONS, MAX_SEQ_LENGTH, DOC_STRIDE, MAX_QUERY_LENGTH
@@ -38,7 +38,7 @@ Training labels (what happens to answers that do not fit; each case is counted i
     what a window without the answer looks like, and every window of a long context puts
     forward candidates at prediction. `windows_without_answer="drop"` (v1.1 only) drops such
     windows instead, as albert_jax did before; an answer in no window then drops its example.
-    v1.1 prediction never answers [CLS] (squad_postprocess: spans lie in the context).
+    v1.1 prediction never answers [CLS] (postprocess.py: spans lie in the context).
 """
 from __future__ import annotations
 

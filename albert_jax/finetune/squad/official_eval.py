@@ -4,7 +4,8 @@
 `evaluate_v1` as `evaluate-v1.1.py`. One departure: a question with no prediction scores 0 and
 counts in every total, as v1.1 does, where the v2.0 script crashes.
 
-  python -m albert_jax.finetune.squad.official_eval dev-v2.0.json predictions.json [--na-prob-file=F]
+  python -m albert_jax.finetune.squad.official_eval dev-v2.0.json predictions.json \
+      [--na-prob-file=F]
 """
 from __future__ import annotations
 

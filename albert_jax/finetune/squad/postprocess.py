@@ -4,7 +4,7 @@ and the prediction files in the reference formats.
 
   predictions, nbest = postprocess_v1(examples, infos, start_logits, end_logits)
   predictions, nbest, null_odds = postprocess_v2(examples, infos, outputs)   # model outputs
-  with_null = apply_null_threshold(null_odds, predictions, best_f1_thresh)  # from squad_eval
+  with_null = apply_null_threshold(null_odds, predictions, best_f1_thresh)  # from official_eval
   write_prediction_files(directory, predictions, nbest, null_odds, with_null)
 
 A span is a candidate when both ends lie in the context of one window, the window gives its start

@@ -63,15 +63,21 @@ class TensorBoardWriter(MetricWriter):
     """One event file per run started in <workdir>/tensorboard/; tags are "<split>/<key>"."""
 
     def __init__(self, workdir: str | epath.Path, *, start_step: int = 0) -> None:
-        """start_step: the step the run starts from; TensorBoard drops the points past it that
-        an earlier run logged before it was stopped (as `metrics.jsonl` has lost them)."""
+        """start_step: the step the run starts from (a resumed run: its checkpoint's).
+
+        The file opens with a SessionLog START at start_step + 1, the first step this run
+        computes: TensorBoard's reader drops every point at or past a START's step that earlier
+        files hold, so the points an earlier run logged after its checkpoint go (as
+        `metrics.jsonl` has lost them) and those up to the checkpoint, start_step's included,
+        stay, each once."""
         directory = epath.Path(workdir) / workdir_names.TENSORBOARD_SUBDIR
         directory.mkdir(parents=True, exist_ok=True)
         self._events = directory / (
             f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}.{os.getpid()}")
         now = time.time()
-        files.append(self._events, tensorboard_events.file_version_record(now, start_step)
-                     + tensorboard_events.session_start_record(now, start_step))
+        first_step = start_step + 1
+        files.append(self._events, tensorboard_events.file_version_record(now, first_step)
+                     + tensorboard_events.session_start_record(now, first_step))
 
     def write_scalars(self, step: int, scalars: Mapping[str, float],
                       split: str | None = None) -> None:

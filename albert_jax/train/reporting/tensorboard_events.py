@@ -34,8 +34,8 @@ def file_version_record(wall_time: float, step: int) -> bytes:
 
 
 def session_start_record(wall_time: float, step: int) -> bytes:
-    """SessionLog START at `step`: TensorBoard drops the points past it that an earlier run
-    logged before it was stopped."""
+    """SessionLog START at `step`: TensorBoard's reader drops the points at or past `step` that
+    earlier event files hold (a run resumed from its checkpoint at s starts at s + 1)."""
     session_log = _key(_SESSION_LOG_STATUS, _VARINT) + _varint(_SESSION_LOG_START)
     return _framed(_event(wall_time, step, _message(_EVENT_SESSION_LOG, session_log)))
 

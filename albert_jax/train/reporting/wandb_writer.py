@@ -4,11 +4,13 @@ The run id is chosen here and kept in <workdir>/wandb_run_id before the run star
 `wandb.init(id=..., resume="allow")` continues it. Online, W&B tells a resumed run its next
 step and the steps before it (logged by the killed run) are not sent again. WANDB_MODE=offline (or
 config.wandb.mode=offline) writes the run under <workdir>/wandb/ with no network; `wandb sync`
-uploads it later. A gs:// workdir keeps W&B's files in WANDB_DIR (default: the current folder).
+uploads it later. An explicit WANDB_DIR (W&B's own variable) wins: W&B's files go there instead.
+A gs:// workdir keeps W&B's files in WANDB_DIR (default: the current folder).
 """
 from __future__ import annotations
 
 import math
+import os
 import uuid
 from typing import Any, Mapping
 
@@ -30,14 +32,16 @@ class WandbWriter(metrics_lib.MetricWriter):
         else:
             run_id = uuid.uuid4().hex[:12]  # W&B ids: letters and digits
             files.write_atomically(id_file, run_id)
-        local = files.is_local(workdir)
-        if local:
+        # W&B writes under <dir>/wandb/: the workdir's, unless the user set WANDB_DIR (then
+        # dir=None lets W&B read it) or the workdir is in a bucket.
+        in_workdir = files.is_local(workdir) and not os.environ.get("WANDB_DIR")
+        if in_workdir:
             (workdir / workdir_names.WANDB_SUBDIR).mkdir(parents=True, exist_ok=True)
         self._run = wandb.init(
             project=config.wandb.project or None, entity=config.wandb.entity or None,
             mode=config.wandb.mode or None, tags=list(config.wandb.tags) or None,
             name=workdir.name, id=run_id, resume="allow",
-            dir=str(workdir) if local else None)
+            dir=str(workdir) if in_workdir else None)
         # Resumed online: the step after the last one W&B has (0 for a new or offline run).
         self._next_step = int(self._run.step or 0)
 
