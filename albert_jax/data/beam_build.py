@@ -111,7 +111,7 @@ def _build(unit: build_unit.Unit, context: build_unit.BuildContext) -> int:
     """One unit, on a Beam worker; counts its examples in the runner's metrics."""
     import apache_beam as beam
     manifest = build_unit.build_unit(context, unit)
-    examples = sum(split["counts"].get("instances", 0) for split in manifest["splits"].values())
+    examples = build_unit.manifest_examples(manifest)
     beam.metrics.Metrics.counter("albert_jax", "examples").inc(examples)
     beam.metrics.Metrics.counter("albert_jax", "units").inc()
     return examples

@@ -91,6 +91,11 @@ def read_manifest(units_dir: epath.Path, unit_index: int, plan: str) -> dict[str
     return manifest if manifest.get("plan") == plan else None
 
 
+def manifest_examples(manifest: dict[str, Any]) -> int:
+    """The examples a unit made, over its splits."""
+    return sum(split["counts"].get("instances", 0) for split in manifest["splits"].values())
+
+
 def build_unit(context: BuildContext, unit: Unit) -> dict[str, Any]:
     """Builds `unit` into `context.units_dir` (shards, then the manifest); returns the manifest:
     {"plan", "unit", "sources", "corpus": CorpusStats fields, "splits": {split: {"shards":

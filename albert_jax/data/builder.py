@@ -301,7 +301,7 @@ def _run_locally(context: build_unit.BuildContext, units: list[build_unit.Unit],
 
 
 def _report_unit(manifest: dict[str, Any], num_units: int) -> None:
-    examples = sum(split["counts"].get("instances", 0) for split in manifest["splits"].values())
+    examples = build_unit.manifest_examples(manifest)
     print(f"  unit {manifest['unit'] + 1}/{num_units} built: {examples} examples", flush=True)
 
 
