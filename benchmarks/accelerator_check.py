@@ -136,7 +136,7 @@ SMOKE = Settings(
     presets=("tiny",), seq_len=128, equality_preset="tiny", equality_batch=4,
     equality_dtypes=("bfloat16",), probe_batch=2,
     max_batch=4, fallback_batch=4, steps=2, torch_steps=1, finetune_batch=4,
-    finetune_dtypes=("float32",), predict_rows=200, predict_probe_rows=50,
+    finetune_dtypes=("float32",), predict_rows=64, predict_probe_rows=16,
     predict_train_steps=1, hf_batch_sizes=(16,), torch_compile_backend="eager",
     budgets=(("equality", 40), ("loss", 30), ("pretraining", 40), ("torch", 30),
              ("finetune", 30), ("predict", 80), ("plan", 20)))
