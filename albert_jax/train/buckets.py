@@ -17,6 +17,11 @@ flight, so the host no longer dispatches steps ahead: a few milliseconds of devi
 against the padding's work saved). The task says which fields are cut
 (`Task.sequence_fields`, along their last axis); SQuAD cuts none, as its evaluation reads the
 span logits of every position (the reference's n-best).
+
+`albert-jax predict` runs the rows of each chunk it reads shortest first (finetune/run.py), so a
+batch holds rows of nearly one length, and runs it at a finer list of its own,
+PREDICT_LENGTH_BUCKETS: a few tokens of padding a row instead of up to half the bucket; each
+length used compiles once (and is kept by the persistent compilation cache).
 """
 from __future__ import annotations
 
@@ -30,6 +35,11 @@ from jax.experimental import multihost_utils
 from albert_jax.errors import ConfigError
 
 HostBatch = dict[str, np.ndarray]
+
+# Steps of 16 up to 128, then of 1/8 to 1/4 of the length: at most ~1/8 of a batch is padding
+# beyond a rounding of 16 tokens, with 16 lengths (compiles) up to 512.
+PREDICT_LENGTH_BUCKETS = (16, 32, 48, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320, 384, 448,
+                          512)
 
 
 def bucket_lengths(length_buckets: Sequence[int], seq_len: int) -> tuple[int, ...]:
@@ -47,6 +57,15 @@ def lengths_of(config: ml_collections.ConfigDict) -> tuple[int, ...]:
     """`bucket_lengths` of a run config (one without `length_buckets`, e.g. pretraining or a
     workdir saved before buckets existed: seq_len alone)."""
     return bucket_lengths(config.get("length_buckets", ()), config.seq_len)
+
+
+def predict_lengths_of(config: ml_collections.ConfigDict) -> tuple[int, ...]:
+    """The lengths `albert-jax predict`'s batches (of rows sorted by length) may run at:
+    PREDICT_LENGTH_BUCKETS below seq_len, and seq_len; seq_len alone where the run's
+    `length_buckets` is empty (the reference's padding, as the run chose)."""
+    if not config.get("length_buckets", ()):
+        return (config.seq_len,)
+    return bucket_lengths(PREDICT_LENGTH_BUCKETS, config.seq_len)
 
 
 def longest_example(host_batch: HostBatch, mask_field: str = "input_mask") -> int:
