@@ -36,10 +36,10 @@ from albert_jax.errors import ConfigError
 
 HostBatch = dict[str, np.ndarray]
 
-# Steps of 16 up to 128, then of 1/8 to 1/4 of the length: at most ~1/8 of a batch is padding
-# beyond a rounding of 16 tokens, with 16 lengths (compiles) up to 512.
-PREDICT_LENGTH_BUCKETS = (16, 32, 48, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320, 384, 448,
-                          512)
+# Steps of 8 up to 128, of 16 up to 256, of 32 up to 512: a batch of rows of nearly one length
+# carries under 8 tokens of padding a row up to 128. Only the lengths a file's batches meet
+# compile, an eval step each (on a CPU a small cost beside the rows: benchmarks/RESULTS.md).
+PREDICT_LENGTH_BUCKETS = (*range(8, 129, 8), *range(144, 257, 16), *range(288, 513, 32))
 
 
 def bucket_lengths(length_buckets: Sequence[int], seq_len: int) -> tuple[int, ...]:
