@@ -18,9 +18,10 @@ done (ours: the console's `step N/...` line; HF: a TrainerCallback's line at on_
 stopped; interleaved ours, HF, ours, HF ... for `--rounds` rounds; medians. `--steps=1` is the
 time to the first step; more is a whole short run (with each length bucket the steps meet
 compiled once). Each `--length_buckets` (repeatable; "" for the config's default) is one
-variant of ours in every round (`--config.length_buckets=LIST`). Ours runs with its persistent
-compilation cache in a folder of its own that starts empty, so its first round compiles (shown
-apart) and the later ones load the compiled programs, as a user's second run.
+variant of ours in every round (`--config.length_buckets=LIST`). Each variant of ours runs
+with its persistent compilation cache in a folder of its own that starts empty, so its first
+round compiles (shown apart) and the later ones load the compiled programs, as a user's second
+run.
 """
 from __future__ import annotations
 
@@ -133,8 +134,9 @@ def benchmark(args: argparse.Namespace, scratch: str) -> dict[str, Any]:
                                     bench_predict.pair_rows(args.rows, seed=1), columns)
     dev = bench_predict.write_csv(os.path.join(scratch, "dev.csv"),
                                   bench_predict.pair_rows(64, seed=2), columns)
-    environment = dict(os.environ, JAX_COMPILATION_CACHE_DIR=os.path.join(scratch, "jax_cache"))
     variants = args.length_buckets or [""]
+    environments = [dict(os.environ, JAX_COMPILATION_CACHE_DIR=os.path.join(
+        scratch, f"jax_cache-{variant_index}")) for variant_index in range(len(variants))]
     seconds: dict[str, list[float]] = {_variant_name(variant): [] for variant in variants}
     seconds["hf"] = []
     loads: list[float] = []
@@ -152,10 +154,10 @@ def benchmark(args: argparse.Namespace, scratch: str) -> dict[str, Any]:
                     "--config.report_to=none", f"--workdir={workdir}",
                     *([f"--config.length_buckets={variant}"] if variant else [])]
             seconds[_variant_name(variant)].append(
-                seconds_to_step(ours, environment, args.steps))
+                seconds_to_step(ours, environments[variant_index], args.steps))
         hf = [sys.executable, os.path.abspath(__file__), "--_hf", f"--_start={start}",
               f"--_train={train}", f"--_output={os.path.join(scratch, f'hf-{round_index}')}"]
-        seconds["hf"].append(seconds_to_step(hf, environment, args.steps))
+        seconds["hf"].append(seconds_to_step(hf, dict(os.environ), args.steps))
         loads.append(os.getloadavg()[0])
         print(f"round {round_index + 1}/{args.rounds}: " + ", ".join(
             f"{side} {values[-1]:.1f} s" for side, values in seconds.items())
