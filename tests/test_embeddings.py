@@ -116,6 +116,6 @@ def test_a_pretraining_run_predicts_at_length_buckets(pretrained_tiny):
     config = ml_collections.ConfigDict(json.loads((pretrained_tiny / "config.json").read_text()))
     config.seq_len = 512  # as a base-sized run's; the tiny run's own is 64, its only bucket
     task = fill_mask.FillMaskTask.from_run(config, pretrained_tiny, get_config("tiny"))
-    assert buckets.lengths_of(task.config) == (64, 128, 256, 512)
+    assert buckets.lengths_of(task.config) == (32, 64, 96, 128, 192, 256, 384, 512)
     assert task.sequence_fields == ("input_ids", "segment_ids", "input_mask")
     assert "length_buckets" not in config  # the saved config is left as it was
