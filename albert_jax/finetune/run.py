@@ -115,9 +115,9 @@ class FinishedRun:
         The chunk's rows run shortest first, so that a batch holds rows of nearly one length and
         runs at predict's fine lengths (buckets.predict_lengths_of) instead of at the bucket of
         the one long row a batch in input order usually holds; the predictions are put back in
-        input order. A row's
-        prediction does not depend on its batch (padding keys get the -10000 bias, SPEC 3.2.6),
-        so this changes nothing but the time (and floating-point rounding)."""
+        input order. A row's prediction does not depend on its batch (padding keys get the
+        -10000 bias, SPEC 3.2.6), so this changes nothing but the time (and floating-point
+        rounding)."""
         features = self.task.input_features(examples)
         order = _shortest_first(features, self.task.sequence_fields)
         _, predictions = self.predict(
