@@ -23,7 +23,7 @@ With --commands, the comparison is of whole commands instead (6. below).
    `--round_rows` rows of the file, after one untimed warm-up pass each: ours is the predict
    path of `albert_jax.finetune.run` (`load_finished_run`, then per chunk of PREDICT_CHUNK_ROWS
    rows the task's `read_inputs`, `FinishedRun.prediction_records` (the chunk's rows shortest
-   first, back in input order) and json.dumps of each record); HF is
+   first, back in input order, at predict's lengths) and json.dumps of each record); HF is
    `transformers.pipeline("text-classification", tokenizer=AlbertTokenizer(spiece.model),
    device=-1, batch_size=B, top_k=None)` on the rows
    read by csv.DictReader in the same chunks, with the same records and json.dumps. The table

@@ -38,6 +38,20 @@ def test_bucket_lengths_end_at_seq_len():
         buckets.bucket_lengths((64, 0), 128)
 
 
+def test_predict_runs_at_finer_lengths_unless_the_run_pads_to_seq_len():
+    config = glue_config.get_config("task=mrpc,runlocal")
+    with config.unlocked():
+        config.seq_len = 128
+        assert buckets.predict_lengths_of(config) == (16, 32, 48, 64, 80, 96, 112, 128)
+        config.seq_len = 512
+        assert buckets.predict_lengths_of(config)[-8:] == (160, 192, 224, 256, 320, 384, 448,
+                                                           512)
+        config.seq_len = 100  # seq_len itself is the last length
+        assert buckets.predict_lengths_of(config)[-2:] == (96, 100)
+        config.length_buckets = ()  # the reference's padding, kept
+        assert buckets.predict_lengths_of(config) == (100,)
+
+
 def test_a_bad_bucket_is_refused_before_the_run():
     config = glue_config.get_config("task=mrpc,runlocal")
     with config.unlocked():

@@ -112,25 +112,29 @@ class FinishedRun:
     def prediction_records(self, examples: list[Any]) -> list[dict[str, Any]]:
         """The predict records of one chunk of `task.read_inputs`, in input order.
 
-        The chunk's rows run shortest first, so that a batch of short rows runs at a short
-        length bucket (train/buckets.py) instead of at the bucket of the one long row a batch in
-        input order usually holds; the predictions are put back in input order. A row's
-        prediction does not depend on its batch (padding keys get the -10000 bias, SPEC 3.2.6),
-        so this changes nothing but the time (and floating-point rounding)."""
+        The chunk's rows run shortest first, so that a batch holds rows of nearly one length and
+        runs at predict's fine lengths (buckets.predict_lengths_of) instead of at the bucket of
+        the one long row a batch in input order usually holds; the predictions are put back in
+        input order. A row's prediction does not depend on its batch (padding keys get the
+        -10000 bias, SPEC 3.2.6), so this changes nothing but the time (and floating-point
+        rounding)."""
         features = self.task.input_features(examples)
         order = _shortest_first(features, self.task.sequence_fields)
-        _, predictions = self.predict(self.task.batches_of(
-            {name: value[order] for name, value in features.items()}))
+        _, predictions = self.predict(
+            self.task.batches_of({name: value[order] for name, value in features.items()}),
+            buckets.predict_lengths_of(self.task.config))
         input_order = np.argsort(order)  # the inverse permutation
         return self.task.prediction_records(
             examples, {name: value[input_order] for name, value in real_rows(predictions).items()})
 
-    def predict(self, host_batches: Iterator[dict[str, np.ndarray]]
+    def predict(self, host_batches: Iterator[dict[str, np.ndarray]],
+                lengths: tuple[int, ...] | None = None
                 ) -> tuple[dict[str, np.ndarray] | None, dict[str, np.ndarray]]:
-        """The summed loss sums and per-example predictions of `host_batches`."""
+        """The summed loss sums and per-example predictions of `host_batches`, each batch at its
+        length among `lengths` (default: the run's length buckets, train/buckets.py)."""
         return loop.predict_batches(self.eval_step, self.params, sharding.batch_sharding(self.mesh),
                                     host_batches, self.task.sequence_fields,
-                                    buckets.lengths_of(self.task.config))
+                                    lengths or buckets.lengths_of(self.task.config))
 
 
 def _shortest_first(features: dict[str, np.ndarray],

@@ -17,6 +17,11 @@ flight, so the host no longer dispatches steps ahead: a few milliseconds of devi
 against the padding's work saved). The task says which fields are cut
 (`Task.sequence_fields`, along their last axis); SQuAD cuts none, as its evaluation reads the
 span logits of every position (the reference's n-best).
+
+`albert-jax predict` runs the rows of each chunk it reads shortest first (finetune/run.py), so a
+batch holds rows of nearly one length, and runs it at a finer list of its own,
+PREDICT_LENGTH_BUCKETS: a few tokens of padding a row instead of up to half the bucket; each
+length used compiles once (and is kept by the persistent compilation cache).
 """
 from __future__ import annotations
 
@@ -30,6 +35,12 @@ from jax.experimental import multihost_utils
 from albert_jax.errors import ConfigError
 
 HostBatch = dict[str, np.ndarray]
+
+# Steps of 16 up to 128, of 32 up to 256, of 64 up to 512: a batch of rows of nearly one length
+# carries under 16 tokens of padding a row up to 128, with at most 16 lengths to compile (an eval
+# step each, only those a file's batches meet). Steps of 8 measured no faster on 1,000 rows, and
+# their twice as many compiles slowed a first predict (benchmarks/RESULTS.md).
+PREDICT_LENGTH_BUCKETS = (*range(16, 129, 16), *range(160, 257, 32), *range(320, 513, 64))
 
 
 def bucket_lengths(length_buckets: Sequence[int], seq_len: int) -> tuple[int, ...]:
@@ -47,6 +58,15 @@ def lengths_of(config: ml_collections.ConfigDict) -> tuple[int, ...]:
     """`bucket_lengths` of a run config (one without `length_buckets`, e.g. pretraining or a
     workdir saved before buckets existed: seq_len alone)."""
     return bucket_lengths(config.get("length_buckets", ()), config.seq_len)
+
+
+def predict_lengths_of(config: ml_collections.ConfigDict) -> tuple[int, ...]:
+    """The lengths `albert-jax predict`'s batches (of rows sorted by length) may run at:
+    PREDICT_LENGTH_BUCKETS below seq_len, and seq_len; seq_len alone where the run's
+    `length_buckets` is empty (the reference's padding, as the run chose)."""
+    if not config.get("length_buckets", ()):
+        return (config.seq_len,)
+    return bucket_lengths(PREDICT_LENGTH_BUCKETS, config.seq_len)
 
 
 def longest_example(host_batch: HostBatch, mask_field: str = "input_mask") -> int:
