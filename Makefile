@@ -3,9 +3,9 @@
 #               on a paraphrase task made from the same text, then predict on new pairs
 #               (offline, CPU)
 #   make test   install with the test extra, then run the test suite (two workers, one file each:
-#               module fixtures stay in one process; 9 min 51 s to 10 min 28 s of pytest in a
-#               fresh clone, 1,324 tests, on the 2-core machine on 2026-11-27; `pytest -m "not
-#               slow" -n 2 --dist loadfile tests` is the 3.4-minute inner loop;
+#               module fixtures stay in one process; 18 min 9 s of pytest in a fresh clone,
+#               1,472 tests, on a 2-core box that ran the older 10-minute suite in 17 min 26 s;
+#               `pytest -m "not slow" -n 2 --dist loadfile tests` is the inner loop, 6 min there;
 #               benchmarks/RESULTS.md has the per-file times)
 PYTHON ?= python3
 VENV ?= .venv
