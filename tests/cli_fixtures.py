@@ -8,12 +8,16 @@ The data and the pretraining run most files share are the session fixtures of co
 """
 from __future__ import annotations
 
+import atexit
 import fcntl
 import json
+import multiprocessing
+import multiprocessing.forkserver
 import os
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any, Callable
 
@@ -25,10 +29,18 @@ CLI = [sys.executable, "-m", "albert_jax.cli"]
 
 def cli(*arguments: str, timeout: int = 600,
         environment: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """`albert-jax ARGUMENTS` in a subprocess from the repository root, output captured; on
-    one CPU device unless `environment` says otherwise (`one_device_environment`)."""
+    """`albert-jax ARGUMENTS` in a process of its own from the repository root, output captured;
+    on one CPU device unless `environment` says otherwise (`one_device_environment`).
+
+    The process is forked from a server that has imported the command line once (`_forked`),
+    so a run does not pay the 2-3 s of importing jax, flax, orbax and grain again; an
+    environment that differs from the server's where a library reads it at import gets a fresh
+    `python -m albert_jax.cli`."""
+    environment = environment or one_device_environment()
+    if _forkable(environment):
+        return _forked(list(arguments), environment, timeout)
     return subprocess.run(CLI + list(arguments), cwd=REPO, capture_output=True, text=True,
-                          timeout=timeout, env=environment or one_device_environment())
+                          timeout=timeout, env=environment)
 
 
 def start_cli(*arguments: str, environment: dict[str, str] | None = None,
@@ -48,6 +60,100 @@ def one_device_environment() -> dict[str, str]:
     --devices`)."""
     return dict(os.environ, XLA_FLAGS=os.environ["XLA_FLAGS"].replace(
         "--xla_force_host_platform_device_count=8", "--xla_force_host_platform_device_count=1"))
+
+
+# ---------------------------------------------------------------------------------------------
+# The command line forked from a server that imported it once. The tests start about 150
+# command-line runs, and each fresh interpreter spent 2-3 s of CPU importing the same libraries
+# before its own work. multiprocessing's fork server imports `albert_jax.cli` once (jax's
+# backends stay uninitialised, so a fork is as fresh as a new process) and forks each run from
+# it. Variables that jax, XLA, TensorFlow or the interpreter read at import are the server's;
+# a run that sets them otherwise (another cache directory, another XLA_FLAGS) is not forked.
+
+_READ_AT_IMPORT = ("JAX_", "XLA_", "TF_", "PYTHON", "TPU_", "LD_", "OMP_", "OPENBLAS_")
+_server_environment: dict[str, str] | None = None
+
+
+def _import_time_variables(environment: dict[str, str]) -> dict[str, str]:
+    return {key: value for key, value in environment.items() if key.startswith(_READ_AT_IMPORT)}
+
+
+def _forkable(environment: dict[str, str]) -> bool:
+    server = _server_environment or one_device_environment()
+    return _import_time_variables(environment) == _import_time_variables(server)
+
+
+def _start_server() -> multiprocessing.context.BaseContext:
+    """The fork server, started once per test process with the one-device environment."""
+    global _server_environment
+    context = multiprocessing.get_context("forkserver")
+    if _server_environment is None:
+        context.set_forkserver_preload(["albert_jax.cli", __name__])
+        saved = dict(os.environ)
+        _server_environment = one_device_environment()
+        os.environ.clear()
+        os.environ.update(_server_environment)
+        try:
+            multiprocessing.forkserver.ensure_running()
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+    return context
+
+
+def _forked(arguments: list[str], environment: dict[str, str],
+            timeout: int) -> subprocess.CompletedProcess:
+    context = _start_server()
+    output = Path(os.environ.get("TMPDIR", "/tmp"))
+    stdout_path = output / f"albert_jax_cli_{os.getpid()}_{threading.get_ident()}.out"
+    stderr_path = stdout_path.with_suffix(".err")
+    process = context.Process(target=_run_command_line,
+                              args=(arguments, environment, str(stdout_path), str(stderr_path)))
+    process.start()
+    process.join(timeout)
+    try:
+        if process.exitcode is None:
+            process.kill()
+            process.join()
+            raise subprocess.TimeoutExpired(CLI + arguments, timeout)
+        return subprocess.CompletedProcess(
+            CLI + arguments, process.exitcode,
+            stdout_path.read_text(errors="replace"), stderr_path.read_text(errors="replace"))
+    finally:
+        stdout_path.unlink(missing_ok=True)
+        stderr_path.unlink(missing_ok=True)
+
+
+def _run_command_line(arguments: list[str], environment: dict[str, str], stdout_path: str,
+                      stderr_path: str) -> None:
+    """In the forked process: what `python -m albert_jax.cli ARGUMENTS` does, then its exit
+    (non-daemon threads joined, atexit functions run, output flushed) with its status."""
+    os.environ.clear()
+    os.environ.update(environment)
+    os.chdir(REPO)
+    for descriptor, path in ((1, stdout_path), (2, stderr_path)):
+        with open(path, "wb") as file:
+            os.dup2(file.fileno(), descriptor)
+    from albert_jax import cli as command_line
+    sys.argv = [command_line.__file__, *arguments]
+    status = 0
+    try:
+        command_line.main()
+    except SystemExit as exit_:
+        if isinstance(exit_.code, str):
+            print(exit_.code, file=sys.stderr)
+        status = exit_.code if isinstance(exit_.code, int) else int(exit_.code is not None)
+    except BaseException:  # what the interpreter does with an uncaught exception
+        import traceback
+        traceback.print_exc()
+        status = 1
+    for thread in threading.enumerate():
+        if thread is not threading.main_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
 
 
 def run_python_processes(scripts: list[str], environments: list[dict[str, str]],
