@@ -126,8 +126,9 @@ def _forked(arguments: list[str], environment: dict[str, str],
 
 def _run_command_line(arguments: list[str], environment: dict[str, str], stdout_path: str,
                       stderr_path: str) -> None:
-    """In the forked process: what `python -m albert_jax.cli ARGUMENTS` does, then its exit
-    (non-daemon threads joined, atexit functions run, output flushed) with its status."""
+    """In the forked process: what `python -m albert_jax.cli ARGUMENTS` does, then what the
+    interpreter does at its exit (non-daemon threads joined, atexit functions run, output
+    flushed), and the exit with its status."""
     os.environ.clear()
     os.environ.update(environment)
     os.chdir(REPO)
@@ -147,9 +148,7 @@ def _run_command_line(arguments: list[str], environment: dict[str, str], stdout_
         import traceback
         traceback.print_exc()
         status = 1
-    for thread in threading.enumerate():
-        if thread is not threading.main_thread() and not thread.daemon:
-            thread.join()
+    threading._shutdown()  # the interpreter's exit: thread pools told to stop, then joined
     atexit._run_exitfuncs()
     sys.stdout.flush()
     sys.stderr.flush()
