@@ -32,7 +32,8 @@ from albert_jax.model import get_config
 from albert_jax import file_lock
 from albert_jax.train import checkpoint, integrity, optim, state as state_lib, workdir_lock
 from albert_jax.train import workdir as workdir_names
-from cli_fixtures import CLI, REPO, config_flags, made_once, one_device_environment, start_cli
+from cli_fixtures import (CLI, REPO, cli, config_flags, made_once, one_device_environment,
+                          start_cli)
 
 SETTINGS = {"model": "tiny", "batch_size": 8, "total_steps": 24, "log_every_steps": 1,
             "checkpoint_every_steps": 4, "keep_checkpoints": 3, "eval_every_steps": 1000,
@@ -293,6 +294,9 @@ def pretrain_flags(data_flags: list[str], workdir: Path, **overrides) -> list[st
 
 def run(arguments: list[str], environment: dict[str, str],
         program: list[str] = CLI) -> subprocess.CompletedProcess:
+    """`program ARGUMENTS` to its end, output captured: the command line by `cli`."""
+    if program == CLI:
+        return cli(*arguments, environment=environment)
     return subprocess.run(program + arguments, cwd=REPO, env=environment, capture_output=True,
                           text=True, timeout=600)
 
