@@ -103,23 +103,26 @@ def _start_server() -> multiprocessing.context.BaseContext:
 
 def _forked(arguments: list[str], environment: dict[str, str],
             timeout: int) -> subprocess.CompletedProcess:
+    """As `subprocess.run(CLI + arguments, capture_output=True, text=True, timeout=timeout)`,
+    the process forked from the server; its output goes through two temporary files."""
     context = _start_server()
-    output = Path(os.environ.get("TMPDIR", "/tmp"))
-    stdout_path = output / f"albert_jax_cli_{os.getpid()}_{threading.get_ident()}.out"
+    folder = Path(os.environ.get("TMPDIR", "/tmp"))
+    stdout_path = folder / f"albert_jax_cli_{os.getpid()}_{threading.get_ident()}.out"
     stderr_path = stdout_path.with_suffix(".err")
     process = context.Process(target=_run_command_line,
                               args=(arguments, environment, str(stdout_path), str(stderr_path)))
     process.start()
-    process.join(timeout)
     try:
+        process.join(timeout)
         if process.exitcode is None:
-            process.kill()
-            process.join()
             raise subprocess.TimeoutExpired(CLI + arguments, timeout)
         return subprocess.CompletedProcess(
             CLI + arguments, process.exitcode,
             stdout_path.read_text(errors="replace"), stderr_path.read_text(errors="replace"))
     finally:
+        if process.exitcode is None:  # timed out, or the test was interrupted
+            process.kill()
+            process.join()
         stdout_path.unlink(missing_ok=True)
         stderr_path.unlink(missing_ok=True)
 
