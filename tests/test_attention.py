@@ -79,6 +79,7 @@ def assert_trees_close(actual, expected, rtol, what):
     (dict(sharing="ffn", num_attention_heads=1), (4, 2, 1), 2e-5),
     (dict(sharing="attention", dtype="bfloat16"), (2, 2, 2), 2e-2),
 ])
+@pytest.mark.slow
 def test_splash_equals_xla_forward_and_gradients(fields, mesh_shape, tolerance):
     expected = forward_and_gradients(fields, "xla", mesh_shape)
     actual = forward_and_gradients(fields, "splash", mesh_shape)

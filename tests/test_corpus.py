@@ -184,6 +184,7 @@ def test_demo_corpus_is_large_multi_sentence_english(demo):
     assert common / len(words) > 0.2
 
 
+@pytest.mark.slow
 def test_demo_corpus_is_deterministic(demo, tmp_path, monkeypatch):
     assert list(corpus.demo_documents()) == demo  # Cached: the same, and a fresh copy.
     assert demo[0] is not next(corpus.demo_documents())

@@ -4,6 +4,8 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 from albert_jax.data import dataset_settings
 from test_builder import write_corpus  # (tests/ is on sys.path under pytest)
 
@@ -18,6 +20,7 @@ def _run(*args: str) -> str:
     return result.stdout
 
 
+@pytest.mark.slow
 def test_tokenizer_train_then_data_build_then_inspect(tmp_path):
     corpus = write_corpus(tmp_path / "corpus", 240)
     flags = ["--config=configs/pretrain.py:runlocal", f"--config.data.corpus={corpus}",

@@ -124,6 +124,7 @@ def test_a_head_that_does_not_match_is_refused(tmp_path):
                          head=FinetunedHead("AlbertForQuestionAnswering"))
 
 
+@pytest.mark.slow
 def test_a_finetuned_workdir_converts_from_the_command_line(tmp_path):
     """`albert-jax convert --from=orbax --path=<GLUE workdir> --to=huggingface`: the best dev
     checkpoint, as AlbertForSequenceClassification with MNLI's labels and the tokenizer."""

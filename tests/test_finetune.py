@@ -47,6 +47,7 @@ def eval_records(workdir: Path, split: str = "dev") -> dict[int, dict]:
     return {record["step"]: record for record in records if record.get("split") == split}
 
 
+@pytest.mark.slow
 def test_glue_mnli_from_a_pretraining_workdir(pretrained_tiny, tmp_path):
     """One GLUE task end to end (MNLI: two dev sets, three test sets with AX); every task's
     reader, labels, metrics, selection metric and submission file have their unit tests
