@@ -5,7 +5,7 @@
 #   make test   install with the test extra, then run the test suite (two workers, one file each:
 #               module fixtures stay in one process; 16 min 51 s of pytest in a fresh clone,
 #               1,472 tests, on a 2-core box that ran the older 10-minute suite in 17 min 26 s;
-#               `pytest -m "not slow" -n 2 --dist loadfile tests` is the inner loop, 4 min 44 s
+#               `pytest -m "not slow" -n 2 --dist loadfile tests` is the inner loop, 4 min 23 s
 #               there; benchmarks/RESULTS.md has the per-file times)
 PYTHON ?= python3
 VENV ?= .venv
