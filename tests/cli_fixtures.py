@@ -20,6 +20,7 @@ import sys
 import threading
 from pathlib import Path
 from typing import Any, Callable
+from unittest import mock
 
 from albert_jax.data import corpus
 
@@ -89,15 +90,9 @@ def _start_server() -> multiprocessing.context.BaseContext:
     context = multiprocessing.get_context("forkserver")
     if _server_environment is None:
         context.set_forkserver_preload(["albert_jax.cli", __name__])
-        saved = dict(os.environ)
         _server_environment = one_device_environment()
-        os.environ.clear()
-        os.environ.update(_server_environment)
-        try:
+        with mock.patch.dict(os.environ, _server_environment, clear=True):
             multiprocessing.forkserver.ensure_running()
-        finally:
-            os.environ.clear()
-            os.environ.update(saved)
     return context
 
 

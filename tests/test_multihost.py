@@ -41,7 +41,7 @@ from albert_jax import config as config_lib, distributed  # noqa: E402
 from albert_jax.model import AlbertForPreTraining  # noqa: E402
 from albert_jax.train import checkpoint, loop, optim, sharding, state as state_lib  # noqa: E402
 from cli_fixtures import (  # noqa: E402
-    CLI, REPO, config_flags, run_config, run_python_processes)
+    REPO, cli, config_flags, run_config, run_python_processes)
 
 STEPS = 4
 # The run, typed; written as --config.KEY=VALUE for the CLI and set directly for the reference.
@@ -334,16 +334,14 @@ def test_settings_from_the_environment_and_named_clusters(no_cluster, monkeypatc
 
 
 def test_cli_names_the_bad_multihost_setting(tmp_path):
-    result = subprocess.run(CLI + ["pretrain", "--config=configs/pretrain.py:runlocal",
-                                   f"--workdir={tmp_path}", "--num_processes=2"],
-                            cwd=REPO, capture_output=True, text=True, timeout=300,
-                            env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    result = cli("pretrain", "--config=configs/pretrain.py:runlocal", f"--workdir={tmp_path}",
+                 "--num_processes=2", timeout=300,
+                 environment={**os.environ, "JAX_PLATFORMS": "cpu"})
     assert result.returncode != 0
     assert ("albert-jax pretrain: error: --num_processes given without --multihost"
             in result.stderr)
     assert "Traceback" not in result.stderr
-    result = subprocess.run(CLI + ["pretrain", "--multihost=pbs"], cwd=REPO, capture_output=True,
-                            text=True, timeout=300)
+    result = cli("pretrain", "--multihost=pbs", timeout=300)
     assert result.returncode != 0
     assert "--multihost=pbs: use true, false or one of ['gcetpu', 'gketpu', 'mpi4py'" in (
         result.stderr)
