@@ -64,7 +64,7 @@ def one_device_environment() -> dict[str, str]:
 
 
 # ---------------------------------------------------------------------------------------------
-# The command line forked from a server that imported it once. The tests start about 150
+# The command line forked from a server that imported it once. The tests start over a hundred
 # command-line runs, and each fresh interpreter spent 2-3 s of CPU importing the same libraries
 # before its own work. multiprocessing's fork server imports `albert_jax.cli` once (jax's
 # backends stay uninitialised, so a fork is as fresh as a new process) and forks each run from
