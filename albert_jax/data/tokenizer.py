@@ -80,7 +80,7 @@ def is_start_piece(piece: str) -> bool:
             or not all(char.lower() in _START_ALLOWED_CHARS for char in piece))
 
 
-def _needs_comma_split(piece: str) -> bool:
+def needs_comma_split(piece: str) -> bool:
     # SPEC 2.3: a piece such as "▁1,000," or "000," (digit then a final comma).
     return len(piece) > 1 and piece[-1] == "," and piece[-2].isdigit()
 
@@ -329,7 +329,7 @@ class SentencePieceTokenizer(Tokenizer):
         pieces = [self._sp.id_to_piece(i) for i in range(self.vocab_size)]
         self.word_start = np.array([is_start_piece(piece) for piece in pieces], dtype=bool)
         # Pieces the SPEC 2.3 digit-comma rule re-encodes; `encode` takes the slow path only then.
-        self._comma_split = np.array([_needs_comma_split(piece) for piece in pieces], dtype=bool)
+        self._comma_split = np.array([needs_comma_split(piece) for piece in pieces], dtype=bool)
 
     def files(self, name: str) -> dict[str, bytes]:
         """The model and its settings (the digit-comma rule)."""
@@ -337,9 +337,13 @@ class SentencePieceTokenizer(Tokenizer):
         return {name: self._model_proto, settings_path(name): settings.encode("utf-8")}
 
     def huggingface_files(self, model_max_length: int) -> dict[str, bytes]:
-        # The model_type "albert" opens it with AlbertTokenizer (SPEC 2.3: HuggingFace's comma
-        # rule, see data.comma_rule).
-        return {HF_SPM_FILE: self._model_proto}
+        """spiece.model with a tokenizer.json spelling out `encode` and the casing in
+        tokenizer_config.json (`sentencepiece_hf.huggingface_files`)."""
+        # pylint: disable=import-outside-toplevel  (it imports this module's names)
+        from albert_jax.data import sentencepiece_hf
+        return sentencepiece_hf.huggingface_files(self._model_proto, lower=self.lower,
+                                                  model_max_length=model_max_length,
+                                                  path=self.path)
 
     def __getstate__(self) -> dict:  # Picklable for worker processes: ship the model bytes.
         return {"model_proto": self._model_proto, "lower": self.lower,
@@ -369,7 +373,7 @@ class SentencePieceTokenizer(Tokenizer):
         """
         new_pieces = []
         for piece in self._sp.encode(preprocess_text(text, self.lower), out_type=str):
-            if not _needs_comma_split(piece):
+            if not needs_comma_split(piece):
                 new_pieces.append(piece)
                 continue
             sub_pieces = self._sp.encode(piece[:-1].replace(SPIECE_UNDERLINE, ""), out_type=str)
@@ -471,7 +475,7 @@ class SentencePieceTokenizer(Tokenizer):
         SPEC 2.3 digit-comma rule applied as there."""
         result = []
         for piece, begin, end in self._encode_spans(text):
-            if not _needs_comma_split(piece):
+            if not needs_comma_split(piece):
                 result.append((piece, begin, end))
                 continue
             sub_text = piece[:-1].replace(SPIECE_UNDERLINE, "")

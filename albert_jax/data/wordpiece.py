@@ -317,7 +317,7 @@ def train_vocab(sentences: Iterable[str], vocab_size: int, *, lower: bool) -> li
 # `_is_punctuation`, and for Python's final sigma: a capital sigma after a cased letter (with up
 # to two case-ignorable characters between) and before no cased letter becomes "ς" when lower().
 _HF_DROPPED = r"[[\x{0}\x{FFFD}\p{Cc}\p{Cf}]&&[^\t\n\r]]"
-_HF_FINAL_SIGMA = (r"(?<=\p{Cased}|\p{Cased}\p{Case_Ignorable}|\p{Cased}\p{Case_Ignorable}{2})"
+HF_FINAL_SIGMA = (r"(?<=\p{Cased}|\p{Cased}\p{Case_Ignorable}|\p{Cased}\p{Case_Ignorable}{2})"
                    r"\x{3A3}(?!\p{Case_Ignorable}*\p{Cased})")
 _HF_IDEOGRAPHS = "[" + "".join(f"\\x{{{low:X}}}-\\x{{{high:X}}}"
                                 for low, high in _IDEOGRAPH_RANGES) + "]"
@@ -340,7 +340,7 @@ def huggingface_files(pieces: Sequence[str], *, lower: bool,
                                          max_input_chars_per_word=MAX_WORD_CHARS))
     steps = [normalizers.Replace(Regex(_HF_DROPPED), "")]
     if lower:  # the reference's order: lower(), then NFD and drop the Mn marks
-        steps += [normalizers.Replace(Regex(_HF_FINAL_SIGMA), "\u03c2"), normalizers.Lowercase(),
+        steps += [normalizers.Replace(Regex(HF_FINAL_SIGMA), "\u03c2"), normalizers.Lowercase(),
                   normalizers.NFD(), normalizers.Replace(Regex(r"\p{Mn}"), "")]
     model.normalizer = normalizers.Sequence(steps)
     model.pre_tokenizer = pre_tokenizers.Sequence([
