@@ -54,6 +54,11 @@ OUTPUTS: dict[str, dict[str, tuple[str, ...]]] = {
     MASKED_LM: {"logits": ("batch", "sequence", "vocab")},
 }
 PLATFORMS = ("cpu", "cuda", "tpu")  # the StableHLO artifact runs on any of them
+# What signature.json repeats of the tokenizer's tokenizer_config.json: how a server that
+# tokenizes without transformers must treat the text (casing, accents, whitespace).
+_TOKENIZER_CONFIG = "tokenizer_config.json"
+TOKENIZER_SETTINGS = ("tokenizer_class", "do_lower_case", "keep_accents", "remove_space",
+                      "strip_accents", "tokenize_chinese_chars", "split_special_tokens")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,7 +138,15 @@ def _signature(served: ServedModel, export_format: str) -> dict[str, Any]:
         "format": export_format,
         "file": FORMATS[export_format],
         "tokenizer_files": sorted(served.tokenizer_files),
+        "tokenizer": _tokenizer_settings(served.tokenizer_files),
     }
+
+
+def _tokenizer_settings(tokenizer_files: dict[str, bytes]) -> dict[str, Any]:
+    """The `TOKENIZER_SETTINGS` of the tokenizer's tokenizer_config.json."""
+    config = json.loads(tokenizer_files[_TOKENIZER_CONFIG]) if _TOKENIZER_CONFIG in \
+        tokenizer_files else {}
+    return {key: config[key] for key in TOKENIZER_SETTINGS if key in config}
 
 
 # --- StableHLO ----------------------------------------------------------------------------------

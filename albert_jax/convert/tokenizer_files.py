@@ -21,6 +21,7 @@ from albert_jax.data.tokenizer import Tokenizer
 from albert_jax.train import workdir as workdir_names
 
 _TF_TOKENIZER_FILE = "30k-clean.model"  # the official TF releases (SPEC 2.1)
+_HF_TOKENIZER_CONFIG = "tokenizer_config.json"  # what transformers' save_pretrained writes
 _TF_VOCAB_FILE = "vocab_chinese.txt"  # the Chinese TF releases (SPEC 2.5)
 
 
@@ -40,6 +41,23 @@ def workdir_tokenizer(path: epath.Path) -> str | None:
             if named and epath.Path(named).exists():
                 return named
     return None
+
+
+def source_lower(source: str, path: str) -> bool:
+    """Whether the tokenizer of the checkpoint `albert-jax convert --from=<source>` reads
+    lower-cases: a workdir's data.do_lower_case, a HuggingFace folder's tokenizer_config.json
+    do_lower_case; True where nothing says (the released models are uncased, SPEC 2.2)."""
+    root = epath.Path(path)
+    directory = root if root.is_dir() else root.parent
+    if source == "huggingface" and (directory / _HF_TOKENIZER_CONFIG).exists():
+        return bool(json.loads((directory / _HF_TOKENIZER_CONFIG).read_bytes()).get(
+            "do_lower_case", True))
+    if source == "orbax":
+        for directory in (root, root.parent, root.parent.parent):  # workdir, checkpoints/, <step>/
+            if (directory / workdir_names.CONFIG_FILE).exists():
+                saved = json.loads((directory / workdir_names.CONFIG_FILE).read_bytes())
+                return bool(saved.get("data", {}).get("do_lower_case", True))
+    return True
 
 
 def _glob(directory: epath.Path, pattern: str) -> list[str]:
@@ -75,8 +93,10 @@ def source_tokenizer(source: str, path: str, config_path: str | None) -> str | N
 
 
 def write_huggingface_tokenizer(tokenizer: Tokenizer, output: str, model_max_length: int) -> None:
-    """The tokenizer files of a transformers model folder: spiece.model (AlbertTokenizer) or a
-    WordPiece vocabulary as BertTokenizerFast, exact to our ids (`Tokenizer.huggingface_files`)."""
+    """The tokenizer files of a transformers model folder, with the tokenizer's casing:
+    spiece.model and a tokenizer.json (AlbertTokenizerFast) or a WordPiece vocabulary as
+    BertTokenizerFast, each with tokenizer_config.json and special_tokens_map.json
+    (`Tokenizer.huggingface_files`)."""
     for name, content in tokenizer.huggingface_files(model_max_length).items():
         files.write_atomically(os.fspath(epath.Path(output) / name), content)
 
@@ -91,11 +111,12 @@ def carry_tokenizer(source: str, path: str, config_path: str | None, target: str
     if found is None:
         print(f"no tokenizer found with {path}; give fine-tuning one with --config.tokenizer")
         return
-    tokenizer = Tokenizer.load(found)
+    tokenizer = Tokenizer.load(found, lower=source_lower(source, path))
     if target == "huggingface":
         write_huggingface_tokenizer(tokenizer, output, model_max_length)
     else:
         for name, content in tokenizer.files(workdir_names.TOKENIZER_FILES[tokenizer.kind]).items():
             files.write_atomically(os.fspath(epath.Path(output) / name), content)
-    print(f"kept the {tokenizer.kind} tokenizer {found} ({tokenizer.vocab_size} pieces) with "
-          f"{output}")
+    casing = "lower-cased" if tokenizer.lower else "cased"
+    print(f"kept the {tokenizer.kind} tokenizer {found} ({tokenizer.vocab_size} pieces, {casing}) "
+          f"with {output}")

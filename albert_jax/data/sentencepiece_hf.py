@@ -144,6 +144,12 @@ def _python_classes() -> tuple[str, str]:
     return _character_class(whitespace), _character_class(combining)
 
 
+def _reserved(processor: spm.SentencePieceProcessor, piece_id: int) -> bool:
+    """Whether SentencePiece keeps piece `piece_id` out of its segmentations."""
+    return bool(processor.is_control(piece_id) or processor.is_unknown(piece_id)
+                or processor.is_unused(piece_id))
+
+
 def _tokenizer_json(model_proto: bytes, lower: bool, path: str) -> str:
     """The `tokenizers` pipeline of `SentencePieceTokenizer.encode` (see the module docstring)."""
     # pylint: disable=import-outside-toplevel  (only the HuggingFace export needs `tokenizers`)
@@ -161,11 +167,18 @@ def _tokenizer_json(model_proto: bytes, lower: bool, path: str) -> str:
     # A digit-comma piece 100 below its score, as HuggingFace's AlbertConverter does: the model
     # then cuts "0," as "0" "," wherever it can, which is what HuggingFace's digit-comma rule
     # (data.comma_rule=hf, SPEC 2.3) gives in all but rare cases; a pipeline cannot re-encode
-    # a piece after the model has chosen it, as the rule does.
+    # a piece after the model has chosen it, as the rule does. SentencePiece never cuts a
+    # control or unknown piece (<pad>, [MASK]) out of text; the `tokenizers` model would, so
+    # they too score 100 below the lowest normal piece.
+    normal = [processor.get_score(i) for i in range(processor.get_piece_size())
+              if not _reserved(processor, i)]
     vocab = []
     for piece_id in range(processor.get_piece_size()):
         piece = processor.id_to_piece(piece_id)
-        vocab.append((piece, processor.get_score(piece_id) - 100 * needs_comma_split(piece)))
+        if _reserved(processor, piece_id):
+            vocab.append((piece, min(normal) - 100))
+        else:
+            vocab.append((piece, processor.get_score(piece_id) - 100 * needs_comma_split(piece)))
     model = HFTokenizer(models.Unigram(vocab, unk_id=processor.unk_id(), byte_fallback=False))
     whitespace, combining = _python_classes()
     steps = [normalizers.Replace(Regex(f"{whitespace}+"), " "), normalizers.Strip(),
