@@ -281,7 +281,8 @@ def _export() -> None:
     model_config = run.task.model_config
     served = serving.ServedModel(
         model_config, run.task.model, jax.tree.map(np.asarray, run.params), head,
-        run.task.tokenizer.huggingface_files(model_config.max_position_embeddings))
+        tokenizer_files.huggingface_files(run.task.tokenizer,
+                                          model_config.max_position_embeddings))
     for path in serving.export(served, export_format, output):
         print(f"wrote {path}", flush=True)
 

@@ -262,7 +262,8 @@ def test_init_from_and_convert_read_runs_and_checkpoints_in_a_bucket(finished, t
                   "--to=huggingface", f"--output={bucket}/hf"])
     assert not exit_info.value.code
     exported = contents(tmp_path / "hf")
-    assert sorted(exported) == ["config.json", "model.safetensors", "spiece.model"]
+    assert sorted(exported) == ["config.json", "model.safetensors", "special_tokens_map.json",
+                                "spiece.model", "tokenizer.json", "tokenizer_config.json"]
     assert contents(f"{bucket}/hf") == exported
     with pytest.raises(FileExistsError, match=f"output directory {bucket}/hf is not empty"):
         finetune_run.export_huggingface(f"{remote}/run", f"{bucket}/hf")

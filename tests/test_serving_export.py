@@ -193,7 +193,13 @@ def test_export_command_on_a_pretraining_run(pretrained_tiny, tmp_path):
     output = tmp_path / "onnx"
     result = cli("export", f"--workdir={pretrained_tiny}", "--format=onnx", f"--output={output}")
     assert result.returncode == 0, result.stderr[-3000:]
-    assert sorted(os.listdir(output)) == ["model.onnx", "signature.json", "spiece.model"]
+    assert sorted(os.listdir(output)) == [
+        "model.onnx", "signature.json", "special_tokens_map.json", "spiece.model",
+        "tokenizer.json", "tokenizer_config.json"]
+    signature = json.loads((output / "signature.json").read_text())
+    assert signature["tokenizer"] == {  # the run's casing, as its tokenizer_config.json says
+        "tokenizer_class": "AlbertTokenizer", "do_lower_case": True, "keep_accents": False,
+        "remove_space": True, "split_special_tokens": True}
     tokenizer = Tokenizer.load(str(output / "spiece.model"))
     model_config, params = checkpoint.load(str(pretrained_tiny / "checkpoints"))
     served = serving.ServedModel(model_config, AlbertForPreTraining(model_config),

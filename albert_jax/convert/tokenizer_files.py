@@ -17,7 +17,8 @@ import os
 from etils import epath
 
 from albert_jax import files
-from albert_jax.data.tokenizer import Tokenizer
+from albert_jax.data import sentencepiece_hf, wordpiece
+from albert_jax.data.tokenizer import HF_SPM_FILE, Tokenizer
 from albert_jax.train import workdir as workdir_names
 
 _TF_TOKENIZER_FILE = "30k-clean.model"  # the official TF releases (SPEC 2.1)
@@ -92,12 +93,24 @@ def source_tokenizer(source: str, path: str, config_path: str | None) -> str | N
     return workdir_tokenizer(root)
 
 
+def huggingface_files(tokenizer: Tokenizer, model_max_length: int) -> dict[str, bytes]:
+    """{file name: content} of `tokenizer` for a transformers model folder, so that
+    `AutoTokenizer.from_pretrained(folder)` gives the ids of `tokenizer.encode`, with its casing:
+    spiece.model and a tokenizer.json for AlbertTokenizerFast (`sentencepiece_hf`), or a
+    WordPiece vocabulary as BertTokenizerFast (`wordpiece.huggingface_files`), each with
+    tokenizer_config.json and special_tokens_map.json."""
+    if tokenizer.kind == "wordpiece":
+        return wordpiece.huggingface_files(tokenizer.id_to_piece(range(tokenizer.vocab_size)),
+                                           lower=tokenizer.lower,
+                                           model_max_length=model_max_length)
+    return sentencepiece_hf.huggingface_files(
+        tokenizer.files(HF_SPM_FILE)[HF_SPM_FILE], lower=tokenizer.lower,
+        model_max_length=model_max_length, path=tokenizer.path)
+
+
 def write_huggingface_tokenizer(tokenizer: Tokenizer, output: str, model_max_length: int) -> None:
-    """The tokenizer files of a transformers model folder, with the tokenizer's casing:
-    spiece.model and a tokenizer.json (AlbertTokenizerFast) or a WordPiece vocabulary as
-    BertTokenizerFast, each with tokenizer_config.json and special_tokens_map.json
-    (`Tokenizer.huggingface_files`)."""
-    for name, content in tokenizer.huggingface_files(model_max_length).items():
+    """Writes `huggingface_files(tokenizer, model_max_length)` into `output`."""
+    for name, content in huggingface_files(tokenizer, model_max_length).items():
         files.write_atomically(os.fspath(epath.Path(output) / name), content)
 
 

@@ -39,9 +39,16 @@ from typing import Iterator
 import sentencepiece as spm
 
 from albert_jax.data import wordpiece
-from albert_jax.data.tokenizer import CLS, HF_SPM_FILE, MASK, PAD, SEP, SPIECE_UNDERLINE, UNK, \
-    needs_comma_split
-
+from albert_jax.data.tokenizer import (
+    CLS,
+    HF_SPM_FILE,
+    MASK,
+    PAD,
+    SEP,
+    SPIECE_UNDERLINE,
+    UNK,
+    needs_comma_split,
+)
 
 # sentencepiece_model.proto: ModelProto.trainer_spec = 2, .normalizer_spec = 3;
 # TrainerSpec.model_type = 3 (UNIGRAM = 1);
@@ -153,9 +160,16 @@ def _reserved(processor: spm.SentencePieceProcessor, piece_id: int) -> bool:
 def _tokenizer_json(model_proto: bytes, lower: bool, path: str) -> str:
     """The `tokenizers` pipeline of `SentencePieceTokenizer.encode` (see the module docstring)."""
     # pylint: disable=import-outside-toplevel  (only the HuggingFace export needs `tokenizers`)
-    from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tokenizers
+    from tokenizers import (
+        AddedToken,
+        Regex,
+        decoders,
+        models,
+        normalizers,
+        pre_tokenizers,
+        processors,
+    )
     from tokenizers import Tokenizer as HFTokenizer
-    from tokenizers import processors
 
     spec = ModelFile.parse(model_proto)
     if not spec.unigram:

@@ -280,11 +280,6 @@ class Tokenizer:
         """Text of `ids`; the special pieces decode to nothing."""
         raise NotImplementedError
 
-    def huggingface_files(self, model_max_length: int) -> dict[str, bytes]:
-        """{file name: content} of this tokenizer for a transformers model folder, so
-        `AutoTokenizer.from_pretrained(folder)` gives the ids of `encode`."""
-        raise NotImplementedError
-
     def bare_piece(self, piece: str) -> tuple[bool, str]:
         """Whether `piece` begins a new word in the text (a space before it) and its text
         without the word marker, for showing pieces to a person (`albert-jax data inspect`)."""
@@ -335,15 +330,6 @@ class SentencePieceTokenizer(Tokenizer):
         """The model and its settings (the digit-comma rule)."""
         settings = json.dumps({"comma_rule": self.comma_rule}, indent=2) + "\n"
         return {name: self._model_proto, settings_path(name): settings.encode("utf-8")}
-
-    def huggingface_files(self, model_max_length: int) -> dict[str, bytes]:
-        """spiece.model with a tokenizer.json spelling out `encode` and the casing in
-        tokenizer_config.json (`sentencepiece_hf.huggingface_files`)."""
-        # pylint: disable=import-outside-toplevel  (it imports this module's names)
-        from albert_jax.data import sentencepiece_hf
-        return sentencepiece_hf.huggingface_files(self._model_proto, lower=self.lower,
-                                                  model_max_length=model_max_length,
-                                                  path=self.path)
 
     def __getstate__(self) -> dict:  # Picklable for worker processes: ship the model bytes.
         return {"model_proto": self._model_proto, "lower": self.lower,
@@ -527,12 +513,6 @@ class WordPieceTokenizer(Tokenizer):
     def files(self, name: str) -> dict[str, bytes]:
         """The vocabulary file as read (do_lower_case is the run config's)."""
         return {name: self._vocab_bytes}
-
-    def huggingface_files(self, model_max_length: int) -> dict[str, bytes]:
-        """A BertTokenizerFast (as the Chinese ALBERT models on the hub), exact to `encode` on
-        [MASK]-like text too (`wordpiece.huggingface_files`)."""
-        return wordpiece.huggingface_files(self._pieces, lower=self.lower,
-                                           model_max_length=model_max_length)
 
     def __getstate__(self) -> dict:  # Picklable for worker processes: ship the vocabulary.
         return {"vocab": self._vocab_bytes, "lower": self.lower, "path": self.path}
