@@ -184,13 +184,13 @@ def _tokenizer_json(model_proto: bytes, lower: bool, path: str) -> str:
     # a piece after the model has chosen it, as the rule does. SentencePiece never cuts a
     # control or unknown piece (<pad>, [MASK]) out of text; the `tokenizers` model would, so
     # they too score 100 below the lowest normal piece.
-    normal = [processor.get_score(i) for i in range(processor.get_piece_size())
-              if not _reserved(processor, i)]
+    reserved_score = min(processor.get_score(i) for i in range(processor.get_piece_size())
+                         if not _reserved(processor, i)) - 100
     vocab = []
     for piece_id in range(processor.get_piece_size()):
         piece = processor.id_to_piece(piece_id)
         if _reserved(processor, piece_id):
-            vocab.append((piece, min(normal) - 100))
+            vocab.append((piece, reserved_score))
         else:
             vocab.append((piece, processor.get_score(piece_id) - 100 * needs_comma_split(piece)))
     model = HFTokenizer(models.Unigram(vocab, unk_id=processor.unk_id(), byte_fallback=False))
