@@ -18,7 +18,7 @@ from etils import epath
 
 from albert_jax import files
 from albert_jax.data import sentencepiece_hf, wordpiece
-from albert_jax.data.tokenizer import HF_SPM_FILE, Tokenizer
+from albert_jax.data.tokenizer import HF_SPM_FILE, Tokenizer, needs_comma_split
 from albert_jax.train import workdir as workdir_names
 
 _TF_TOKENIZER_FILE = "30k-clean.model"  # the official TF releases (SPEC 2.1)
@@ -98,11 +98,20 @@ def huggingface_files(tokenizer: Tokenizer, model_max_length: int) -> dict[str, 
     `AutoTokenizer.from_pretrained(folder)` gives the ids of `tokenizer.encode`, with its casing:
     spiece.model and a tokenizer.json for AlbertTokenizerFast (`sentencepiece_hf`), or a
     WordPiece vocabulary as BertTokenizerFast (`wordpiece.huggingface_files`), each with
-    tokenizer_config.json and special_tokens_map.json."""
+    tokenizer_config.json and special_tokens_map.json. Says so when transformers cannot give
+    all our ids: a run with the reference's digit-comma rule and pieces it re-encodes."""
     if tokenizer.kind == "wordpiece":
         return wordpiece.huggingface_files(tokenizer.id_to_piece(range(tokenizer.vocab_size)),
                                            lower=tokenizer.lower,
                                            model_max_length=model_max_length)
+    comma_pieces = [piece for piece in tokenizer.id_to_piece(range(tokenizer.vocab_size))
+                    if needs_comma_split(piece)]
+    if comma_pieces and tokenizer.comma_rule == "reference":
+        print(f"note: {len(comma_pieces)} pieces of {tokenizer.path} end in a digit and a comma "
+              f"(e.g. {comma_pieces[0]!r}): transformers cuts them by HuggingFace's digit-comma "
+              "rule, this run by the reference's (data.comma_rule=reference, SPEC 2.3), so ids "
+              "differ where a digit is followed by a comma; fine-tune with "
+              "data.comma_rule=hf for the same ids")
     return sentencepiece_hf.huggingface_files(
         tokenizer.files(HF_SPM_FILE)[HF_SPM_FILE], lower=tokenizer.lower,
         model_max_length=model_max_length, path=tokenizer.path)
