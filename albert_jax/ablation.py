@@ -43,10 +43,12 @@ import jax
 import ml_collections
 from etils import epath
 
-from albert_jax import config as config_lib, pretraining
+from albert_jax import config as config_lib
+from albert_jax import pretraining
 from albert_jax.data import builder, tokenizer
 from albert_jax.files import write_atomically
-from albert_jax.finetune import demo as finetune_demo, run as finetune_run
+from albert_jax.finetune import demo as finetune_demo
+from albert_jax.finetune import run as finetune_run
 from albert_jax.model import albert
 from albert_jax.train import buckets, checkpoint, loop, sharding
 from albert_jax.train import step as step_lib

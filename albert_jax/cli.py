@@ -36,19 +36,21 @@ import ml_collections
 import numpy as np
 from absl import app, flags
 from absl import logging as absl_logging
+from etils import epath
 from ml_collections import config_flags
 
-from etils import epath
-
-from albert_jax import ablation, config as config_lib, distributed, file_lock, pretraining
+from albert_jax import ablation, distributed, file_lock, pretraining
+from albert_jax import config as config_lib
 from albert_jax.convert import formats, serving, tokenizer_files
 from albert_jax.convert.huggingface import FinetunedHead
 from albert_jax.data import builder, dataset_settings, inspection, shard_copy, tokenizer
 from albert_jax.errors import ConfigError
-from albert_jax.finetune import registry, run as finetune_run
+from albert_jax.finetune import registry
+from albert_jax.finetune import run as finetune_run
 from albert_jax.finetune.squad import official_eval as squad_eval
-from albert_jax.train import checkpoint, integrity, loop, plan as plan_lib
-from albert_jax.train import sharding, workdir as workdir_names
+from albert_jax.train import checkpoint, integrity, loop, sharding
+from albert_jax.train import plan as plan_lib
+from albert_jax.train import workdir as workdir_names
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file, e.g. configs/pretrain.py:size=base.",
                                           lock_config=True)

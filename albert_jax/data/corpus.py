@@ -16,9 +16,9 @@ Reading never crashes or hangs on bad input: it is counted in a `CorpusStats`.
 from __future__ import annotations
 
 import ast
+import contextlib
 import dataclasses
 import functools
-import contextlib
 import glob
 import gzip
 import hashlib

@@ -55,11 +55,11 @@ import os
 from typing import Any, Sequence
 
 import grain
-from absl import flags
 import jax
 import ml_collections
 import numpy as np
 import tensorflow_datasets as tfds
+from absl import flags
 
 from albert_jax.data import dataset_settings, masking, shard_copy
 from albert_jax.errors import ConfigError

@@ -22,6 +22,7 @@ import jax.numpy as jnp
 from albert_jax.model import attention, layers
 from albert_jax.model.presets import REMAT_POLICIES, ModelConfig, group_of_layer
 
+
 class AttentionBlock(nn.Module):
     """Self-attention half of the post-LN block (SPEC 3.2.6): LN(x + dense(attend(x)))."""
 

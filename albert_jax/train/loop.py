@@ -22,11 +22,20 @@ import numpy as np
 from absl import logging
 from etils import epath
 
-from albert_jax import config as config_lib, files
-from albert_jax.train import buckets, checkpoint, flops, optim, reporting, sharding
+from albert_jax import config as config_lib
+from albert_jax import files
+from albert_jax.train import (
+    buckets,
+    checkpoint,
+    flops,
+    optim,
+    reporting,
+    sharding,
+    validation,
+    workdir_lock,
+)
 from albert_jax.train import state as state_lib
 from albert_jax.train import step as step_lib
-from albert_jax.train import validation, workdir_lock
 from albert_jax.train import workdir as workdir_names
 from albert_jax.train.task import HostBatch, Task
 

@@ -32,7 +32,8 @@ import ml_collections
 import numpy as np
 from etils import epath
 
-from albert_jax import config as config_lib, files
+from albert_jax import config as config_lib
+from albert_jax import files
 from albert_jax.convert.huggingface import FinetunedHead
 from albert_jax.data import pipeline
 from albert_jax.data.tokenizer import Tokenizer

@@ -24,12 +24,16 @@ from albert_jax.errors import ConfigError
 from albert_jax.finetune.core import registry
 from albert_jax.finetune.core.examples import Sentence
 from albert_jax.finetune.core.pretrained import Pretrained
-from albert_jax.finetune.custom import data as custom_data, tagging_data
-from albert_jax.finetune.kinds.token_classification import (SELECTION_METRICS,
-                                                             TokenClassificationTask)
+from albert_jax.finetune.custom import data as custom_data
+from albert_jax.finetune.custom import tagging_data
+from albert_jax.finetune.kinds.token_classification import (
+    SELECTION_METRICS,
+    TokenClassificationTask,
+)
 from albert_jax.model import ModelConfig
 from albert_jax.train import workdir as workdir_names
 from albert_jax.train.task import Selection
+
 
 def _given_labels(data: ml_collections.ConfigDict) -> tuple[str, ...]:
     """config data.labels as a tuple of IOB2 tags ("" = none given)."""

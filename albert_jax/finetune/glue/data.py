@@ -33,6 +33,7 @@ from albert_jax.finetune.core import scores
 from albert_jax.finetune.core.examples import TextExample
 from albert_jax.finetune.core.text_files import open_text
 
+
 @dataclasses.dataclass(frozen=True)
 class SkipReport:
     """The lines of one file that gave no example because they have too few columns.

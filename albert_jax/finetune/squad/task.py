@@ -37,8 +37,13 @@ from albert_jax.finetune.squad import data as squad
 from albert_jax.finetune.squad import official_eval as squad_eval
 from albert_jax.finetune.squad import postprocess as squad_postprocess
 from albert_jax.finetune.squad.data import FeatureInfo, SquadExample
-from albert_jax.model import (AlbertForQuestionAnswering, AlbertForQuestionAnsweringV2, ModelConfig,
-                              example_inputs, heads)
+from albert_jax.model import (
+    AlbertForQuestionAnswering,
+    AlbertForQuestionAnsweringV2,
+    ModelConfig,
+    example_inputs,
+    heads,
+)
 from albert_jax.train import flops
 from albert_jax.train import workdir as workdir_names
 from albert_jax.train.task import Batch
