@@ -134,7 +134,9 @@ class PretrainingTask(Task):
     def train_batch_spec(self, batch_size: int) -> dict[str, jax.ShapeDtypeStruct]:
         # SPEC 1.5 features (data/builder.py example_features).
         seq, predictions = self.config.seq_len, self.config.data.max_predictions
-        ints = lambda *shape: jax.ShapeDtypeStruct((batch_size, *shape), jnp.int32)
+        def ints(*shape: int) -> jax.ShapeDtypeStruct:
+            return jax.ShapeDtypeStruct((batch_size, *shape), jnp.int32)
+
         return {"input_ids": ints(seq), "segment_ids": ints(seq), "input_mask": ints(seq),
                 "token_boundary": ints(seq),
                 "masked_lm_positions": ints(predictions), "masked_lm_ids": ints(predictions),
