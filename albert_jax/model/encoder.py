@@ -188,13 +188,15 @@ class LayerBody(nn.Module):
             if share_attention:
                 hidden = AttentionBlock(config, self.deterministic, parent=None).apply(
                     {"params": shared["attention"]}, hidden, attention_bias,
-                    query_positions if last else None, rngs=rngs(2 * inner))
+                    query_positions if last else None, rngs=rngs(2 * inner))  # type: ignore[assignment]  # without mutable=, apply returns the output alone
             else:
+                assert unshared is not None  # built above when a block is not shared
                 hidden = unshared.attention(hidden, attention_bias)
             if share_ffn:
                 hidden = FeedForwardBlock(config, self.deterministic, parent=None).apply(
-                    {"params": shared["ffn"]}, hidden, rngs=rngs(2 * inner + 1))
+                    {"params": shared["ffn"]}, hidden, rngs=rngs(2 * inner + 1))  # type: ignore[assignment]  # without mutable=, apply returns the output alone
             else:
+                assert unshared is not None  # built above when a block is not shared
                 hidden = unshared.ffn(hidden)
         return hidden, None
 
