@@ -13,7 +13,7 @@ depth; a shallower group is unrolled whole, which runs faster.
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, cast
 
 import flax.linen as nn
 import jax
@@ -185,16 +185,17 @@ class LayerBody(nn.Module):
                 unshared = InnerGroup(config, not share_attention, not share_ffn,
                                       self.deterministic, name=name)
             last = inner == config.inner_group_num - 1
+            # cast: without mutable=, `apply` returns the output alone (flax types it either way)
             if share_attention:
-                hidden = AttentionBlock(config, self.deterministic, parent=None).apply(
+                hidden = cast(jax.Array, AttentionBlock(config, self.deterministic, parent=None).apply(
                     {"params": shared["attention"]}, hidden, attention_bias,
-                    query_positions if last else None, rngs=rngs(2 * inner))  # type: ignore[assignment]  # without mutable=, apply returns the output alone
+                    query_positions if last else None, rngs=rngs(2 * inner)))
             else:
                 assert unshared is not None  # built above when a block is not shared
                 hidden = unshared.attention(hidden, attention_bias)
             if share_ffn:
-                hidden = FeedForwardBlock(config, self.deterministic, parent=None).apply(
-                    {"params": shared["ffn"]}, hidden, rngs=rngs(2 * inner + 1))  # type: ignore[assignment]  # without mutable=, apply returns the output alone
+                hidden = cast(jax.Array, FeedForwardBlock(config, self.deterministic, parent=None).apply(
+                    {"params": shared["ffn"]}, hidden, rngs=rngs(2 * inner + 1)))
             else:
                 assert unshared is not None  # built above when a block is not shared
                 hidden = unshared.ffn(hidden)
