@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -362,7 +362,7 @@ class FinetuneTask(Task):
         classifier adds its accuracy."""
         return {"loss": sums["loss_sum"] / jnp.maximum(sums["example_count"], 1.0)}
 
-    def console_line(self, metrics: dict[str, float]) -> list[str]:
+    def console_line(self, metrics: Mapping[str, float]) -> list[str]:
         return [f"loss {metrics['loss']:.4f}"]
 
     def flops_per_example(self, seq_len: int) -> float:

@@ -11,7 +11,7 @@ A family subclass supplies the data (`train_features`, `eval_features`, `split_e
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import flax.linen as nn
 import jax
@@ -71,7 +71,7 @@ class ClassificationTask(FinetuneTask):
         count = jnp.maximum(sums["example_count"], 1.0)
         return dict(super().metrics_from_sums(sums), accuracy=sums["correct_sum"] / count)
 
-    def console_line(self, metrics: dict[str, float]) -> list[str]:
+    def console_line(self, metrics: Mapping[str, float]) -> list[str]:
         return [*super().console_line(metrics), f"acc {metrics['accuracy']:.3f}"]
 
     # --- Predictions -----------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -111,7 +111,7 @@ class TokenClassificationTask(FinetuneTask):
         count = jnp.maximum(sums["label_count"], 1.0)
         return {"loss": sums["loss_sum"] / count, "accuracy": sums["correct_sum"] / count}
 
-    def console_line(self, metrics: dict[str, float]) -> list[str]:
+    def console_line(self, metrics: Mapping[str, float]) -> list[str]:
         line = [f"loss {metrics['loss']:.4f}", f"acc {metrics['accuracy']:.3f}"]
         return line + [f"f1 {metrics['f1']:.3f}"] if "f1" in metrics else line
 
