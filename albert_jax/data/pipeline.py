@@ -106,7 +106,7 @@ class SplitSource:
                     f"shard {path} of dataset {dataset_dir} is missing; delete {dataset_dir} and "
                     f"{_BUILD_HINT}")
         if shards is None:
-            self.indices = range(sum(split_info.shard_lengths))
+            self.indices: range | np.ndarray = range(sum(split_info.shard_lengths))
             self._offsets = None
             self._source = dataset.as_data_source(split)
         else:
