@@ -156,6 +156,7 @@ def load_config_module(path: str) -> types.ModuleType:
                                 "root, or pass --config=<path>/configs/ablation.py)")
     module_spec = importlib.util.spec_from_file_location(
         f"_albert_jax_config_{os.path.basename(path)[:-3]}", path)
+    assert module_spec is not None and module_spec.loader is not None  # a .py path has a loader
     module = importlib.util.module_from_spec(module_spec)
     module_spec.loader.exec_module(module)
     return module

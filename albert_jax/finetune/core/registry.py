@@ -70,6 +70,7 @@ def _import_task(spec: str) -> type:
                 raise ConfigError(f"config task={spec!r}: {where} does not exist")
             module_name = "albert_jax_user_task_" + os.path.splitext(os.path.basename(where))[0]
             module_spec = importlib.util.spec_from_file_location(module_name, where)
+            assert module_spec is not None and module_spec.loader is not None  # a .py file has one
             module = importlib.util.module_from_spec(module_spec)
             sys.modules[module_name] = module  # dataclasses and pickling look modules up
             module_spec.loader.exec_module(module)
