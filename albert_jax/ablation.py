@@ -250,7 +250,7 @@ def run_table(row_configs: dict[str, ml_collections.ConfigDict], workdir: str,
     # Every seed of a row (and every row of one shape) runs the same programs: a compilation
     # cache in the table's workdir compiles each once, unless JAX_COMPILATION_CACHE_DIR names
     # one already.
-    if not jax.config.jax_compilation_cache_dir:
+    if not jax.config.jax_compilation_cache_dir:  # type: ignore[attr-defined]  # an option made at runtime
         jax.config.update("jax_compilation_cache_dir", os.path.join(workdir, "jax_cache"))
     runs: dict[str, list[dict[str, Any]]] = {row: [] for row in row_configs}
     for seed in range(seeds):
@@ -285,7 +285,7 @@ def summarize(row_configs: dict[str, ml_collections.ConfigDict],
     """table.json: per row the runs, mean and std (sample std; 0 for one seed) of every
     metric, and the paper's numbers."""
     first = next(iter(row_configs.values()))
-    rows = {}
+    rows: dict[str, dict[str, Any]] = {}
     for row, results in runs.items():
         metrics = [key for key in results[0] if key not in ("row", "seed")]
         rows[row] = {

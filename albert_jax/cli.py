@@ -29,7 +29,7 @@ import copy
 import json
 import os
 import sys
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, TypeVar
 
 import jax
 import ml_collections
@@ -62,7 +62,7 @@ _NUM_EXAMPLES = flags.DEFINE_integer("num_examples", 3, "data inspect: examples 
 class _MultihostParser(flags.BooleanParser):
     """--multihost, --nomultihost, or --multihost=<a jax cluster detection method>, e.g. mpi4py."""
 
-    def parse(self, argument: str | int) -> bool | str:
+    def parse(self, argument: str | int) -> bool | str:  # type: ignore[override]  # --multihost=NAME: a cluster name, not a bool
         if isinstance(argument, str) and argument in distributed.CLUSTERS:
             return argument
         try:
@@ -119,7 +119,10 @@ _BEAM_PIPELINE_OPTIONS = flags.DEFINE_string(
     "extra; without the flag: this machine's cores).")
 
 
-def _need(flag: flags.FlagHolder, command: str) -> object:
+FlagValue = TypeVar("FlagValue")
+
+
+def _need(flag: flags.FlagHolder[FlagValue | None], command: str) -> FlagValue:
     if flag.value is None:
         raise app.UsageError(f"`albert-jax {command}` needs --{flag.name}")
     return flag.value
@@ -224,9 +227,11 @@ def _plan() -> None:
     # pods often set) does not carry: this process compiles everything itself.
     jax.config.update("jax_enable_compilation_cache", False)
     num_slices = _plan_num_slices(config)
-    target = (plan_lib.tpu_target(_TOPOLOGY.value, num_slices) if _TOPOLOGY.value is not None
-              else plan_lib.cpu_target(_DEVICES.value, _HBM_GIB.value, _PEAK_TFLOPS.value,
-                                       num_slices))
+    if _TOPOLOGY.value is not None:
+        target = plan_lib.tpu_target(_TOPOLOGY.value, num_slices)
+    else:
+        assert _DEVICES.value is not None  # one of the two, checked above
+        target = plan_lib.cpu_target(_DEVICES.value, _HBM_GIB.value, _PEAK_TFLOPS.value, num_slices)
     result = plan_lib.plan(config, _plan_task, target, mfu=_MFU.value, try_levers=_LEVERS.value)
     if "task" not in config:  # pretraining: the local disk a host needs for shards in a bucket
         result["hosts"] = plan_lib.num_hosts(target)
@@ -268,7 +273,7 @@ def _convert() -> None:
         return
     model_config = formats.convert(source=source, target=target, path=path,
                                    output=_need(_OUTPUT, "convert"), config_path=_CONFIG_PATH.value)
-    tokenizer_files.carry_tokenizer(source, path, _CONFIG_PATH.value, target, _OUTPUT.value,
+    tokenizer_files.carry_tokenizer(source, path, _CONFIG_PATH.value, target, _need(_OUTPUT, "convert"),
                                     model_config.max_position_embeddings)
 
 
@@ -281,6 +286,7 @@ def _export() -> None:
     is_finetuned = finetune_run.is_finetuning_workdir(os.fspath(run.run_dir))
     head = run.task.huggingface_head() if is_finetuned else FinetunedHead(serving.MASKED_LM)
     model_config = run.task.model_config
+    assert run.task.tokenizer is not None  # a finished run's task has its tokenizer
     served = serving.ServedModel(
         model_config, run.task.model, jax.tree.map(np.asarray, run.params), head,
         run.task.tokenizer.huggingface_files(model_config.max_position_embeddings))
@@ -302,7 +308,7 @@ def _ablate() -> None:
     configs/ablation.py's, each with the command line's --config.KEY=VALUE overrides."""
     table, workdir = int(_need(_TABLE, "ablate")), _need(_WORKDIR, "ablate")
     config_flag = flags.FLAGS["config"]
-    tables = ablation.load_config_module(config_flag.config_filename)
+    tables = ablation.load_config_module(config_flags.get_config_filename(config_flag))
     configs = ablation.row_configs(tables.get_config, table, tuple(tables.TABLES[table]),
                                    _SCALE.value, config_flags.get_override_values(config_flag))
     ablation.run_table(configs, workdir, _SEEDS.value)
@@ -459,7 +465,7 @@ def _use_compilation_cache() -> None:
     (a command without --config: the --workdir run's config.json; default
     config_lib.DEFAULT_COMPILATION_CACHE; "": off), unless JAX_COMPILATION_CACHE_DIR names one.
     `plan` turns it off itself: it reads the compiler's own reports."""
-    if jax.config.jax_compilation_cache_dir:
+    if jax.config.jax_compilation_cache_dir:  # type: ignore[attr-defined]  # an option made at runtime
         return
     directory = config_lib.DEFAULT_COMPILATION_CACHE
     if _CONFIG.value is not None:
