@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence, cast
 
 import jax
 import jax.numpy as jnp
@@ -267,7 +267,7 @@ class FinetuneTask(Task):
                           directory: str) -> list[str]:
         """Writes `directory`/metrics.json: the dev metrics of the checkpoint at `step`, the
         selection split's at the top level, other dev sets (MNLI mismatched) nested."""
-        report = dict(split_metrics.get("dev", {}))
+        report: dict[str, Any] = dict(split_metrics.get("dev", {}))
         report.update({name: values for name, values in split_metrics.items() if name != "dev"})
         report["step"] = step
         path = os.path.join(directory, workdir_names.SCORES_FILE)
@@ -281,6 +281,7 @@ class FinetuneTask(Task):
     def workdir_files(self) -> dict[str, bytes]:
         # The tokenizer travels with the weights: evaluate, export and init_from find it there
         # (with its SPEC 2.3 digit-comma rule), as spiece.model or vocab.txt.
+        assert self.tokenizer is not None  # only a task for shapes (plan) has none, and reads no data
         return self.tokenizer.files(workdir_names.TOKENIZER_FILES[self.tokenizer.kind])
 
     # --- Data ------------------------------------------------------------------------------------
@@ -348,8 +349,10 @@ class FinetuneTask(Task):
 
     def apply(self, params: Any, batch: Batch, *, train: bool, rng: jax.Array | None) -> jax.Array:
         rngs = {"dropout": rng} if train and rng is not None else {}
-        return self.model.apply({"params": params}, batch["input_ids"], batch["segment_ids"],
-                                batch["input_mask"], deterministic=not train, rngs=rngs)
+        # cast: without mutable=, `apply` returns the output alone (flax types it either way)
+        return cast(jax.Array, self.model.apply(
+            {"params": params}, batch["input_ids"], batch["segment_ids"], batch["input_mask"],
+            deterministic=not train, rngs=rngs))
 
     def denominators(self, batch: Batch) -> dict[str, jax.Array]:
         return {"examples": jnp.maximum(jnp.sum(batch["example_weight"].astype(jnp.float32)), 1.0)}

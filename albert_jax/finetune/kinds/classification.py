@@ -50,6 +50,7 @@ class ClassificationTask(FinetuneTask):
 
     def features(self, examples: Sequence[Any]) -> dict[str, np.ndarray]:
         """input_ids, segment_ids, input_mask [examples, seq_len]; labels [examples]."""
+        assert self.tokenizer is not None  # only a task for shapes (plan) has none, and reads no data
         return features.classification_features(examples, self.tokenizer, self.config.seq_len,
                                                 self.labels)
 
