@@ -14,7 +14,7 @@ Tags are IOB2 (`O`, `B-X`, `I-X`): custom/tagging_data.py converts the other sch
 from __future__ import annotations
 
 import collections
-from typing import Sequence
+from typing import Any, Sequence
 
 Entity = tuple[str, int, int]  # (type, start word, end word exclusive)
 
@@ -45,7 +45,7 @@ def _prf(correct: int, predicted: int, true: int) -> dict[str, float]:
 
 
 def entity_scores(gold: Sequence[Sequence[str]],
-                  predicted: Sequence[Sequence[str]]) -> dict[str, object]:
+                  predicted: Sequence[Sequence[str]]) -> dict[str, Any]:
     """Entity-level precision, recall, F1 (micro, and per type under `per_type`, each with its
     `support`: the gold entities of the type) and word accuracy of `predicted` against `gold`
     (lists of sentences, each a list of IOB2 tags, one per word)."""
@@ -63,7 +63,7 @@ def entity_scores(gold: Sequence[Sequence[str]],
         true_counts.update(kind for kind, _, _ in gold_entities)
         predicted_counts.update(kind for kind, _, _ in predicted_entities)
         correct_counts.update(kind for kind, _, _ in gold_entities & predicted_entities)
-    scores: dict[str, object] = dict(_prf(sum(correct_counts.values()),
+    scores: dict[str, Any] = dict(_prf(sum(correct_counts.values()),
                                           sum(predicted_counts.values()), sum(true_counts.values())))
     scores["accuracy"] = _ratio(right, words)
     scores["per_type"] = {

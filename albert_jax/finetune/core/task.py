@@ -103,7 +103,7 @@ class FinetuneTask(Task):
     config_file: str = ""
     # [batch, seq] (multiple choice [batch, options, seq]): each batch runs at its length bucket
     # (train/buckets.py).
-    sequence_fields = ("input_ids", "segment_ids", "input_mask")
+    sequence_fields: tuple[str, ...] = ("input_ids", "segment_ids", "input_mask")
 
     def __init__(self, config: ml_collections.ConfigDict, model_config: ModelConfig,
                  tokenizer: Tokenizer | None, pretrained: Pretrained | None,
@@ -241,7 +241,7 @@ class FinetuneTask(Task):
         """The examples of eval set `split`, in the order of its features."""
         raise NotImplementedError
 
-    def read_inputs(self, path: str, chunk_rows: int) -> Iterator[list[Any]]:
+    def read_inputs(self, path: str, chunk_rows: int) -> Iterator[Sequence[Any]]:
         """The examples of a file to predict, in file order, in lists of at most `chunk_rows`
         (a file of any size runs in bounded memory)."""
         raise NotImplementedError

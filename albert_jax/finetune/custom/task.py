@@ -31,7 +31,7 @@ from albert_jax.model import ModelConfig
 from albert_jax.train import workdir as workdir_names
 
 
-class _CustomData:
+class _CustomData(ClassificationTask):
     """What the three kinds share: the config's files and columns, the splits, the records."""
 
     kind: str  # configs/custom.py:kind=<kind>, and what the rows of the tables become

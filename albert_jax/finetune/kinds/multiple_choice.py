@@ -27,7 +27,7 @@ class MultipleChoiceTask(ClassificationTask):
     num_choices: int
 
     @property
-    def labels(self) -> tuple[str, ...]:
+    def labels(self) -> tuple[str, ...]:  # type: ignore[override]  # read-only: the option indices
         return tuple(str(option) for option in range(self.num_choices))
 
     def build_model(self) -> nn.Module:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -324,7 +324,7 @@ class SquadTask(FinetuneTask):
                            if evaluate else {})
 
     # --- `albert-jax predict` and predictions.jsonl ----------------------------------------------
-    def read_inputs(self, path: str, chunk_rows: int) -> Iterator[list[SquadExample]]:
+    def read_inputs(self, path: str, chunk_rows: int) -> Iterator[Sequence[SquadExample]]:
         """An official SQuAD JSON file, else a CSV/TSV/JSONL/Parquet table with the columns
         `id` (optional), `context` and `question`; questions in file order."""
         if path.endswith(".json"):
