@@ -111,8 +111,10 @@ class CustomTokenClassificationTask(TokenClassificationTask):
     def split_examples(self, split: str) -> list[Sentence]:
         if split not in self._splits:
             # The training file decides the tag list; the other files are read against it.
+            table = custom_data.split_table(self.config.data, split)
+            assert table is not None  # asked only for the splits the config has
             self._splits[split] = tagging_data.read_file(
-                custom_data.split_table(self.config.data, split), self.columns,
+                table, self.columns,
                 scheme=self.config.data.tag_scheme,
                 labels=None if split == "train" else self.labels, labelled=split != "test")
         return self._splits[split]

@@ -174,8 +174,10 @@ class CustomMultipleChoiceTask(_CustomData, MultipleChoiceTask):
         if run_dir is not None:
             self.num_choices = len(custom_data.labels_in_workdir(run_dir))
         else:
+            train = custom_data.split_table(self.config.data, "train")
+            assert train is not None  # configs/custom.py requires a training file
             first = next(tables.iter_example_chunks(
-                custom_data.split_table(self.config.data, "train"), self.kind,
+                train, self.kind,
                 custom_data.columns(self.config.data, self.kind), chunk_rows=1))[0]
             self.num_choices = len(first.options)
 

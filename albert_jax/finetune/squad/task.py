@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -74,7 +74,7 @@ def evaluator_dataset(examples: list[SquadExample]) -> dict[str, Any]:
         for example in examples]}]}
 
 
-def _table_question(path: str, line: int, row: dict[str, Any], number: int) -> SquadExample:
+def _table_question(path: str, line: int, row: Mapping[str, Any], number: int) -> SquadExample:
     """A question of a table to predict: columns `context`, `question` and optionally `id`."""
     texts = {}
     for column in ("context", "question"):
@@ -268,7 +268,8 @@ class SquadTask(FinetuneTask):
         if "start_positions" not in batch:  # dev windows have no labels; the evaluator scores
             return {"example_count": jnp.sum(weights)}
         if self.version == "v1.1":
-            losses = heads.squad_v1_loss(*outputs, batch["start_positions"],
+            start_logits, end_logits = outputs
+            losses = heads.squad_v1_loss(start_logits, end_logits, batch["start_positions"],
                                          batch["end_positions"])
         else:
             losses = heads.squad_v2_loss(outputs, batch["start_positions"],
@@ -351,6 +352,7 @@ class SquadTask(FinetuneTask):
         if kept_examples is not examples:
             raise RuntimeError("prediction_records of SQuAD needs the examples of the last "
                                "input_features call; please report this")
+        assert infos is not None  # kept with the examples
         return self._records(self._result(examples, infos, predictions, evaluate=False),
                              examples)
 
