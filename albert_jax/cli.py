@@ -62,7 +62,7 @@ _NUM_EXAMPLES = flags.DEFINE_integer("num_examples", 3, "data inspect: examples 
 class _MultihostParser(flags.BooleanParser):
     """--multihost, --nomultihost, or --multihost=<a jax cluster detection method>, e.g. mpi4py."""
 
-    def parse(self, argument: str | int) -> bool | str:  # type: ignore[override]  # --multihost=NAME: a cluster name, not a bool
+    def parse(self, argument: str | int) -> bool | str:  # type: ignore[override]  # or a cluster
         if isinstance(argument, str) and argument in distributed.CLUSTERS:
             return argument
         try:
@@ -273,7 +273,8 @@ def _convert() -> None:
         return
     model_config = formats.convert(source=source, target=target, path=path,
                                    output=_need(_OUTPUT, "convert"), config_path=_CONFIG_PATH.value)
-    tokenizer_files.carry_tokenizer(source, path, _CONFIG_PATH.value, target, _need(_OUTPUT, "convert"),
+    tokenizer_files.carry_tokenizer(source, path, _CONFIG_PATH.value, target,
+                                    _need(_OUTPUT, "convert"),
                                     model_config.max_position_embeddings)
 
 

@@ -369,7 +369,8 @@ def _read_index(prefix: str) -> tuple[int, dict[str, _Entry]]:
     if min_consumer > 1:
         raise ValueError(f"{path}: written by a newer TensorFlow (bundle format min_consumer="
                          f"{min_consumer} > 1)")
-    return _number(fields.get(1, 1)), {key.decode(): _Entry(key.decode(), value) for key, value in items}
+    return _number(fields.get(1, 1)), {key.decode(): _Entry(key.decode(), value)
+                                       for key, value in items}
 
 
 def _read_tensor(prefix: str, entry: _Entry, num_shards: int) -> np.ndarray:

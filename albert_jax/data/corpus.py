@@ -231,7 +231,8 @@ def _text_file_documents(path: str, stats: CorpusStats) -> Iterator[list[str]]:
             yield document
 
 
-def _bounded_lines(file: IO[bytes] | io.BufferedIOBase, path: str, stats: CorpusStats) -> Iterator[str]:
+def _bounded_lines(file: IO[bytes] | io.BufferedIOBase, path: str,
+                   stats: CorpusStats) -> Iterator[str]:
     """Decoded lines, never holding more than MAX_LINE_BYTES of one line in memory."""
     while True:
         try:

@@ -457,7 +457,7 @@ class SentencePieceTokenizer(Tokenizer):
     def _encode_spans(self, text: str) -> list[tuple[str, int, int]]:
         """SentencePiece pieces of `text` (already preprocessed) as (piece, begin, end) with
         character offsets into `text`. SentencePiece reports byte offsets into its input."""
-        proto = sentencepiece_pb2.SentencePieceText.FromString(  # type: ignore[attr-defined]  # protobuf makes the class at import
+        proto = sentencepiece_pb2.SentencePieceText.FromString(  # type: ignore[attr-defined]  # built at import
             self._sp.encode(text, out_type="serialized_proto"))
         byte_starts = np.cumsum([0] + [len(char.encode("utf-8")) for char in text])
         spans = []

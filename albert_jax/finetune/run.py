@@ -176,7 +176,8 @@ def _saved_config(run_dir: epath.Path) -> ml_collections.ConfigDict:
         json.loads((run_dir / workdir_names.CONFIG_FILE).read_bytes()))
 
 
-def _task_class(config: ml_collections.ConfigDict) -> type[FinetuneTask] | type[fill_mask.FillMaskTask]:
+def _task_class(config: ml_collections.ConfigDict
+                ) -> type[FinetuneTask] | type[fill_mask.FillMaskTask]:
     """The task of a run's config.json: its fine-tuning task, or fill-mask for a pretraining
     run (whose config names no task)."""
     return registry.get(config.task) if config.get("task") else fill_mask.FillMaskTask
@@ -246,7 +247,7 @@ def with_embeddings(run: FinishedRun, pooling: str) -> FinishedRun:
     """`run` predicting the pooled vectors of its backbone (embeddings.py) instead of its task's
     outputs."""
     task = embeddings_lib.Embeddings(run.task, pooling)
-    eval_step = step_lib.jit_eval_step(task, run.mesh,  # type: ignore[arg-type]  # Embeddings has the eval half of Task
+    eval_step = step_lib.jit_eval_step(task, run.mesh,  # type: ignore[arg-type]  # Task's eval half
                                        jax.tree.map(lambda leaf: leaf.sharding, run.params))
     return dataclasses.replace(run, task=task, eval_step=eval_step)
 

@@ -187,14 +187,16 @@ class LayerBody(nn.Module):
             last = inner == config.inner_group_num - 1
             # cast: without mutable=, `apply` returns the output alone (flax types it either way)
             if share_attention:
-                hidden = cast(jax.Array, AttentionBlock(config, self.deterministic, parent=None).apply(
+                attention_block = AttentionBlock(config, self.deterministic, parent=None)
+                hidden = cast(jax.Array, attention_block.apply(
                     {"params": shared["attention"]}, hidden, attention_bias,
                     query_positions if last else None, rngs=rngs(2 * inner)))
             else:
                 assert unshared is not None  # built above when a block is not shared
                 hidden = unshared.attention(hidden, attention_bias)
             if share_ffn:
-                hidden = cast(jax.Array, FeedForwardBlock(config, self.deterministic, parent=None).apply(
+                ffn_block = FeedForwardBlock(config, self.deterministic, parent=None)
+                hidden = cast(jax.Array, ffn_block.apply(
                     {"params": shared["ffn"]}, hidden, rngs=rngs(2 * inner + 1)))
             else:
                 assert unshared is not None  # built above when a block is not shared

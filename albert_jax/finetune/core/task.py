@@ -281,7 +281,7 @@ class FinetuneTask(Task):
     def workdir_files(self) -> dict[str, bytes]:
         # The tokenizer travels with the weights: evaluate, export and init_from find it there
         # (with its SPEC 2.3 digit-comma rule), as spiece.model or vocab.txt.
-        assert self.tokenizer is not None  # only a task for shapes (plan) has none, and reads no data
+        assert self.tokenizer is not None  # only a task for shapes (plan) has none
         return self.tokenizer.files(workdir_names.TOKENIZER_FILES[self.tokenizer.kind])
 
     # --- Data ------------------------------------------------------------------------------------

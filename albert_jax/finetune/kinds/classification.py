@@ -50,7 +50,7 @@ class ClassificationTask(FinetuneTask):
 
     def features(self, examples: Sequence[Any]) -> dict[str, np.ndarray]:
         """input_ids, segment_ids, input_mask [examples, seq_len]; labels [examples]."""
-        assert self.tokenizer is not None  # only a task for shapes (plan) has none, and reads no data
+        assert self.tokenizer is not None  # only a task for shapes (plan) has none
         return features.classification_features(examples, self.tokenizer, self.config.seq_len,
                                                 self.labels)
 
@@ -100,7 +100,8 @@ class ClassificationTask(FinetuneTask):
 class RegressionTask(ClassificationTask):
     """One text or a pair -> a real number: one output, mean squared error (SPEC 8.2, STS-B)."""
 
-    labels = None  # type: ignore[assignment]  # no classes: features.classification_features reads labels as numbers
+    # No classes: features.classification_features reads the labels as numbers.
+    labels = None  # type: ignore[assignment]  # a regression task has no label list
 
     def num_outputs(self) -> int:
         return 1

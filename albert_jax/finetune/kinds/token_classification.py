@@ -62,7 +62,7 @@ class TokenClassificationTask(FinetuneTask):
     def features(self, sentences: Sequence[Sentence], *, labelled: bool) -> dict[str, np.ndarray]:
         """token_features.build's rows of `sentences` (labels only when `labelled`)."""
         data = self.config.data
-        assert self.tokenizer is not None  # only a task for shapes (plan) has none, and reads no data
+        assert self.tokenizer is not None  # only a task for shapes (plan) has none
         return token_features.build(
             sentences, self.tokenizer, seq_len=self.config.seq_len, doc_stride=data.doc_stride,
             label_ids={tag: index for index, tag in enumerate(self.labels)} if labelled else None,

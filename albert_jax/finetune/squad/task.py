@@ -194,7 +194,7 @@ class SquadTask(FinetuneTask):
         # Only training reads the key, so `albert-jax evaluate` of an older workdir still works.
         labels = ({"windows_without_answer": config.train_windows_without_answer} if training
                   else {})
-        assert self.tokenizer is not None  # only a task for shapes (plan) has none, and reads no data
+        assert self.tokenizer is not None  # only a task for shapes (plan) has none
         arrays, infos, stats = squad.build_features(
             examples, self.tokenizer, version=self.version, max_seq_length=config.seq_len,
             doc_stride=config.doc_stride, max_query_length=config.max_query_length,
