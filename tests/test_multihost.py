@@ -37,10 +37,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from albert_jax import config as config_lib  # noqa: E402
-from albert_jax import (
-    distributed,
-    pretraining,  # noqa: E402
-)
+from albert_jax import distributed, pretraining  # noqa: E402
 from albert_jax.model import AlbertForPreTraining  # noqa: E402
 from albert_jax.train import checkpoint, loop, optim, sharding  # noqa: E402
 from albert_jax.train import state as state_lib
