@@ -7,12 +7,14 @@
 #               1,472 tests, on a 2-core box that ran the older 10-minute suite in 17 min 26 s;
 #               `pytest -m "not slow" -n 2 --dist loadfile tests` is the inner loop, 4 min 23 s
 #               there; benchmarks/RESULTS.md has the per-file times)
+#   make lint   install with the test extra (it holds the lint extra's pins), then ruff and mypy
+#               over albert_jax/, launch/, configs/ (and ruff over tests/); CI runs it first
 PYTHON ?= python3
 VENV ?= .venv
 DEMO_CONFIG ?= configs/pretrain.py:runlocal
 DEMO_WORKDIR ?= runs/demo
 
-.PHONY: demo test install
+.PHONY: demo test lint install
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -39,3 +41,7 @@ demo: $(VENV)/.installed-core
 
 test: $(VENV)/.installed-test
 	$(VENV)/bin/python -m pytest -q -n 2 --dist loadfile tests
+
+lint: $(VENV)/.installed-test
+	$(VENV)/bin/ruff check albert_jax launch configs tests
+	$(VENV)/bin/mypy

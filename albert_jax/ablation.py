@@ -43,10 +43,12 @@ import jax
 import ml_collections
 from etils import epath
 
-from albert_jax import config as config_lib, pretraining
+from albert_jax import config as config_lib
+from albert_jax import pretraining
 from albert_jax.data import builder, tokenizer
 from albert_jax.files import write_atomically
-from albert_jax.finetune import demo as finetune_demo, run as finetune_run
+from albert_jax.finetune import demo as finetune_demo
+from albert_jax.finetune import run as finetune_run
 from albert_jax.model import albert
 from albert_jax.train import buckets, checkpoint, loop, sharding
 from albert_jax.train import step as step_lib
@@ -154,6 +156,7 @@ def load_config_module(path: str) -> types.ModuleType:
                                 "root, or pass --config=<path>/configs/ablation.py)")
     module_spec = importlib.util.spec_from_file_location(
         f"_albert_jax_config_{os.path.basename(path)[:-3]}", path)
+    assert module_spec is not None and module_spec.loader is not None  # a .py path has a loader
     module = importlib.util.module_from_spec(module_spec)
     module_spec.loader.exec_module(module)
     return module
@@ -247,7 +250,7 @@ def run_table(row_configs: dict[str, ml_collections.ConfigDict], workdir: str,
     # Every seed of a row (and every row of one shape) runs the same programs: a compilation
     # cache in the table's workdir compiles each once, unless JAX_COMPILATION_CACHE_DIR names
     # one already.
-    if not jax.config.jax_compilation_cache_dir:
+    if not jax.config.jax_compilation_cache_dir:  # type: ignore[attr-defined]  # an option made at runtime
         jax.config.update("jax_compilation_cache_dir", os.path.join(workdir, "jax_cache"))
     runs: dict[str, list[dict[str, Any]]] = {row: [] for row in row_configs}
     for seed in range(seeds):
@@ -282,7 +285,7 @@ def summarize(row_configs: dict[str, ml_collections.ConfigDict],
     """table.json: per row the runs, mean and std (sample std; 0 for one seed) of every
     metric, and the paper's numbers."""
     first = next(iter(row_configs.values()))
-    rows = {}
+    rows: dict[str, dict[str, Any]] = {}
     for row, results in runs.items():
         metrics = [key for key in results[0] if key not in ("row", "seed")]
         rows[row] = {

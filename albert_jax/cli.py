@@ -29,26 +29,28 @@ import copy
 import json
 import os
 import sys
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, TypeVar
 
 import jax
 import ml_collections
 import numpy as np
 from absl import app, flags
 from absl import logging as absl_logging
+from etils import epath
 from ml_collections import config_flags
 
-from etils import epath
-
-from albert_jax import ablation, config as config_lib, distributed, file_lock, pretraining
+from albert_jax import ablation, distributed, file_lock, pretraining
+from albert_jax import config as config_lib
 from albert_jax.convert import formats, serving, tokenizer_files
 from albert_jax.convert.huggingface import FinetunedHead
 from albert_jax.data import builder, dataset_settings, inspection, shard_copy, tokenizer
 from albert_jax.errors import ConfigError
-from albert_jax.finetune import registry, run as finetune_run
+from albert_jax.finetune import registry
+from albert_jax.finetune import run as finetune_run
 from albert_jax.finetune.squad import official_eval as squad_eval
-from albert_jax.train import checkpoint, integrity, loop, plan as plan_lib
-from albert_jax.train import sharding, workdir as workdir_names
+from albert_jax.train import checkpoint, integrity, loop, sharding
+from albert_jax.train import plan as plan_lib
+from albert_jax.train import workdir as workdir_names
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file, e.g. configs/pretrain.py:size=base.",
                                           lock_config=True)
@@ -60,7 +62,7 @@ _NUM_EXAMPLES = flags.DEFINE_integer("num_examples", 3, "data inspect: examples 
 class _MultihostParser(flags.BooleanParser):
     """--multihost, --nomultihost, or --multihost=<a jax cluster detection method>, e.g. mpi4py."""
 
-    def parse(self, argument: str | int) -> bool | str:
+    def parse(self, argument: str | int) -> bool | str:  # type: ignore[override]  # or a cluster
         if isinstance(argument, str) and argument in distributed.CLUSTERS:
             return argument
         try:
@@ -117,7 +119,10 @@ _BEAM_PIPELINE_OPTIONS = flags.DEFINE_string(
     "extra; without the flag: this machine's cores).")
 
 
-def _need(flag: flags.FlagHolder, command: str) -> object:
+FlagValue = TypeVar("FlagValue")
+
+
+def _need(flag: flags.FlagHolder[FlagValue | None], command: str) -> FlagValue:
     if flag.value is None:
         raise app.UsageError(f"`albert-jax {command}` needs --{flag.name}")
     return flag.value
@@ -222,9 +227,11 @@ def _plan() -> None:
     # pods often set) does not carry: this process compiles everything itself.
     jax.config.update("jax_enable_compilation_cache", False)
     num_slices = _plan_num_slices(config)
-    target = (plan_lib.tpu_target(_TOPOLOGY.value, num_slices) if _TOPOLOGY.value is not None
-              else plan_lib.cpu_target(_DEVICES.value, _HBM_GIB.value, _PEAK_TFLOPS.value,
-                                       num_slices))
+    if _TOPOLOGY.value is not None:
+        target = plan_lib.tpu_target(_TOPOLOGY.value, num_slices)
+    else:
+        assert _DEVICES.value is not None  # one of the two, checked above
+        target = plan_lib.cpu_target(_DEVICES.value, _HBM_GIB.value, _PEAK_TFLOPS.value, num_slices)
     result = plan_lib.plan(config, _plan_task, target, mfu=_MFU.value, try_levers=_LEVERS.value)
     if "task" not in config:  # pretraining: the local disk a host needs for shards in a bucket
         result["hosts"] = plan_lib.num_hosts(target)
@@ -266,7 +273,8 @@ def _convert() -> None:
         return
     model_config = formats.convert(source=source, target=target, path=path,
                                    output=_need(_OUTPUT, "convert"), config_path=_CONFIG_PATH.value)
-    tokenizer_files.carry_tokenizer(source, path, _CONFIG_PATH.value, target, _OUTPUT.value,
+    tokenizer_files.carry_tokenizer(source, path, _CONFIG_PATH.value, target,
+                                    _need(_OUTPUT, "convert"),
                                     model_config.max_position_embeddings)
 
 
@@ -279,6 +287,7 @@ def _export() -> None:
     is_finetuned = finetune_run.is_finetuning_workdir(os.fspath(run.run_dir))
     head = run.task.huggingface_head() if is_finetuned else FinetunedHead(serving.MASKED_LM)
     model_config = run.task.model_config
+    assert run.task.tokenizer is not None  # a finished run's task has its tokenizer
     served = serving.ServedModel(
         model_config, run.task.model, jax.tree.map(np.asarray, run.params), head,
         tokenizer_files.huggingface_files(run.task.tokenizer,
@@ -301,7 +310,7 @@ def _ablate() -> None:
     configs/ablation.py's, each with the command line's --config.KEY=VALUE overrides."""
     table, workdir = int(_need(_TABLE, "ablate")), _need(_WORKDIR, "ablate")
     config_flag = flags.FLAGS["config"]
-    tables = ablation.load_config_module(config_flag.config_filename)
+    tables = ablation.load_config_module(config_flags.get_config_filename(config_flag))
     configs = ablation.row_configs(tables.get_config, table, tuple(tables.TABLES[table]),
                                    _SCALE.value, config_flags.get_override_values(config_flag))
     ablation.run_table(configs, workdir, _SEEDS.value)
@@ -458,7 +467,7 @@ def _use_compilation_cache() -> None:
     (a command without --config: the --workdir run's config.json; default
     config_lib.DEFAULT_COMPILATION_CACHE; "": off), unless JAX_COMPILATION_CACHE_DIR names one.
     `plan` turns it off itself: it reads the compiler's own reports."""
-    if jax.config.jax_compilation_cache_dir:
+    if jax.config.jax_compilation_cache_dir:  # type: ignore[attr-defined]  # an option made at runtime
         return
     directory = config_lib.DEFAULT_COMPILATION_CACHE
     if _CONFIG.value is not None:

@@ -20,6 +20,10 @@ be debugged on one machine with `python -m launch.local`.
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from jax._src.clusters import ClusterEnv
 
 ENV_COORDINATOR_ADDRESS = "ALBERT_JAX_COORDINATOR_ADDRESS"
 ENV_NUM_PROCESSES = "ALBERT_JAX_NUM_PROCESSES"
@@ -92,7 +96,7 @@ def initialize(multihost: bool | str, *, coordinator_address: str | None = None,
           f"(cluster: {cluster})", flush=True)
 
 
-def _setting(value: object, flag: str, parse: type, *env_names: str) -> tuple[object, str]:
+def _setting(value: Any, flag: str, parse: type, *env_names: str) -> tuple[Any, str]:
     """(value, source): the argument if given, else the first set variable of `env_names`."""
     if value is not None:
         return value, flag
@@ -106,7 +110,7 @@ def _setting(value: object, flag: str, parse: type, *env_names: str) -> tuple[ob
     return None, flag
 
 
-def _check_settings(settings: dict[str, tuple[object, str]]) -> None:
+def _check_settings(settings: dict[str, tuple[Any, str]]) -> None:
     (address, address_source), (count, count_source), (index, index_source) = (
         settings["coordinator_address"], settings["num_processes"], settings["process_id"])
     if address is not None:
@@ -124,7 +128,7 @@ def _check_settings(settings: dict[str, tuple[object, str]]) -> None:
                              f"(process ids are 0 .. {count - 1})")
 
 
-def _cluster_types() -> list[type]:
+def _cluster_types() -> list[type[ClusterEnv]]:
     # jax has no public way to ask which environment it would detect; its detection walks this
     # list in this order (jax/_src/clusters/__init__.py), so asking it names what jax will use.
     from jax._src import clusters

@@ -11,7 +11,7 @@ over up to `eval_steps` batches of the eval split, always the same examples (SPE
 from __future__ import annotations
 
 import os
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping, TypeVar, cast
 
 import jax
 import jax.numpy as jnp
@@ -55,7 +55,11 @@ def loss_sums(mlm_logits: jax.Array, sop_logits: jax.Array, batch: Batch) -> dic
     }
 
 
-def metrics_from_sums(sums: dict[str, jax.Array], sentence_objective: str) -> dict[str, jax.Array]:
+# The sums on device in a train step (jax.Array), on the host after evaluation (np.ndarray).
+Sums = TypeVar("Sums", jax.Array, np.ndarray)
+
+
+def metrics_from_sums(sums: dict[str, Sums], sentence_objective: str) -> dict[str, Sums]:
     """SPEC 5.3-5.6: masked_lm_loss = sum(w * nll) / (sum(w) + 1e-5); sentence loss = mean CE;
     loss = their sum (the sentence term is dropped for the "none" ablation)."""
     masked_lm_loss = sums["masked_lm_loss_sum"] / (sums["masked_lm_weight_sum"]
@@ -106,9 +110,10 @@ class PretrainingTask(Task):
     def apply(self, params: Any, batch: Batch, *, train: bool,
               rng: jax.Array | None) -> tuple[jax.Array, jax.Array]:
         rngs = {"dropout": rng} if train and rng is not None else {}
-        return self.model.apply({"params": params}, batch["input_ids"], batch["segment_ids"],
-                                batch["input_mask"], batch["masked_lm_positions"],
-                                deterministic=not train, rngs=rngs)
+        # cast: without mutable=, `apply` returns the output alone (flax types it either way)
+        return cast(tuple[jax.Array, jax.Array], self.model.apply(
+            {"params": params}, batch["input_ids"], batch["segment_ids"], batch["input_mask"],
+            batch["masked_lm_positions"], deterministic=not train, rngs=rngs))
 
     def loss_sums(self, outputs: tuple[jax.Array, jax.Array], batch: Batch) -> dict[str, jax.Array]:
         mlm_logits, sop_logits = outputs
@@ -134,7 +139,9 @@ class PretrainingTask(Task):
     def train_batch_spec(self, batch_size: int) -> dict[str, jax.ShapeDtypeStruct]:
         # SPEC 1.5 features (data/builder.py example_features).
         seq, predictions = self.config.seq_len, self.config.data.max_predictions
-        ints = lambda *shape: jax.ShapeDtypeStruct((batch_size, *shape), jnp.int32)
+        def ints(*shape: int) -> jax.ShapeDtypeStruct:
+            return jax.ShapeDtypeStruct((batch_size, *shape), jnp.int32)
+
         return {"input_ids": ints(seq), "segment_ids": ints(seq), "input_mask": ints(seq),
                 "token_boundary": ints(seq),
                 "masked_lm_positions": ints(predictions), "masked_lm_ids": ints(predictions),
@@ -151,7 +158,7 @@ class PretrainingTask(Task):
         return {key: float(value) for key, value in
                 metrics_from_sums(sums, self.sentence_objective).items()}
 
-    def console_line(self, metrics: dict[str, float]) -> list[str]:
+    def console_line(self, metrics: Mapping[str, float]) -> list[str]:
         return [f"loss {metrics['loss']:.4f}",
                 f"mlm_loss {metrics['masked_lm_loss']:.4f}",
                 f"mlm_acc {metrics['masked_lm_accuracy']:.3f}",

@@ -115,8 +115,10 @@ def parameter_count(model: nn.Module) -> int:
 
 def abstract_params(model: nn.Module, batch: dict[str, jax.ShapeDtypeStruct]) -> dict:
     """The params tree as ShapeDtypeStructs (jax.eval_shape: nothing allocated)."""
-    init = lambda b: model.init(jax.random.key(0), b["input_ids"], b["segment_ids"],
-                                b["input_mask"], b["masked_lm_positions"])
+    def init(b: dict[str, jax.ShapeDtypeStruct]) -> dict:
+        return model.init(jax.random.key(0), b["input_ids"], b["segment_ids"],
+                          b["input_mask"], b["masked_lm_positions"])
+
     return nn.unbox(jax.eval_shape(init, batch)["params"])
 
 

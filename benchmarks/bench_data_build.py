@@ -51,7 +51,6 @@ import gzip
 import json
 import os
 import re
-import resource
 import shutil
 import statistics
 import subprocess

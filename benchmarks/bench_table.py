@@ -67,8 +67,8 @@ import ml_collections
 import numpy as np
 import optax
 
-from albert_jax import pretraining
 from albert_jax import config as config_lib
+from albert_jax import pretraining
 from albert_jax.finetune.glue.task import MrpcTask
 from albert_jax.model import get_config
 from albert_jax.train import buckets, flops, optim, sharding
@@ -88,8 +88,11 @@ SMALL_OVERRIDES = dict(hidden_size=256, num_attention_heads=4, intermediate_size
 
 try:
     import transformers
-    from transformers import (AlbertConfig, FlaxAlbertForPreTraining,
-                              FlaxAlbertForSequenceClassification)
+    from transformers import (
+        AlbertConfig,
+        FlaxAlbertForPreTraining,
+        FlaxAlbertForSequenceClassification,
+    )
     HF_MISSING = None
 except ImportError as error:  # the optional `peers` extra
     HF_MISSING = (f"HuggingFace Flax not measured ({error}); install the `peers` extra: "

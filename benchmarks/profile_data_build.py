@@ -20,9 +20,9 @@ import pstats
 import time
 
 import numpy as np
+from block_digests import block_work, corpus_blocks  # (this folder)
 
 from albert_jax.data import build_unit, instances, masking
-from block_digests import block_work, corpus_blocks  # (this folder)
 
 
 def staged(settings, tokenizer, masking_settings, documents: list[list[str]],

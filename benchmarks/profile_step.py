@@ -188,7 +188,9 @@ def main() -> None:
             by_op[(op_kind, source)] += event["dur"]
         total = sum(by_kind.values())
         wall = sum(end - start for start, end in spans)
-        ms = lambda microseconds: microseconds / steps / 1e3
+        def ms(microseconds: float) -> float:
+            return microseconds / steps / 1e3
+
         print(f"== {contender.name}: wall {ms(wall):.0f} ms per step, executed ops "
               f"{ms(total):.0f} ms ({steps} steps)")
         for op_kind, value in by_kind.most_common():

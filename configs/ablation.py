@@ -64,7 +64,7 @@ _DOWNSTREAM = ("SQuAD1.1", "SQuAD2.0", "MNLI", "SST-2", "RACE", "Avg")
 PAPER_COLUMNS = {3: ("params",) + _DOWNSTREAM, 4: ("params",) + _DOWNSTREAM,
                  5: ("MLM", "NSP", "SOP") + _DOWNSTREAM, 11: ("params", "Avg"),
                  12: ("params", "Avg")}
-PAPER = {
+PAPER: dict[int, dict[str, tuple[str | float, ...]]] = {
     3: {"not-shared-e64": ("87M", "89.9/82.9", "80.1/77.8", 82.9, 91.5, 66.7, 81.3),
         "not-shared-e128": ("89M", "89.9/82.8", "80.3/77.3", 83.7, 91.5, 67.9, 81.7),
         "not-shared-e256": ("93M", "90.2/83.2", "80.3/77.4", 84.1, 91.9, 67.3, 81.8),
@@ -108,6 +108,7 @@ def _pretrain_config(arg: str) -> ml_collections.ConfigDict:
     """configs/pretrain.py beside this file, with `arg`."""
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pretrain.py")
     spec = importlib.util.spec_from_file_location("_albert_jax_pretrain_config", path)
+    assert spec is not None and spec.loader is not None  # a .py path has a source loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.get_config(arg)

@@ -28,6 +28,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.task = args.task
     # SPEC 8.2 (run_glue.sh = paper Table 14): the task's row of glue.SPECS.
     settings = glue.spec(args.task).hyper_parameters
+    assert settings is not None  # only AX has none, and it is not one of TASKS
     config.optim.lr, config.batch_size = settings.lr, settings.batch_size
     config.total_steps, config.optim.warmup_steps = settings.total_steps, settings.warmup_steps
     config.dropout, config.eval_every_steps = settings.dropout, settings.eval_every_steps

@@ -12,8 +12,12 @@ from __future__ import annotations
 import ml_collections
 from ml_collections import config_dict
 
-from albert_jax.config import (add_compilation_cache, add_watching, model_overrides_placeholder,
-                               parse_arg)
+from albert_jax.config import (
+    add_compilation_cache,
+    add_watching,
+    model_overrides_placeholder,
+    parse_arg,
+)
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:

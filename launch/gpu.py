@@ -25,8 +25,7 @@ import subprocess
 import sys
 from typing import Sequence
 
-from launch import command_line
-from launch import processes
+from launch import command_line, processes
 
 DEFAULT_COORDINATOR_PORT = 8476
 

@@ -19,9 +19,8 @@ import socket
 import sys
 from typing import Mapping, Sequence
 
-from launch import command_line
-from launch import processes
 from albert_jax import distributed
+from launch import command_line, processes
 
 _DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
 

@@ -30,6 +30,7 @@ def run_all(commands: Sequence[Sequence[str]],
     print_lock = threading.Lock()
 
     def echo(index: int, process: subprocess.Popen) -> None:
+        assert process.stdout is not None  # started with stdout=PIPE
         for line in process.stdout:
             with print_lock:
                 sys.stdout.write(f"[{index}] {line.rstrip(chr(13) + chr(10))}\n")

@@ -61,9 +61,7 @@ import sys
 import time
 from typing import Callable, NoReturn, Sequence
 
-from launch import command_line
-from launch import processes
-from launch import tpu_commands
+from launch import command_line, processes, tpu_commands
 from launch.tpu_commands import Tpu
 
 VERBS = ("create", "setup", "run", "logs", "delete", "up")

@@ -15,7 +15,6 @@ import subprocess
 import sys
 import tempfile
 import uuid
-
 from pathlib import Path
 
 import pytest

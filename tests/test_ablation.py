@@ -9,12 +9,13 @@ import os
 import struct
 
 import jax
-import ml_collections
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import pytest
 
-from albert_jax import ablation, config as config_lib, pretraining
+from albert_jax import ablation, pretraining
+from albert_jax import config as config_lib
 from albert_jax.data import corpus
 from albert_jax.train import buckets, loop, sharding
 from cli_fixtures import REPO, cli

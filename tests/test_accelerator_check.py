@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from cli_fixtures import REPO, one_device_environment
+
 PARTS = ("equality", "loss", "pretraining", "torch", "finetune", "predict", "plan")
 
 

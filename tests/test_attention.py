@@ -11,13 +11,15 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import pytest
-from test_step import synthetic_batch
 
 from albert_jax import pretraining
 from albert_jax.errors import ConfigError
 from albert_jax.model import AlbertModel, attention, get_config
-from albert_jax.train import optim, sharding, state as state_lib, step as step_lib
+from albert_jax.train import optim, sharding
+from albert_jax.train import state as state_lib
+from albert_jax.train import step as step_lib
 from configs import pretrain as pretrain_config
+from test_step import synthetic_batch
 
 SEQ = 128
 

@@ -18,7 +18,7 @@ from etils import epath
 
 from albert_jax.data import corpus
 from albert_jax.finetune.demo import demo_sentences
-from cli_fixtures import DEMO_DATA, REPO, cli, start_cli
+from cli_fixtures import REPO, cli, start_cli
 
 pytestmark = pytest.mark.slow
 

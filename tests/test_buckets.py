@@ -9,15 +9,14 @@ import numpy as np
 import pytest
 
 from albert_jax.errors import ConfigError
-from albert_jax.finetune.core import registry
 from albert_jax.finetune import run as finetune_run
+from albert_jax.finetune.core import registry
 from albert_jax.train import buckets, validation
+from cli_fixtures import run_python_processes
 from configs import glue as glue_config
 from configs import squad as squad_config
-from cli_fixtures import run_python_processes
 from finetune_fixtures import write_glue_task
 from test_finetune import small_config
-
 
 GLUE_FIELDS = ("input_ids", "segment_ids", "input_mask")
 

@@ -18,11 +18,11 @@ import optax  # noqa: E402
 import pytest  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
-from albert_jax import pretraining  # noqa: E402
 from albert_jax import config as config_lib  # noqa: E402
-from albert_jax.model import (AlbertForPreTraining, AlbertForSequenceClassification,  # noqa: E402
-                              get_config)
-from albert_jax.train import checkpoint, optim, sharding, state as state_lib  # noqa: E402
+from albert_jax import pretraining  # noqa: E402
+from albert_jax.model import AlbertForPreTraining, AlbertForSequenceClassification, get_config  # noqa: E402
+from albert_jax.train import checkpoint, optim, sharding  # noqa: E402
+from albert_jax.train import state as state_lib
 
 SEQ_LEN, MAX_PREDICTIONS = 16, 3
 REPO = pathlib.Path(__file__).resolve().parents[1]

@@ -19,7 +19,8 @@ from albert_jax.errors import ConfigError
 from albert_jax.finetune import run as finetune_run
 from albert_jax.model import AlbertForPreTraining, presets
 from albert_jax.train import checkpoint
-from configs import glue as glue_config, pretrain as pretrain_config
+from configs import glue as glue_config
+from configs import pretrain as pretrain_config
 from finetune_fixtures import write_glue_task
 
 WORDS = ("the cat sat on mat and dog ran to park with more than you must pay about over people "

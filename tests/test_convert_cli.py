@@ -4,12 +4,12 @@ import json
 import jax
 import numpy as np
 import pytest
-from test_convert_tf import TINY, _reference_variables  # tests/ is on sys.path (pytest rootdir)
 
 from albert_jax import cli
 from albert_jax.convert import load_huggingface, load_tf_checkpoint, save_tf_checkpoint
 from albert_jax.convert.formats import convert
 from albert_jax.train import checkpoint
+from test_convert_tf import TINY, _reference_variables  # tests/ is on sys.path (pytest rootdir)
 
 
 def _tf_checkpoint(tmp_path) -> tuple[str, str]:

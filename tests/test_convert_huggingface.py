@@ -20,7 +20,7 @@ transformers = pytest.importorskip("transformers")
 from albert_jax.convert import load_huggingface, save_huggingface  # noqa: E402
 from albert_jax.convert.huggingface import model_config_from_hf  # noqa: E402
 from albert_jax.convert.tf_checkpoint import param_shapes  # noqa: E402
-from albert_jax.errors import ConfigError
+from albert_jax.errors import ConfigError  # noqa: E402
 from albert_jax.model import AlbertForPreTraining, AlbertModel, get_config  # noqa: E402
 from albert_jax.pretraining import init_inputs as pretraining_init_inputs  # noqa: E402
 

@@ -32,7 +32,7 @@ VARIANTS = {
 def _reference_variables(fields: dict, heads: bool = True, seed: int = 0) -> dict[str, np.ndarray]:
     """Random weights under the reference names and shapes (SPEC 4.1, 4.2)."""
     rng = np.random.default_rng(seed)
-    V, E, H, I = (fields[k] for k in ("vocab_size", "embedding_size", "hidden_size",
+    V, E, H, I = (fields[k] for k in ("vocab_size", "embedding_size", "hidden_size",  # noqa: E741  (SPEC's V, E, H, I)
                                       "intermediate_size"))
     shapes = {"bert/embeddings/word_embeddings": (V, E),
               "bert/embeddings/token_type_embeddings": (fields["type_vocab_size"], E),
@@ -102,8 +102,12 @@ def _reference_logits(v: dict, fields: dict, input_ids, token_type_ids, attentio
     for layer in range(L):
         for inner in range(fields["inner_group_num"]):
             p = f"bert/encoder/transformer/group_{int(layer / L * G)}/inner_group_{inner}/"
-            dense = lambda h, name: h @ v[p + name + "/kernel"] + v[p + name + "/bias"]
-            heads = lambda h: h.reshape(batch, seq, N, H // N).transpose(0, 2, 1, 3)
+            def dense(h, name):
+                return h @ v[p + name + "/kernel"] + v[p + name + "/bias"]
+
+            def heads(h):
+                return h.reshape(batch, seq, N, H // N).transpose(0, 2, 1, 3)
+
             q, k, val = (heads(dense(x, f"attention_1/self/{n}")) for n in ("query", "key", "value"))
             scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(H // N) + adder
             probs = np.exp(scores - scores.max(-1, keepdims=True))
@@ -214,9 +218,12 @@ def _head_tree(model: nn.Module, *inputs) -> dict:
 def test_fine_tuned_heads_load_under_our_task_models_names(tmp_path):
     """SPEC 4.3: run_classifier's top-level output_weights/output_bias (GLUE, RACE), SQuAD v1's
     cls/squad/* and v2's start_logits/end_logits/answer_class scopes."""
-    from albert_jax.model import (AlbertForQuestionAnswering, AlbertForQuestionAnsweringV2,
-                                  AlbertForSequenceClassification)
     from albert_jax.convert.tf_checkpoint import model_config_from_albert_json
+    from albert_jax.model import (
+        AlbertForQuestionAnswering,
+        AlbertForQuestionAnsweringV2,
+        AlbertForSequenceClassification,
+    )
     config = model_config_from_albert_json(TINY)
     inputs = example_inputs((1, 8))  # longer than v2's top-5 beam
     rng = np.random.default_rng(3)

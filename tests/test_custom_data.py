@@ -8,15 +8,19 @@ import jax
 import numpy as np
 import pytest
 
+import test_finetune_features
 from albert_jax.errors import ConfigError
-from albert_jax.finetune.custom import data as custom_data
 from albert_jax.finetune.core import features, tables
+from albert_jax.finetune.core.examples import ChoiceQuestion as Question
+from albert_jax.finetune.core.examples import TextExample as Example
 from albert_jax.finetune.core.tables import Columns
-from albert_jax.finetune.core.examples import ChoiceQuestion as Question, TextExample as Example
+from albert_jax.finetune.custom import data as custom_data
 from albert_jax.model import AlbertForMultipleChoice, get_config
 from configs import custom as custom_config
 from finetune_fixtures import sentence
-from test_finetune_features import tokenizer  # noqa: F401  The tiny SentencePiece fixture.
+
+# The tiny SentencePiece fixture, bound by assignment (the tests' argument does not redefine it).
+tokenizer = test_finetune_features.tokenizer
 
 # Three labels with spaces and non-ASCII; Python's string order is n < o < t.
 LABELS = ("not good", "okay ☺", "très bien")
@@ -215,7 +219,7 @@ def test_chunks_are_streamed_with_row_numbers_across_chunks(tmp_path):
 
 
 def test_parquet_reads_as_jsonl_does(tmp_path):
-    pyarrow = pytest.importorskip("pyarrow")
+    pytest.importorskip("pyarrow")
     import pyarrow.parquet
     rows = [{"text": "Hello, world", "pair": "ça va", "label": "très bien"},
             {"text": "second", "pair": "row", "label": "not good"},
@@ -227,7 +231,9 @@ def test_parquet_reads_as_jsonl_does(tmp_path):
     from_jsonl = tables.read_file(_write(tmp_path, "train.jsonl", _jsonl(rows)),
                                   "classification", columns)
     assert [example.source for example in from_parquet] == [f"{path}:{n}" for n in (1, 2, 3)]
-    strip = lambda examples: [(e.id, e.text_a, e.text_b, e.label) for e in examples]
+    def strip(examples):
+        return [(e.id, e.text_a, e.text_b, e.label) for e in examples]
+
     assert strip(from_parquet) == strip(from_jsonl)
     with pytest.raises(ValueError, match=r"not_parquet\.parquet: not a Parquet file"):
         tables.read_file(_write(tmp_path, "not_parquet.parquet", "text\nx\n"),

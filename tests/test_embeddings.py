@@ -13,7 +13,8 @@ transformers = pytest.importorskip("transformers")
 
 from albert_jax import cli  # noqa: E402
 from albert_jax.convert import formats  # noqa: E402
-from albert_jax.finetune import fill_mask, run as finetune_run  # noqa: E402
+from albert_jax.finetune import fill_mask  # noqa: E402
+from albert_jax.finetune import run as finetune_run  # noqa: E402
 from albert_jax.finetune.core.task import real_rows  # noqa: E402
 from albert_jax.model import get_config  # noqa: E402
 from albert_jax.train import buckets  # noqa: E402

@@ -12,7 +12,6 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from albert_jax import cli  # noqa: E402
-from configs import squad as squad_config  # noqa: E402
 from albert_jax.convert import load_huggingface, save_huggingface  # noqa: E402
 from albert_jax.convert.huggingface import FinetunedHead  # noqa: E402
 from albert_jax.data import tokenizer as tokenizer_lib  # noqa: E402
@@ -20,11 +19,16 @@ from albert_jax.errors import ConfigError  # noqa: E402
 from albert_jax.finetune import run as finetune_run  # noqa: E402
 from albert_jax.finetune.core import registry  # noqa: E402
 from albert_jax.finetune.demo import demo_sentences  # noqa: E402
-from albert_jax.model import (AlbertForMultipleChoice, AlbertForQuestionAnswering,  # noqa: E402
-                              AlbertForSequenceClassification, get_config)
-from albert_jax.train.workdir import TOKENIZER_FILE  # noqa: E402
+from albert_jax.model import (  # noqa: E402
+    AlbertForMultipleChoice,
+    AlbertForQuestionAnswering,
+    AlbertForSequenceClassification,
+    get_config,
+)
 from albert_jax.train import checkpoint  # noqa: E402
+from albert_jax.train.workdir import TOKENIZER_FILE  # noqa: E402
 from configs import glue as glue_config  # noqa: E402
+from configs import squad as squad_config  # noqa: E402
 from finetune_fixtures import write_glue_task  # noqa: E402
 
 CONFIG = get_config("tiny", vocab_size=64, hidden_act="gelu_tanh", hidden_size=24,

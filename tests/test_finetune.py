@@ -13,16 +13,18 @@ import ml_collections
 import numpy as np
 import pytest
 
-from albert_jax import config as config_lib, pretraining
+import squad_fixtures
+from albert_jax import config as config_lib
+from albert_jax import pretraining
 from albert_jax.data import corpus
+from albert_jax.finetune import run as finetune_run
 from albert_jax.finetune.glue import data as glue
 from albert_jax.finetune.race import data as race
-from albert_jax.finetune import run as finetune_run
-from configs import glue as glue_config, race as race_config, squad as squad_config
-import squad_fixtures
-from finetune_fixtures import write_glue_task, write_race
 from cli_fixtures import cli, start_cli
-
+from configs import glue as glue_config
+from configs import race as race_config
+from configs import squad as squad_config
+from finetune_fixtures import write_glue_task, write_race
 
 
 def small_config(module, arg: str, data_path: Path, init_from: Path, **overrides):

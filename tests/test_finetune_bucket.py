@@ -20,12 +20,12 @@ from albert_jax import cli
 from albert_jax.convert import load_huggingface, load_tf_checkpoint, save_tf_checkpoint
 from albert_jax.convert.formats import convert
 from albert_jax.data import tokenizer as tokenizer_lib
+from albert_jax.finetune import run as finetune_run
+from albert_jax.finetune.core import pretrained, tables
 from albert_jax.finetune.custom import data as custom_data
 from albert_jax.finetune.glue import data as glue
-from albert_jax.finetune.core import pretrained, tables
 from albert_jax.finetune.race import data as race
 from albert_jax.finetune.squad import official_eval as squad_eval
-from albert_jax.finetune import run as finetune_run
 from albert_jax.train import checkpoint
 from configs import custom as custom_config
 from finetune_fixtures import sentence, write_glue_task, write_race

@@ -6,8 +6,8 @@ import pytest
 
 from albert_jax.data.tokenizer import Tokenizer, train
 from albert_jax.finetune.core import features
-from albert_jax.finetune.glue import data as glue
 from albert_jax.finetune.core.examples import ChoiceQuestion, TextExample
+from albert_jax.finetune.glue import data as glue
 from finetune_fixtures import sentence
 
 CLS, SEP, PAD = 2, 3, 0  # SPEC 2.1

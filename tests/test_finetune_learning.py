@@ -17,8 +17,8 @@ import pytest
 
 from albert_jax.data import tokenizer as tokenizer_lib
 from albert_jax.finetune import run as finetune_run
-from albert_jax.finetune.demo import demo_sentences
 from albert_jax.finetune.core.task import real_rows
+from albert_jax.finetune.demo import demo_sentences
 from cli_fixtures import cli
 
 _VOCAB_SIZE = 1000
@@ -198,8 +198,8 @@ def test_custom_three_class_task_from_real_text_is_well_above_chance(spm_model, 
 def test_the_demo_paraphrase_task_reads_as_mrpc(tmp_path):
     """`make demo`'s task: GLUE's MRPC reader takes it; labels balanced; a positive pair is the
     sentence less one word; dev sentences never appear in train."""
-    from albert_jax.finetune.glue import data as glue
     from albert_jax.finetune.demo import write_paraphrase_task
+    from albert_jax.finetune.glue import data as glue
 
     data_path = write_paraphrase_task(str(tmp_path), num_train=400, num_dev=100, num_test=20)
     train, _ = glue.read_train("mrpc", data_path)

@@ -8,11 +8,14 @@ import pytest
 import scipy.stats
 from sklearn import metrics as sklearn_metrics
 
+from albert_jax.finetune.core import registry, scores
+from albert_jax.finetune.core.scores import (
+    classification_metrics,
+    multiple_choice_metrics,
+    regression_metrics,
+)
 from albert_jax.finetune.glue import data as glue
 from albert_jax.finetune.race import data as race
-from albert_jax.finetune.core import registry, scores
-from albert_jax.finetune.core.scores import (classification_metrics, multiple_choice_metrics,
-                                        regression_metrics)
 
 GLUE_TASKS = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli", "ax")
 glue_metrics = glue.score  # a GLUE task's (or AX's) metrics, from its spec row

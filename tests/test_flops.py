@@ -6,8 +6,13 @@ import jax
 import numpy as np
 import pytest
 
-from albert_jax.model import (AlbertForPreTraining, AlbertForQuestionAnswering,
-                              AlbertForSequenceClassification, example_inputs, get_config)
+from albert_jax.model import (
+    AlbertForPreTraining,
+    AlbertForQuestionAnswering,
+    AlbertForSequenceClassification,
+    example_inputs,
+    get_config,
+)
 from albert_jax.pretraining import init_inputs as pretraining_init_inputs
 from albert_jax.train import flops
 

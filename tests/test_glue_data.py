@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-from albert_jax.finetune.glue import data as glue
 from albert_jax.finetune.core.examples import TextExample
+from albert_jax.finetune.glue import data as glue
 from finetune_fixtures import GLUE_FOLDERS, write_glue_task
 
 # What the files hold, by header name (independent of the reader's column positions).

@@ -26,8 +26,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from albert_jax.model import (AlbertForPreTraining, AlbertModel, ModelConfig, example_inputs,
-                              get_config, layers)
+from albert_jax.model import (
+    AlbertForPreTraining,
+    AlbertModel,
+    ModelConfig,
+    example_inputs,
+    get_config,
+    layers,
+)
 from albert_jax.pretraining import init_inputs as pretraining_init_inputs
 
 GOLDEN_DIR = pathlib.Path(__file__).parent / "golden"

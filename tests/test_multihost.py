@@ -36,12 +36,12 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from albert_jax import pretraining  # noqa: E402
-from albert_jax import config as config_lib, distributed  # noqa: E402
+from albert_jax import config as config_lib  # noqa: E402
+from albert_jax import distributed, pretraining  # noqa: E402
 from albert_jax.model import AlbertForPreTraining  # noqa: E402
-from albert_jax.train import checkpoint, loop, optim, sharding, state as state_lib  # noqa: E402
-from cli_fixtures import (  # noqa: E402
-    REPO, cli, config_flags, run_config, run_python_processes)
+from albert_jax.train import checkpoint, loop, optim, sharding  # noqa: E402
+from albert_jax.train import state as state_lib
+from cli_fixtures import REPO, cli, config_flags, run_config, run_python_processes  # noqa: E402
 
 STEPS = 4
 # The run, typed; written as --config.KEY=VALUE for the CLI and set directly for the reference.

@@ -183,7 +183,9 @@ def test_boxed_and_plain_trees_get_the_same_update():
     grads = make_grads(np.random.default_rng(5), shapes)
     plain = nest({k: jnp.asarray(v, jnp.float32) for k, v in params.items()})
     plain_grads = nest({k: jnp.asarray(v, jnp.float32) for k, v in grads.items()})
-    box = lambda x: nn.LogicallyPartitioned(x, names=(None,) * x.ndim)
+    def box(x):
+        return nn.LogicallyPartitioned(x, names=(None,) * x.ndim)
+
     boxed, boxed_grads = jax.tree.map(box, plain), jax.tree.map(box, plain_grads)
     optimizer = optim.lamb(1e-3)
 
@@ -246,8 +248,10 @@ def test_clip_then_lamb_equals_clipping_by_hand():
     jax_grads = nest({k: jnp.asarray(10 * v, jnp.float32) for k, v in grads.items()})
     optimizer, schedule = optim.make_optimizer(optim_config(), total_steps=50)
     np.testing.assert_allclose(schedule(3), 0.01)
-    first_update = lambda optimizer: jax.jit(lambda grads, params: optimizer.update(
-        grads, optimizer.init(params), params)[0])(jax_grads, jax_params)
+    def first_update(optimizer):
+        return jax.jit(lambda grads, params: optimizer.update(
+            grads, optimizer.init(params), params)[0])(jax_grads, jax_params)
+
     updates = first_update(optimizer)
 
     global_norm = np.sqrt(sum(np.sum((10 * g) ** 2) for g in grads.values()))

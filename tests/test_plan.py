@@ -15,10 +15,9 @@ from albert_jax.cli import _plan_task
 from albert_jax.data import dataset_settings
 from albert_jax.errors import ConfigError
 from albert_jax.train import flops, plan, sharding
-from configs import glue, pretrain, race, squad
 from cli_fixtures import cli
+from configs import glue, pretrain, race, squad
 from test_builder import build_small_dataset  # (tests/ is on sys.path under pytest)
-
 
 
 def pretrain_config(data: int, fsdp: int, num_microbatches: int = 1, batch_size: int = 256):

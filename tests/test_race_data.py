@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-from albert_jax.finetune.race import data as race
 from albert_jax.finetune.core.examples import ChoiceQuestion
+from albert_jax.finetune.race import data as race
 from finetune_fixtures import write_race
 
 

@@ -28,12 +28,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from albert_jax.model import get_config
 from albert_jax import file_lock
-from albert_jax.train import checkpoint, integrity, optim, state as state_lib, workdir_lock
+from albert_jax.model import get_config
+from albert_jax.train import checkpoint, integrity, optim, workdir_lock
+from albert_jax.train import state as state_lib
 from albert_jax.train import workdir as workdir_names
-from cli_fixtures import (CLI, REPO, cli, config_flags, made_once, one_device_environment,
-                          start_cli)
+from cli_fixtures import CLI, REPO, cli, config_flags, made_once, one_device_environment, start_cli
 
 SETTINGS = {"model": "tiny", "batch_size": 8, "total_steps": 24, "log_every_steps": 1,
             "checkpoint_every_steps": 4, "keep_checkpoints": 3, "eval_every_steps": 1000,

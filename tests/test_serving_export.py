@@ -22,10 +22,16 @@ from albert_jax.data import tokenizer as tokenizer_lib  # noqa: E402
 from albert_jax.data.tokenizer import Tokenizer  # noqa: E402
 from albert_jax.finetune import run as finetune_run  # noqa: E402
 from albert_jax.finetune.demo import demo_sentences  # noqa: E402
+from albert_jax.model import (  # noqa: E402
+    AlbertForMultipleChoice,
+    AlbertForPreTraining,
+    AlbertForQuestionAnswering,
+    AlbertForSequenceClassification,
+    AlbertForTokenClassification,
+    example_inputs,
+    get_config,
+)
 from albert_jax.train import checkpoint  # noqa: E402
-from albert_jax.model import (AlbertForMultipleChoice, AlbertForPreTraining,  # noqa: E402
-                              AlbertForQuestionAnswering, AlbertForSequenceClassification,
-                              AlbertForTokenClassification, example_inputs, get_config)
 from cli_fixtures import cli  # noqa: E402
 
 CONFIG = get_config("tiny", vocab_size=64, hidden_act="gelu_tanh", hidden_size=24,

@@ -15,7 +15,8 @@ from jax.sharding import PartitionSpec as P  # noqa: E402
 from albert_jax import pretraining
 from albert_jax.errors import ConfigError
 from albert_jax.model import AlbertForPreTraining, get_config  # noqa: E402
-from albert_jax.train import optim, sharding, state as state_lib, tree_names  # noqa: E402
+from albert_jax.train import optim, sharding, tree_names  # noqa: E402
+from albert_jax.train import state as state_lib
 
 SEQ_LEN, MAX_PREDICTIONS = 8, 2
 
@@ -137,6 +138,7 @@ def test_devices_are_grouped_by_their_slice_index():
                     reason="needs the [tpu] extra (libtpu's abstract devices name their slice)")
 def test_the_layout_is_create_hybrid_device_mesh_on_tpu_slices(monkeypatch):
     from jax.experimental import mesh_utils
+
     from albert_jax.train import plan
     monkeypatch.setenv("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")  # other tests' plans may hold libtpu
     devices = list(plan.tpu_target("v5e:2x2", num_slices=2).devices)
@@ -211,7 +213,9 @@ def test_init_sharded_matches_unsharded_init():
     mesh = sharding.make_mesh(mesh_config(2, 2, 2))
     model = AlbertForPreTraining(get_config("tiny"))
     inputs = pretraining.init_inputs(SEQ_LEN, MAX_PREDICTIONS)
-    init = lambda rng: model.init(rng, *inputs)["params"]
+    def init(rng):
+        return model.init(rng, *inputs)["params"]
+
     rng = jax.random.key(3)
     params = sharding.init_sharded(init, mesh, rng)
     reference = sharding.unbox(jax.jit(init)(rng))
@@ -254,8 +258,10 @@ def test_train_state_shardings_follow_params():
     optimizer = optim.lamb(1e-3)
     abstract, shardings = state_lib.abstract_train_state(
         model, optimizer, mesh, pretraining.init_inputs(SEQ_LEN, MAX_PREDICTIONS))
-    query = lambda tree: tree["albert"]["encoder"]["group_0"]["inner_group_0"]["attention"][
-        "query"]["kernel"]
+    def query(tree):
+        return tree["albert"]["encoder"]["group_0"]["inner_group_0"]["attention"]["query"][
+            "kernel"]
+
     moments = shardings.opt_state[0]
     assert query(shardings.params).spec == P("fsdp", "tensor")
     assert query(moments.mu).spec == P("fsdp", "tensor")

@@ -8,11 +8,12 @@ from pathlib import Path
 import pytest
 
 import squad_fixtures
-from cli_fixtures import cli
 from albert_jax.errors import ConfigError
-from albert_jax.finetune.core import registry
 from albert_jax.finetune import run as finetune_run
-from albert_jax.finetune.squad import official_eval as squad_eval, postprocess as squad_postprocess
+from albert_jax.finetune.core import registry
+from albert_jax.finetune.squad import official_eval as squad_eval
+from albert_jax.finetune.squad import postprocess as squad_postprocess
+from cli_fixtures import cli
 from configs import squad as squad_config
 
 # Throughput and timing keys of metrics.jsonl, which differ between any two runs.

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import squad_fixtures
-from albert_jax.finetune.squad import data as squad, postprocess as squad_postprocess
+from albert_jax.finetune.squad import data as squad
+from albert_jax.finetune.squad import postprocess as squad_postprocess
 from albert_jax.finetune.squad.data import Answer, FeatureInfo, SquadExample
 
 # Two windows over "Le  café Procope was founded in 1686 in Paris" (two spaces after "Le"), made

@@ -24,7 +24,8 @@ from seqeval.metrics.sequence_labeling import precision_recall_fscore_support
 
 from albert_jax.convert import formats
 from albert_jax.data import tokenizer as tokenizer_lib
-from albert_jax.finetune import fill_mask, run as finetune_run
+from albert_jax.finetune import fill_mask
+from albert_jax.finetune import run as finetune_run
 from albert_jax.finetune.core import entities
 from albert_jax.finetune.core.examples import Sentence
 from albert_jax.finetune.custom import tagging_data

@@ -5,8 +5,14 @@ import struct
 import numpy as np
 import pytest
 
-from albert_jax.convert.tf_bundle import (_read_table, crc32c, mask_crc, read_tf_checkpoint,
-                                          save_tf_checkpoint, tf_checkpoint_shapes)
+from albert_jax.convert.tf_bundle import (
+    _read_table,
+    crc32c,
+    mask_crc,
+    read_tf_checkpoint,
+    save_tf_checkpoint,
+    tf_checkpoint_shapes,
+)
 
 
 def test_crc32c_matches_rfc3720_vectors():

@@ -11,8 +11,14 @@ import sentencepiece as spm
 from etils import epath
 
 from albert_jax.data import corpus
-from albert_jax.data.tokenizer import SentencePieceTokenizer, Tokenizer, is_start_piece, \
-    preprocess_text, train, train_from_config
+from albert_jax.data.tokenizer import (
+    SentencePieceTokenizer,
+    Tokenizer,
+    is_start_piece,
+    preprocess_text,
+    train,
+    train_from_config,
+)
 
 WORDS = ("the cat sat on mat and dog ran to park with big red ball while bird sang in tree "
          "over house near river under bright sun every morning people walk slowly through "

@@ -18,7 +18,6 @@ from cli_fixtures import cli, config_flags, start_cli
 from configs import pretrain as pretrain_config
 
 
-
 @pytest.fixture(scope="module")
 def data_flags(demo_pretraining_data) -> list[str]:
     return config_flags(demo_pretraining_data)

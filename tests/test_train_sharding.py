@@ -9,9 +9,11 @@ import jax
 import ml_collections
 import numpy as np
 import pytest
-from test_step import pretraining_task, synthetic_batch
 
-from albert_jax.train import optim, sharding, state as state_lib, step as step_lib
+from albert_jax.train import optim, sharding
+from albert_jax.train import state as state_lib
+from albert_jax.train import step as step_lib
+from test_step import pretraining_task, synthetic_batch
 
 pytestmark = pytest.mark.slow  # the train step compiled for seven meshes: 50 s
 

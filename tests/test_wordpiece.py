@@ -15,10 +15,8 @@ import unicodedata
 import numpy as np
 import pytest
 
-from albert_jax.data import wordpiece
 from albert_jax.data.tokenizer import Tokenizer, WordPieceTokenizer, check_kind, tokenizer_kind
 from albert_jax.errors import ConfigError
-
 
 # --- The reference, transcribed ---------------------------------------------------------------
 

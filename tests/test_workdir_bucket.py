@@ -21,18 +21,32 @@ from google.cloud import storage
 from tensorboardX import SummaryWriter, record_writer
 from tensorboardX.proto import event_pb2
 
+import test_reliability
 from albert_jax import file_lock, files
 from albert_jax.train import checkpoint, integrity, workdir_lock
-from albert_jax.train.reporting import metrics as metrics_lib
 from albert_jax.train import workdir as workdir_names
+from albert_jax.train.reporting import metrics as metrics_lib
 from cli_fixtures import start_cli
 from finetune_fixtures import write_glue_task
-# data_flags, environment, straight: that file's module fixtures (data, the straight local run),
-# made again for this module.
-from test_reliability import (HOST, REPO, assert_params_identical, collect_lines,
-                              data_flags, environment, hold_lock_in_a_child, logged,
-                              pretrain_flags, run, small_state, straight, two_concurrent_starts,
-                              verify)
+from test_reliability import (
+    HOST,
+    REPO,
+    assert_params_identical,
+    collect_lines,
+    hold_lock_in_a_child,
+    logged,
+    pretrain_flags,
+    run,
+    small_state,
+    two_concurrent_starts,
+    verify,
+)
+
+# That file's module fixtures (data, the straight local run), made again for this module; bound
+# by assignment, which the tests' arguments of the same names do not redefine.
+data_flags = test_reliability.data_flags
+environment = test_reliability.environment
+straight = test_reliability.straight
 
 
 def _listing(folder: str) -> tuple[str, list[storage.Blob]]:

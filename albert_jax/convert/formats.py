@@ -43,6 +43,7 @@ def convert(source: str, target: str, path: str, output: str,
         raise FileExistsError(f"output {output} exists and is not an empty directory; choose a "
                               "new directory (nothing was written)")
     if source == "tf":
+        assert config_path is not None  # checked above
         model_config, params = load_tf_checkpoint(path, config_path)
     elif source == "huggingface":
         model_config, params = load_huggingface(path)

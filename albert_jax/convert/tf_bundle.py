@@ -133,6 +133,20 @@ def _proto_fields(message: bytes) -> Iterator[tuple[int, int | bytes]]:
         yield field, value
 
 
+def _number(value: int | bytes) -> int:
+    """A varint or fixed field's value; a length-delimited one there is a malformed message."""
+    if isinstance(value, bytes):
+        raise ValueError("a length-delimited protobuf field where a number belongs")
+    return value
+
+
+def _message(value: int | bytes) -> bytes:
+    """A length-delimited field's bytes; a number there is a malformed message."""
+    if not isinstance(value, bytes):
+        raise ValueError("a number where a protobuf message belongs")
+    return value
+
+
 def _signed64(value: int) -> int:
     return value - (1 << 64) if value >= 1 << 63 else value
 
@@ -298,24 +312,25 @@ class _Entry:
     """A parsed BundleEntryProto."""
 
     def __init__(self, name: str, message: bytes) -> None:
-        self.name, self.dtype_enum, self.shape = name, 0, ()
+        self.name, self.dtype_enum = name, 0
+        self.shape: tuple[int, ...] = ()
         self.shard_id = self.offset = self.size = self.crc = 0
         self.sliced = False
         for field, value in _proto_fields(message):
             if field == 1:
-                self.dtype_enum = value
+                self.dtype_enum = _number(value)
             elif field == 2:  # TensorShapeProto: repeated Dim dim = 2 {int64 size = 1}
                 self.shape = tuple(
-                    _signed64(dict(_proto_fields(dim)).get(1, 0))
-                    for number, dim in _proto_fields(value) if number == 2)
+                    _signed64(_number(dict(_proto_fields(_message(dim))).get(1, 0)))
+                    for number, dim in _proto_fields(_message(value)) if number == 2)
             elif field == 3:
-                self.shard_id = value
+                self.shard_id = _number(value)
             elif field == 4:
-                self.offset = value
+                self.offset = _number(value)
             elif field == 5:
-                self.size = value
+                self.size = _number(value)
             elif field == 6:
-                self.crc = value
+                self.crc = _number(value)
             elif field == 7:
                 self.sliced = True
 
@@ -347,13 +362,15 @@ def _read_index(prefix: str) -> tuple[int, dict[str, _Entry]]:
     if header_key != b"":
         raise ValueError(f"{path}: the first entry is not the bundle header; not a TF checkpoint")
     fields = dict(_proto_fields(header))
-    version = dict(_proto_fields(fields.get(3, b"")))
+    version = dict(_proto_fields(_message(fields.get(3, b""))))
     if fields.get(2, 0) != 0:
         raise ValueError(f"{path}: big-endian checkpoint; convert it on a big-endian host first")
-    if version.get(2, 0) > 1:  # VersionDef.min_consumer vs kTensorBundleVersion
+    min_consumer = _number(version.get(2, 0))  # VersionDef.min_consumer vs kTensorBundleVersion
+    if min_consumer > 1:
         raise ValueError(f"{path}: written by a newer TensorFlow (bundle format min_consumer="
-                         f"{version[2]} > 1)")
-    return fields.get(1, 1), {key.decode(): _Entry(key.decode(), value) for key, value in items}
+                         f"{min_consumer} > 1)")
+    return _number(fields.get(1, 1)), {key.decode(): _Entry(key.decode(), value)
+                                       for key, value in items}
 
 
 def _read_tensor(prefix: str, entry: _Entry, num_shards: int) -> np.ndarray:

@@ -22,7 +22,6 @@ from albert_jax.convert.tf_bundle import read_tf_checkpoint, tf_checkpoint_shape
 from albert_jax.errors import ConfigError
 from albert_jax.model import AlbertForPreTraining, ModelConfig, from_dict
 
-
 # SPEC 3.1: the reference AlbertConfig defaults, used for keys a config json leaves out.
 _TF_CONFIG_DEFAULTS: dict[str, Any] = dict(
     embedding_size=128, hidden_size=4096, num_hidden_layers=12, num_hidden_groups=1,

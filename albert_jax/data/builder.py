@@ -174,7 +174,8 @@ def make_units(sources: list[tuple[str, int | None]], unit_bytes: int) -> list[b
     """Consecutive sources of about `unit_bytes` together (a unit closes once it holds that
     many bytes); the demo corpus and TFDS sources (no size) each alone."""
     units: list[build_unit.Unit] = []
-    group, group_bytes = [], 0
+    group: list[str] = []
+    group_bytes = 0
 
     def close() -> None:
         nonlocal group, group_bytes
@@ -323,15 +324,16 @@ def _finalize(builder: AlbertPretraining, context: build_unit.BuildContext,
     if missing:
         raise RuntimeError(f"units {missing} of {builder.data_dir} were not built (the runner "
                            f"reported success): run the build again")
-    reading = collections.Counter()
-    for manifest in manifests:
+    built = [manifest for manifest in manifests if manifest is not None]  # every one of them
+    reading: collections.Counter[str] = collections.Counter()
+    for manifest in built:
         reading.update(manifest["corpus"])
     corpus_report = corpus.CorpusStats(**reading).report()
     splits = build_unit.SPLITS if settings.eval_fraction > 0 else ("train",)
     split_infos = []
     for split in splits:
-        counts = collections.Counter()
-        for manifest in manifests:
+        counts: collections.Counter[str] = collections.Counter()
+        for manifest in built:
             counts.update(manifest["splits"][split]["counts"])
         if not counts["instances"]:
             raise ValueError(
@@ -340,7 +342,7 @@ def _finalize(builder: AlbertPretraining, context: build_unit.BuildContext,
                 + ("raise --config.data.eval_fraction or use a bigger corpus" if split == "eval"
                    else "use a corpus with multi-sentence documents (blank line between them)"))
         builder.info.metadata["splits"][split] = dict(counts) | {"corpus": corpus_report}
-        shards = [(context.units_dir, shard) for manifest in manifests
+        shards = [(context.units_dir, shard) for manifest in built
                   for shard in manifest["splits"][split]["shards"]]
         split_infos.append(shard_writer.adopt_split(
             epath.Path(builder.data_dir), builder.name, settings.file_format, split, shards,

@@ -16,9 +16,9 @@ Reading never crashes or hangs on bad input: it is counted in a `CorpusStats`.
 from __future__ import annotations
 
 import ast
+import contextlib
 import dataclasses
 import functools
-import contextlib
 import glob
 import gzip
 import hashlib
@@ -119,7 +119,8 @@ def _bucket_files(pattern: str) -> list[str]:
         path = epath.Path(pattern)
         if not path.is_dir():
             return [pattern] if path.exists() else []
-        files, folders = [], [path]
+        files: list[epath.Path] = []
+        folders = [path]
         while folders:
             for entry in folders.pop().iterdir():
                 (folders if entry.is_dir() else files).append(entry)
@@ -230,7 +231,8 @@ def _text_file_documents(path: str, stats: CorpusStats) -> Iterator[list[str]]:
             yield document
 
 
-def _bounded_lines(file: IO[bytes], path: str, stats: CorpusStats) -> Iterator[str]:
+def _bounded_lines(file: IO[bytes] | io.BufferedIOBase, path: str,
+                   stats: CorpusStats) -> Iterator[str]:
     """Decoded lines, never holding more than MAX_LINE_BYTES of one line in memory."""
     while True:
         try:

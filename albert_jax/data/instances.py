@@ -70,7 +70,7 @@ def create_instances(documents: Sequence[Sequence[np.ndarray]], rng: np.random.G
     return instances
 
 
-def _document_instances(documents: list[list[np.ndarray]], document_index: int,
+def _document_instances(documents: Sequence[Sequence[np.ndarray]], document_index: int,
                         rng: np.random.Generator, *, max_seq_length: int, short_seq_prob: float,
                         sentence_objective: str, reference_compat: bool, cls_id: int,
                         sep_id: int) -> list[Instance]:
@@ -124,7 +124,7 @@ def _document_instances(documents: list[list[np.ndarray]], document_index: int,
     return instances
 
 
-def _random_document_tokens(documents: list[list[np.ndarray]], document_index: int,
+def _random_document_tokens(documents: Sequence[Sequence[np.ndarray]], document_index: int,
                             rng: np.random.Generator, target_b_length: int) -> np.ndarray:
     """SPEC 1.3.5a: sentences of another document from a random start, until target length."""
     for _ in range(_RANDOM_DOCUMENT_TRIES):

@@ -221,7 +221,7 @@ def to_features(instance: Instance, masked: MaskedSequence, boundary: np.ndarray
 
     def padded(values: np.ndarray | int, length: int, size: int, dtype: type = np.int32
                ) -> np.ndarray:
-        result = np.zeros(length, dtype)
+        result: np.ndarray = np.zeros(length, dtype)
         result[:size] = values
         return result
 

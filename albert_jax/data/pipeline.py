@@ -55,11 +55,11 @@ import os
 from typing import Any, Sequence
 
 import grain
-from absl import flags
 import jax
 import ml_collections
 import numpy as np
 import tensorflow_datasets as tfds
+from absl import flags
 
 from albert_jax.data import dataset_settings, masking, shard_copy
 from albert_jax.errors import ConfigError
@@ -106,7 +106,7 @@ class SplitSource:
                     f"shard {path} of dataset {dataset_dir} is missing; delete {dataset_dir} and "
                     f"{_BUILD_HINT}")
         if shards is None:
-            self.indices = range(sum(split_info.shard_lengths))
+            self.indices: range | np.ndarray = range(sum(split_info.shard_lengths))
             self._offsets = None
             self._source = dataset.as_data_source(split)
         else:

@@ -336,8 +336,8 @@ class SentencePieceTokenizer(Tokenizer):
                 "comma_rule": self.comma_rule, "path": self.path}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["model_proto"], lower=state["lower"], comma_rule=state["comma_rule"],
-                      path=state["path"])
+        SentencePieceTokenizer.__init__(self, state["model_proto"], lower=state["lower"],
+                                        comma_rule=state["comma_rule"], path=state["path"])
 
     def preprocess(self, text: str) -> str:
         return preprocess_text(text, self.lower)  # SPEC 2.2
@@ -447,7 +447,7 @@ class SentencePieceTokenizer(Tokenizer):
     def _encode_spans(self, text: str) -> list[tuple[str, int, int]]:
         """SentencePiece pieces of `text` (already preprocessed) as (piece, begin, end) with
         character offsets into `text`. SentencePiece reports byte offsets into its input."""
-        proto = sentencepiece_pb2.SentencePieceText.FromString(
+        proto = sentencepiece_pb2.SentencePieceText.FromString(  # type: ignore[attr-defined]  # built at import
             self._sp.encode(text, out_type="serialized_proto"))
         byte_starts = np.cumsum([0] + [len(char.encode("utf-8")) for char in text])
         spans = []
@@ -518,7 +518,7 @@ class WordPieceTokenizer(Tokenizer):
         return {"vocab": self._vocab_bytes, "lower": self.lower, "path": self.path}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["vocab"], lower=state["lower"], path=state["path"])
+        WordPieceTokenizer.__init__(self, state["vocab"], lower=state["lower"], path=state["path"])
 
     def preprocess(self, text: str) -> str:
         return text  # the reference's processors only convert a vocab_file model's text to str

@@ -236,7 +236,7 @@ class WordPieceSplitter:
         cached = self._cache.get(word)
         if cached is not None:
             return cached
-        pieces = []
+        pieces: list[tuple[int, int, int]] = []
         if len(word) <= MAX_WORD_CHARS:
             start = 0
             while start < len(word):
@@ -251,6 +251,7 @@ class WordPieceSplitter:
                 if end == start:
                     pieces = []
                     break
+                assert piece_id is not None  # the lookup that stopped the loop found it
                 pieces.append((piece_id, start, end))
                 start = end
         result = pieces or [(self.unk_id, 0, len(word))]

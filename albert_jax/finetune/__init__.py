@@ -26,8 +26,11 @@ import pkgutil
 from albert_jax.finetune.core import registry
 from albert_jax.finetune.core.task import FinetuneTask, real_rows
 from albert_jax.finetune.custom.tagging_task import CustomTokenClassificationTask
-from albert_jax.finetune.custom.task import (CustomClassificationTask, CustomMultipleChoiceTask,
-                                             CustomRegressionTask)
+from albert_jax.finetune.custom.task import (
+    CustomClassificationTask,
+    CustomMultipleChoiceTask,
+    CustomRegressionTask,
+)
 from albert_jax.finetune.kinds.classification import ClassificationTask, RegressionTask
 from albert_jax.finetune.kinds.multiple_choice import MultipleChoiceTask
 from albert_jax.finetune.kinds.token_classification import TokenClassificationTask

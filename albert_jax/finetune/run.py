@@ -104,7 +104,9 @@ class FinishedRun:
     run_dir: epath.Path
     step: int | None
     description: str
-    task: FinetuneTask
+    # A FinetuneTask, the FillMaskTask of a pretraining run or Embeddings: classes apart that
+    # share the predict interface this class drives (duck-typed).
+    task: Any
     params: Any
     mesh: jax.sharding.Mesh
     eval_step: Any
@@ -174,7 +176,8 @@ def _saved_config(run_dir: epath.Path) -> ml_collections.ConfigDict:
         json.loads((run_dir / workdir_names.CONFIG_FILE).read_bytes()))
 
 
-def _task_class(config: ml_collections.ConfigDict) -> type:
+def _task_class(config: ml_collections.ConfigDict
+                ) -> type[FinetuneTask] | type[fill_mask.FillMaskTask]:
     """The task of a run's config.json: its fine-tuning task, or fill-mask for a pretraining
     run (whose config names no task)."""
     return registry.get(config.task) if config.get("task") else fill_mask.FillMaskTask
@@ -244,7 +247,7 @@ def with_embeddings(run: FinishedRun, pooling: str) -> FinishedRun:
     """`run` predicting the pooled vectors of its backbone (embeddings.py) instead of its task's
     outputs."""
     task = embeddings_lib.Embeddings(run.task, pooling)
-    eval_step = step_lib.jit_eval_step(task, run.mesh,
+    eval_step = step_lib.jit_eval_step(task, run.mesh,  # type: ignore[arg-type]  # Task's eval half
                                        jax.tree.map(lambda leaf: leaf.sharding, run.params))
     return dataclasses.replace(run, task=task, eval_step=eval_step)
 
@@ -323,6 +326,7 @@ def _output_file(output: str, is_main: bool, binary: bool = False) -> Iterator[A
         yield lambda line: None
         return
     if output == "-":
+        assert sys.__stdout__ is not None  # a process started without one cannot print
         yield sys.__stdout__.write
         sys.__stdout__.flush()
         return
@@ -354,6 +358,7 @@ def export_huggingface(workdir: str, output: str) -> None:
     task = registry.get(config.task).from_run(config, run_dir, model_config)
     head = task.huggingface_head()
     save_huggingface(model_config, jax.tree.map(np.asarray, params), output, head=head)
+    assert task.tokenizer is not None  # a fine-tuning run's task has its tokenizer
     tokenizer_files.write_huggingface_tokenizer(task.tokenizer, output,
                                                 model_config.max_position_embeddings)
     print(f"wrote the best dev checkpoint of {run_dir} (step {best['step']}, {best['metric']} "

@@ -269,7 +269,9 @@ class AlbertForMultipleChoice(nn.Module):
     def __call__(self, input_ids: jax.Array, segment_ids: jax.Array,
                  input_mask: jax.Array, deterministic: bool = True) -> jax.Array:
         batch, choices, seq = input_ids.shape
-        flat = lambda x: x.reshape(batch * choices, seq)
+        def flat(x: jax.Array) -> jax.Array:
+            return x.reshape(batch * choices, seq)
+
         _, pooled = AlbertModel(self.config, name="albert")(
             flat(input_ids), flat(segment_ids), flat(input_mask), deterministic,
             output_positions=AlbertModel.cls_only(flat(input_ids)))

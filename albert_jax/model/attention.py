@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import Callable
 
 import flax.linen as nn
 import jax
@@ -59,7 +60,7 @@ def resolve(config: ModelConfig, platform: str) -> str:
 
 
 def attend(query: jax.Array, key: jax.Array, value: jax.Array, attention_bias: jax.Array,
-           impl: str, dropout: nn.Module | None = None) -> jax.Array:
+           impl: str, dropout: Callable[[jax.Array], jax.Array] | None = None) -> jax.Array:
     """query [batch, q, heads, D], key and value [batch, k, heads, D], attention_bias
     [batch, 1, 1, k] (0 for real keys, -10000 for padding) -> context [batch, q, heads, D] in
     the dtype of query. `dropout` (xla only) is applied to the probabilities."""
@@ -127,6 +128,7 @@ def _splash(query: jax.Array, key: jax.Array, value: jax.Array,
     # The activations' own layout (model/layers.py names, bound by the train step's rules):
     # batch over the data axes, heads over "tensor"; each device runs the kernel on its shard.
     spec = nn.logical_to_mesh_axes(("batch", "length", "activation_heads", None))
+    assert spec is not None  # None only for no names
     mask_spec = jax.sharding.PartitionSpec(spec[0], None)
     return jax.shard_map(functools.partial(_splash_per_device, interpret=interpret), mesh=mesh,
                          in_specs=(spec, spec, spec, mask_spec), out_specs=spec,

@@ -13,7 +13,7 @@ depth; a shallower group is unrolled whole, which runs faster.
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, cast
 
 import flax.linen as nn
 import jax
@@ -21,6 +21,7 @@ import jax.numpy as jnp
 
 from albert_jax.model import attention, layers
 from albert_jax.model.presets import REMAT_POLICIES, ModelConfig, group_of_layer
+
 
 class AttentionBlock(nn.Module):
     """Self-attention half of the post-LN block (SPEC 3.2.6): LN(x + dense(attend(x)))."""
@@ -184,16 +185,21 @@ class LayerBody(nn.Module):
                 unshared = InnerGroup(config, not share_attention, not share_ffn,
                                       self.deterministic, name=name)
             last = inner == config.inner_group_num - 1
+            # cast: without mutable=, `apply` returns the output alone (flax types it either way)
             if share_attention:
-                hidden = AttentionBlock(config, self.deterministic, parent=None).apply(
+                attention_block = AttentionBlock(config, self.deterministic, parent=None)
+                hidden = cast(jax.Array, attention_block.apply(
                     {"params": shared["attention"]}, hidden, attention_bias,
-                    query_positions if last else None, rngs=rngs(2 * inner))
+                    query_positions if last else None, rngs=rngs(2 * inner)))
             else:
+                assert unshared is not None  # built above when a block is not shared
                 hidden = unshared.attention(hidden, attention_bias)
             if share_ffn:
-                hidden = FeedForwardBlock(config, self.deterministic, parent=None).apply(
-                    {"params": shared["ffn"]}, hidden, rngs=rngs(2 * inner + 1))
+                ffn_block = FeedForwardBlock(config, self.deterministic, parent=None)
+                hidden = cast(jax.Array, ffn_block.apply(
+                    {"params": shared["ffn"]}, hidden, rngs=rngs(2 * inner + 1)))
             else:
+                assert unshared is not None  # built above when a block is not shared
                 hidden = unshared.ffn(hidden)
         return hidden, None
 

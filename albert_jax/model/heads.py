@@ -37,7 +37,7 @@ class MaskedLMHead(nn.Module):
         hidden = layers.LayerNorm(config.layer_norm_eps, "embedding", dtype=dtype,
                                   name="LayerNorm")(hidden)
         output_bias = self.param("output_bias",
-                                 nn.with_logical_partitioning(nn.initializers.zeros, ("vocab",)),
+                                 layers.with_axes(nn.initializers.zeros, ("vocab",)),
                                  (config.vocab_size,), jnp.float32)
         # Logits [batch, predictions, vocab] split by batch like everything before them, not by
         # vocab like the table they come from (which would all-reduce the softmax over fsdp).
@@ -91,11 +91,11 @@ class SquadV1Head(nn.Module):
     def __call__(self, sequence_output: jax.Array) -> tuple[jax.Array, jax.Array]:
         dtype = self.config.compute_dtype
         output_weights = self.param(
-            "output_weights", nn.with_logical_partitioning(
+            "output_weights", layers.with_axes(
                 layers.truncated_normal(self.config.initializer_range), ("classes", "hidden")),
             (2, sequence_output.shape[-1]), jnp.float32)
         output_bias = self.param(
-            "output_bias", nn.with_logical_partitioning(nn.initializers.zeros, ("classes",)),
+            "output_bias", layers.with_axes(nn.initializers.zeros, ("classes",)),
             (2,), jnp.float32)
         logits = jnp.einsum("bsh,ch->bsc", sequence_output.astype(dtype),
                             output_weights.astype(dtype),
@@ -131,15 +131,14 @@ class _ConcatDense(nn.Module):
     @nn.compact
     def __call__(self, x: jax.Array, y: jax.Array) -> jax.Array:
         in_x = x.shape[-1]
-        kernel = self.param("kernel", nn.with_logical_partitioning(self.kernel_init,
-                                                                   ("hidden", "hidden_out")),
+        kernel = self.param("kernel", layers.with_axes(self.kernel_init, ("hidden", "hidden_out")),
                             (in_x + y.shape[-1], self.features), jnp.float32).astype(self.dtype)
         outputs = (jnp.dot(x.astype(self.dtype), kernel[:in_x], preferred_element_type=jnp.float32)
                    + jnp.dot(y.astype(self.dtype), kernel[in_x:],
                              preferred_element_type=jnp.float32))
         if self.use_bias:
             outputs = outputs + self.param(
-                "bias", nn.with_logical_partitioning(nn.initializers.zeros, ("hidden_out",)),
+                "bias", layers.with_axes(nn.initializers.zeros, ("hidden_out",)),
                 (self.features,), jnp.float32)
         return outputs
 

@@ -8,13 +8,19 @@ bf16 x bf16 -> f32 dot is the fast path, a pure bf16 dot is not faster and loses
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
 Initializer = Callable[..., jax.Array]
+
+
+def with_axes(init: Initializer, axes: tuple[str | None, ...]) -> Initializer:
+    """`nn.with_logical_partitioning(init, axes)`, typed as what `Module.param` hands back: it
+    unboxes the `LogicallyPartitioned` box (unbox=True), so the module computes with the array."""
+    return cast(Initializer, nn.with_logical_partitioning(init, axes))
 
 # Logical axes of activations, for `nn.with_logical_constraint`: train/sharding.py binds them to
 # the mesh while a train or eval step is traced (the batch over data x fsdp, heads and the FFN
@@ -91,14 +97,13 @@ class Dense(nn.Module):
 
     @nn.compact
     def __call__(self, inputs: jax.Array) -> jax.Array:
-        kernel = self.param("kernel", nn.with_logical_partitioning(self.kernel_init, self.axes),
+        kernel = self.param("kernel", with_axes(self.kernel_init, self.axes),
                             (inputs.shape[-1], self.features), jnp.float32)
         kernel = nn.with_logical_constraint(
             kernel.astype(self.dtype), tuple(_KERNEL_AT_USE.get(axis) for axis in self.axes))
         outputs = matmul(inputs, kernel, self.dtype)
         if self.use_bias:
-            bias = self.param("bias", nn.with_logical_partitioning(nn.initializers.zeros,
-                                                                   self.axes[1:]),
+            bias = self.param("bias", with_axes(nn.initializers.zeros, self.axes[1:]),
                               (self.features,), jnp.float32)
             outputs = outputs + bias
         return outputs.astype(self.dtype)
@@ -115,7 +120,7 @@ class Embed(nn.Module):
 
     def setup(self) -> None:
         self.embedding = self.param(
-            "embedding", nn.with_logical_partitioning(self.embedding_init, self.axes),
+            "embedding", with_axes(self.embedding_init, self.axes),
             (self.num_embeddings, self.features), jnp.float32)
 
     def __call__(self, ids: jax.Array) -> jax.Array:
@@ -171,11 +176,9 @@ class LayerNorm(nn.Module):
     @nn.compact
     def __call__(self, inputs: jax.Array) -> jax.Array:
         features = inputs.shape[-1]
-        scale = self.param("scale", nn.with_logical_partitioning(nn.initializers.ones,
-                                                                 (self.axis_name,)),
+        scale = self.param("scale", with_axes(nn.initializers.ones, (self.axis_name,)),
                            (features,), jnp.float32)
-        bias = self.param("bias", nn.with_logical_partitioning(nn.initializers.zeros,
-                                                               (self.axis_name,)),
+        bias = self.param("bias", with_axes(nn.initializers.zeros, (self.axis_name,)),
                           (features,), jnp.float32)
         return _layer_norm(inputs.astype(jnp.float32), scale, bias,
                            self.epsilon).astype(self.dtype)

@@ -413,7 +413,9 @@ def _open(path: str | epath.Path, step: int | None) -> tuple[Checkpointer, int]:
             f"{workdir_names.CHECKPOINTS_SUBDIR}/<step>/, "
             f"a directory of <step>/ checkpoints, or one <step>/ checkpoint folder")
     if step is None:
-        return checkpointer, checkpointer.newest_intact_step()
+        newest = checkpointer.newest_intact_step()
+        assert newest is not None  # there are checkpoints, and all of them damaged raises
+        return checkpointer, newest
     step = checkpointer.resolve_step(step)
 
     def check() -> int:

@@ -90,6 +90,7 @@ def device_groups(attributes: str, num_partitions: int) -> list[list[int]]:
             ids = np.arange(math.prod(sizes))
         elif ids_text.startswith("["):
             iota = re.match(r"\[([\d,]+)\](?:T\(([\d,]+)\))?", ids_text)
+            assert iota is not None, ids_text  # XLA's iota form: [dims]T(perm)
             ids = _iota(iota.group(1), iota.group(2))
         else:
             ids = np.array([int(x) for x in re.findall(r"\d+", ids_text)])
@@ -114,7 +115,8 @@ def collectives(hlo_text: str, partition_slices: Sequence[int]) -> list[Collecti
     """Every collective of the optimized HLO module `hlo_text` (`compiled.as_text()`), with
     its bytes per device per step; `partition_slices[p]` is the slice of partition p."""
     computations: dict[str, list[tuple[str, str, str, str]]] = {}
-    order, entry, current = [], None, None
+    order: list[str] = []
+    entry, current = None, None
     for line in hlo_text.splitlines():
         header = _COMPUTATION.match(line)
         if header and not line.startswith(" "):
@@ -125,7 +127,7 @@ def collectives(hlo_text: str, partition_slices: Sequence[int]) -> list[Collecti
             continue
         instruction = _INSTRUCTION.match(line)
         if instruction and current is not None:
-            computations[current].append(instruction.groups()[:3] + (line,))
+            computations[current].append((instruction[1], instruction[2], instruction[3], line))
     shapes = {name: shape for body in computations.values() for name, shape, _, _ in body}
 
     def trip_count(while_line: str) -> int:
@@ -134,7 +136,7 @@ def collectives(hlo_text: str, partition_slices: Sequence[int]) -> list[Collecti
             return int(known.group(1))
         condition = _CONDITION.search(while_line)
         lines = [line for *_, line in computations.get(condition.group(1), [])] if condition else []
-        constants = dict(match.groups() for match in map(_CONSTANT.match, lines) if match)
+        constants = {match[1]: match[2] for match in map(_CONSTANT.match, lines) if match}
         less = next((match.group(1) for match in map(_LESS_THAN.search, lines) if match), None)
         return int(constants.get(less, 1))  # unknown: once, a lower bound
 
@@ -160,7 +162,9 @@ def collectives(hlo_text: str, partition_slices: Sequence[int]) -> list[Collecti
             megascale = _MEGASCALE_TYPE.search(line) if opcode == "send" else None
             if (kind not in COLLECTIVES and megascale is None) or runs[name] == 0:
                 continue
-            operands = re.findall(r"%([\w.\-]+)", _INSTRUCTION.match(line).group(4))
+            instruction = _INSTRUCTION.match(line)
+            assert instruction is not None  # kept above because it matched
+            operands = re.findall(r"%([\w.\-]+)", instruction.group(4))
             if megascale is not None:  # send(data, token): a transfer between slices
                 kind, crosses = megascale.group(1).lower().replace("_", "-"), True
                 operands = operands[:1]

@@ -11,6 +11,7 @@ here knows a batch key or a model argument.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 import signal
 from typing import Any, Iterator
@@ -22,11 +23,20 @@ import numpy as np
 from absl import logging
 from etils import epath
 
-from albert_jax import config as config_lib, files
-from albert_jax.train import buckets, checkpoint, flops, optim, reporting, sharding
+from albert_jax import config as config_lib
+from albert_jax import files
+from albert_jax.train import (
+    buckets,
+    checkpoint,
+    flops,
+    optim,
+    reporting,
+    sharding,
+    validation,
+    workdir_lock,
+)
 from albert_jax.train import state as state_lib
 from albert_jax.train import step as step_lib
-from albert_jax.train import validation, workdir_lock
 from albert_jax.train import workdir as workdir_names
 from albert_jax.train.task import HostBatch, Task
 
@@ -150,6 +160,7 @@ def _new_best(task: Task, eval_metrics: dict[str, dict[str, float]],
               best: dict[str, Any] | None, step: int) -> dict[str, Any] | None:
     """The best record if this evaluation beats `best` on the task's selection, else None."""
     selection = task.selection
+    assert selection is not None  # the caller checks
     value = eval_metrics.get(selection.split, {}).get(selection.metric)
     if value is None or not np.isfinite(value):
         return None
@@ -315,7 +326,7 @@ def _initial_state(config: ml_collections.ConfigDict, task: Task, optimizer: Any
     state = state_lib.init_train_state(task.model, optimizer, mesh,
                                        jax.random.PRNGKey(config.seed), init_inputs,
                                        shardings=state_shardings)
-    return state.replace(params=task.initial_params(state.params))
+    return dataclasses.replace(state, params=task.initial_params(state.params))
 
 
 def _announced_lengths(config: ml_collections.ConfigDict, task: Task) -> tuple[int, ...]:
@@ -332,7 +343,8 @@ class _RunningMetrics:
     """Train metrics summed on device over the log interval: no host sync between logs."""
 
     def __init__(self) -> None:
-        self.sums, self.count = None, 0
+        self.sums: dict[str, jax.Array] | None = None
+        self.count = 0
 
     def add(self, step_metrics: dict[str, jax.Array]) -> None:
         self.sums = step_metrics if self.sums is None else jax.tree_util.tree_map(
@@ -378,6 +390,7 @@ def _report_and_keep_best(config: ml_collections.ConfigDict, workdir: epath.Path
     if new_best is None:
         return best
     # Saved before the train checkpoint of this step, so a resume never skips it.
+    assert best_checkpointer is not None  # opened whenever the task has a selection
     best_checkpointer.save(step, {"step": state.step, "params": state.params}, None,
                            _checkpoint_record(config, task, new_best), force=True)
     if is_main:

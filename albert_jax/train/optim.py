@@ -70,7 +70,9 @@ def scale_by_adam_without_bias_correction(beta_1: float, beta_2: float,
     """u = m / (sqrt(v) + eps) with m, v the raw moving averages: no bias correction (SPEC 6.3)."""
 
     def init_fn(params: optax.Params) -> ScaleByMomentsState:
-        zeros = lambda p: jnp.zeros_like(p, dtype=jnp.float32)
+        def zeros(p: jax.Array) -> jax.Array:
+            return jnp.zeros_like(p, dtype=jnp.float32)
+
         return ScaleByMomentsState(mu=jax.tree.map(zeros, params), nu=jax.tree.map(zeros, params))
 
     def update_fn(updates: optax.Updates, state: ScaleByMomentsState,

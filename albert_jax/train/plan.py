@@ -127,7 +127,7 @@ def tpu_target(topology: str, num_slices: int = 1) -> Target:
                           "pip install 'albert-jax[tpu]' (or plan on --devices=N CPU devices "
                           "with --hbm_gib)")
     from jax.experimental import topologies  # only with libtpu: it starts the TPU compiler
-    options = {"chip_config_name": "megacore"} if chip_name in _MEGACORE else {}
+    options: dict[str, Any] = {"chip_config_name": "megacore"} if chip_name in _MEGACORE else {}
     if num_slices > 1:
         options["num_slices"] = num_slices
     name = f"{chip_name}:{topology.split(':', 1)[1]}"
@@ -289,6 +289,7 @@ def measure(config: ml_collections.ConfigDict, build_task: BuildTask,
                         compiled.as_text(), [slice_of[device] for device in mesh.devices.flat])
                     if collective.crosses_slices]
     if compiled is None:
+        assert refusal is not None  # set with compiled = None
         peak, fits = _refused_peak(refusal, report_total), False
         temp = peak - argument_bytes
     elif target.is_tpu and report_total is not None:
@@ -470,8 +471,9 @@ def plan(config: ml_collections.ConfigDict, build_task: BuildTask, target: Targe
     }
     if measurement.fits or not try_levers:
         return result
-    mesh_shape = tuple(measurement.mesh[axis] for axis in sharding.MESH_AXES)
-    options = []
+    data, fsdp, tensor = (measurement.mesh[axis] for axis in sharding.MESH_AXES)
+    mesh_shape = (data, fsdp, tensor)
+    options: list[dict[str, Any]] = []
     for lever, ladder in _lever_ladders(config, mesh_shape, measurement, target,
                                         task.model_config.attention_probs_dropout_prob):
         if lever == _ALL_LEVERS and options:

@@ -115,7 +115,8 @@ def mesh_shape(mesh_config: ml_collections.ConfigDict, num_devices: int) -> tupl
         raise ConfigError(f"config {described}: the mesh has {fixed} devices but there are "
                           f"{num_devices}; make the product equal {num_devices} or set one "
                           "axis to -1")
-    return tuple(sizes[axis] for axis in MESH_AXES)
+    data, fsdp, tensor = (sizes[axis] for axis in MESH_AXES)
+    return data, fsdp, tensor
 
 
 def num_slices(mesh_config: ml_collections.ConfigDict) -> int:
@@ -154,7 +155,8 @@ def slice_shape(mesh_config: ml_collections.ConfigDict, num_devices: int) -> tup
         if size % slices:
             raise ConfigError(f"config mesh.{axis}={size} (over all slices) is not divisible by "
                               f"mesh.dcn_{axis}={slices}, the slices it spans")
-    return tuple(size // slices for size, slices in zip(whole, dcn))
+    data, fsdp, tensor = (size // slices for size, slices in zip(whole, dcn))
+    return data, fsdp, tensor
 
 
 def device_slices(devices: list[jax.Device], count: int) -> list[list[jax.Device]]:
@@ -260,6 +262,7 @@ def partition_spec(leaf: Any, mesh: jax.sharding.Mesh,
         return PartitionSpec()
     if isinstance(leaf, nn.LogicallyPartitioned):
         spec = nn.logical_to_mesh_axes(leaf.names, rules)
+        assert spec is not None  # None only for no names
     else:  # nn.Partitioned: the names are mesh axes already.
         spec = PartitionSpec(*leaf.names)
     dims = []

@@ -107,9 +107,8 @@ def make_train_step(task: Task, optimizer: optax.GradientTransformation,
                 grads_sum, sums_sum = carry
                 index, microbatch = inputs
                 (_, sums), grads = grad_fn(state.params, microbatch, index)
-                add = lambda a, b: a + b
-                return (jax.tree_util.tree_map(add, grads_sum, grads),
-                        jax.tree_util.tree_map(add, sums_sum, sums)), None
+                return (jax.tree_util.tree_map(jnp.add, grads_sum, grads),
+                        jax.tree_util.tree_map(jnp.add, sums_sum, sums)), None
 
             zeros_grads = jax.tree_util.tree_map(jnp.zeros_like, state.params)
             first = jax.tree_util.tree_map(lambda x: x[0], microbatches)

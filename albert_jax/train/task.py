@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 import flax.linen as nn
 import jax
@@ -118,7 +118,7 @@ class Task(abc.ABC):
 
     # --- Reporting -------------------------------------------------------------------------
     @abc.abstractmethod
-    def console_line(self, metrics: dict[str, float]) -> list[str]:
+    def console_line(self, metrics: Mapping[str, float]) -> list[str]:
         """The task's part of a console progress line, e.g. ["loss 2.31", "acc 0.51"]."""
 
     def workdir_files(self) -> dict[str, bytes]:

@@ -14,7 +14,7 @@ Tags are IOB2 (`O`, `B-X`, `I-X`): custom/tagging_data.py converts the other sch
 from __future__ import annotations
 
 import collections
-from typing import Sequence
+from typing import Any, Sequence
 
 Entity = tuple[str, int, int]  # (type, start word, end word exclusive)
 
@@ -45,13 +45,13 @@ def _prf(correct: int, predicted: int, true: int) -> dict[str, float]:
 
 
 def entity_scores(gold: Sequence[Sequence[str]],
-                  predicted: Sequence[Sequence[str]]) -> dict[str, object]:
+                  predicted: Sequence[Sequence[str]]) -> dict[str, Any]:
     """Entity-level precision, recall, F1 (micro, and per type under `per_type`, each with its
     `support`: the gold entities of the type) and word accuracy of `predicted` against `gold`
     (lists of sentences, each a list of IOB2 tags, one per word)."""
     if len(gold) != len(predicted):
         raise ValueError(f"{len(gold)} gold sentences but {len(predicted)} predicted")
-    true_counts, predicted_counts, correct_counts = (collections.Counter() for _ in range(3))
+    true_counts, predicted_counts, correct_counts = (collections.Counter[str]() for _ in range(3))
     words = right = 0
     for gold_tags, predicted_tags in zip(gold, predicted):
         if len(gold_tags) != len(predicted_tags):
@@ -63,8 +63,8 @@ def entity_scores(gold: Sequence[Sequence[str]],
         true_counts.update(kind for kind, _, _ in gold_entities)
         predicted_counts.update(kind for kind, _, _ in predicted_entities)
         correct_counts.update(kind for kind, _, _ in gold_entities & predicted_entities)
-    scores: dict[str, object] = _prf(sum(correct_counts.values()), sum(predicted_counts.values()),
-                                     sum(true_counts.values()))
+    scores: dict[str, Any] = dict(_prf(sum(correct_counts.values()),
+                                          sum(predicted_counts.values()), sum(true_counts.values())))
     scores["accuracy"] = _ratio(right, words)
     scores["per_type"] = {
         kind: dict(_prf(correct_counts[kind], predicted_counts[kind], true_counts[kind]),

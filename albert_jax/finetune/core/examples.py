@@ -68,3 +68,9 @@ class Sentence:
     tokens: tuple[str, ...]
     tags: tuple[str, ...] | None
     source: str
+
+    def known_tags(self) -> tuple[str, ...]:
+        """The tags of a sentence that has them (training data, labelled features)."""
+        if self.tags is None:
+            raise ValueError(f"{self.source}: a sentence without tags where tags are needed")
+        return self.tags

@@ -32,6 +32,7 @@ from albert_jax.model import ModelConfig
 from albert_jax.train import checkpoint
 from albert_jax.train import workdir as workdir_names
 
+
 @dataclasses.dataclass(frozen=True)
 class Pretrained:
     """model_config: the checkpoint's architecture; backbone: the `albert` params (numpy or

@@ -25,8 +25,8 @@ from typing import Callable, TypeVar
 from albert_jax.errors import ConfigError
 from albert_jax.finetune.core.task import FinetuneTask
 
-_TASKS: dict[str, type] = {}
-TaskClass = TypeVar("TaskClass", bound=type)
+_TASKS: dict[str, type[FinetuneTask]] = {}
+TaskClass = TypeVar("TaskClass", bound=type[FinetuneTask])
 
 
 def register(name: str) -> Callable[[TaskClass], TaskClass]:
@@ -47,7 +47,7 @@ def names() -> tuple[str, ...]:
     return tuple(sorted(_TASKS))
 
 
-def get(name: str) -> type:
+def get(name: str) -> type[FinetuneTask]:
     """The task class called `name`, or named by `file.py:Class` / `package.module:Class`.
 
     Raises ConfigError (one line, listing the names) for a name that is none of these.
@@ -61,7 +61,7 @@ def get(name: str) -> type:
                       "package.module:Class")
 
 
-def _import_task(spec: str) -> type:
+def _import_task(spec: str) -> type[FinetuneTask]:
     """The class of `file.py:Class` or `package.module:Class`."""
     where, _, class_name = spec.rpartition(":")
     try:
@@ -70,6 +70,7 @@ def _import_task(spec: str) -> type:
                 raise ConfigError(f"config task={spec!r}: {where} does not exist")
             module_name = "albert_jax_user_task_" + os.path.splitext(os.path.basename(where))[0]
             module_spec = importlib.util.spec_from_file_location(module_name, where)
+            assert module_spec is not None and module_spec.loader is not None  # a .py file has one
             module = importlib.util.module_from_spec(module_spec)
             sys.modules[module_name] = module  # dataclasses and pickling look modules up
             module_spec.loader.exec_module(module)

@@ -43,7 +43,7 @@ import json
 import math
 import os
 import re
-from typing import Any, Iterator, Mapping, Sequence, TypeVar
+from typing import Any, Iterator, Literal, Mapping, Sequence, TypeVar
 
 from etils import epath
 
@@ -194,7 +194,8 @@ def _header(path: str, names: list[str]) -> list[str]:
     return names
 
 
-def _delimited_rows(path: str, delimiter: str, quoting: int) -> Iterator[tuple[int, Row]]:
+def _delimited_rows(path: str, delimiter: str, quoting: Literal[0, 1, 2, 3]
+                    ) -> Iterator[tuple[int, Row]]:
     """Rows of a CSV/TSV file with a header row, each with the physical line it starts on."""
     separated = "tab-separated" if delimiter == "\t" else "comma-separated"
     # utf-8-sig: UTF-8, ignoring a byte-order mark if an editor added one.
@@ -287,8 +288,11 @@ def iter_row_chunks(path: Table,
     """
     if chunk_rows < 1:
         raise ValueError(f"chunk_rows={chunk_rows} must be at least 1")
-    rows = (_hf_dataset_rows(path, chunk_rows) if is_hf_dataset(path)
-            else _file_rows(path, chunk_rows))
+    if is_hf_dataset(path):
+        rows = _hf_dataset_rows(path, chunk_rows)
+    else:
+        assert isinstance(path, str)  # a HubSplit is always read through datasets
+        rows = _file_rows(path, chunk_rows)
     chunk = []
     try:
         for line_and_row in rows:
@@ -380,6 +384,7 @@ class _RowReader:
             raise ValueError(f"{where}: label {shown(value)} is a {type(value).__name__}, not "
                              f"a class name") from None
         if self.known_labels is not None and label not in self.known_labels:
+            assert self.label_list is not None  # set with known_labels
             listed = ", ".join(map(repr, self.label_list[:_SHOWN_LABELS]))
             if len(self.label_list) > _SHOWN_LABELS:
                 listed += f" and {len(self.label_list) - _SHOWN_LABELS} more"
@@ -420,7 +425,7 @@ class _RowReader:
                     f"options: {shown(row[names[0]])}; give a JSON list such as "
                     f'["red", "blue"], or name one column per option: '
                     f"--config.data.options=option_a,option_b")
-            options = []
+            texts: list[str] = []
             for number, option in enumerate(value):
                 try:
                     text = _cell_text(option)
@@ -429,8 +434,8 @@ class _RowReader:
                 if text is None or not text.strip():
                     raise ValueError(f"{where}: option {number} of column {names[0]!r} is empty "
                                      f"or not a text: {shown(option)}")
-                options.append(text)
-            options = tuple(options)
+                texts.append(text)
+            options = tuple(texts)
         if len(options) < 2:
             raise ValueError(f"{where}: {len(options)} option(s); a multiple-choice question "
                              f"needs at least 2")
@@ -494,7 +499,7 @@ def iter_example_chunks(path: Table, kind: str, columns: Columns, *,
                         label_list: Sequence[str] | None = None, labelled: bool = True,
                         num_choices: int | None = None,
                         chunk_rows: int = DEFAULT_CHUNK_ROWS
-                        ) -> Iterator[list[TextExample] | list[ChoiceQuestion]]:
+                        ) -> Iterator[list[Any]]:  # TextExamples or ChoiceQuestions by `kind`
     """The examples of `path` in file order, in chunks of at most `chunk_rows` (bounded memory).
 
     Args:
@@ -516,7 +521,7 @@ def iter_example_chunks(path: Table, kind: str, columns: Columns, *,
 
 def read_file(path: Table, kind: str, columns: Columns, *,
               label_list: Sequence[str] | None = None, labelled: bool = True,
-              num_choices: int | None = None) -> list[TextExample] | list[ChoiceQuestion]:
+              num_choices: int | None = None) -> list[Any]:  # TextExamples or ChoiceQuestions
     """All examples of `path` (see `iter_example_chunks`); an empty file is an error."""
     examples = [example for chunk in iter_example_chunks(
         path, kind, columns, label_list=label_list, labelled=labelled, num_choices=num_choices)

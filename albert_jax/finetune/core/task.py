@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Mapping, Sequence, cast
 
 import jax
 import jax.numpy as jnp
@@ -32,7 +32,8 @@ import ml_collections
 import numpy as np
 from etils import epath
 
-from albert_jax import config as config_lib, files
+from albert_jax import config as config_lib
+from albert_jax import files
 from albert_jax.convert.huggingface import FinetunedHead
 from albert_jax.data import pipeline
 from albert_jax.data.tokenizer import Tokenizer
@@ -102,7 +103,7 @@ class FinetuneTask(Task):
     config_file: str = ""
     # [batch, seq] (multiple choice [batch, options, seq]): each batch runs at its length bucket
     # (train/buckets.py).
-    sequence_fields = ("input_ids", "segment_ids", "input_mask")
+    sequence_fields: tuple[str, ...] = ("input_ids", "segment_ids", "input_mask")
 
     def __init__(self, config: ml_collections.ConfigDict, model_config: ModelConfig,
                  tokenizer: Tokenizer | None, pretrained: Pretrained | None,
@@ -240,7 +241,7 @@ class FinetuneTask(Task):
         """The examples of eval set `split`, in the order of its features."""
         raise NotImplementedError
 
-    def read_inputs(self, path: str, chunk_rows: int) -> Iterator[list[Any]]:
+    def read_inputs(self, path: str, chunk_rows: int) -> Iterator[Sequence[Any]]:
         """The examples of a file to predict, in file order, in lists of at most `chunk_rows`
         (a file of any size runs in bounded memory)."""
         raise NotImplementedError
@@ -266,7 +267,7 @@ class FinetuneTask(Task):
                           directory: str) -> list[str]:
         """Writes `directory`/metrics.json: the dev metrics of the checkpoint at `step`, the
         selection split's at the top level, other dev sets (MNLI mismatched) nested."""
-        report = dict(split_metrics.get("dev", {}))
+        report: dict[str, Any] = dict(split_metrics.get("dev", {}))
         report.update({name: values for name, values in split_metrics.items() if name != "dev"})
         report["step"] = step
         path = os.path.join(directory, workdir_names.SCORES_FILE)
@@ -280,6 +281,7 @@ class FinetuneTask(Task):
     def workdir_files(self) -> dict[str, bytes]:
         # The tokenizer travels with the weights: evaluate, export and init_from find it there
         # (with its SPEC 2.3 digit-comma rule), as spiece.model or vocab.txt.
+        assert self.tokenizer is not None  # only a task for shapes (plan) has none
         return self.tokenizer.files(workdir_names.TOKENIZER_FILES[self.tokenizer.kind])
 
     # --- Data ------------------------------------------------------------------------------------
@@ -347,8 +349,10 @@ class FinetuneTask(Task):
 
     def apply(self, params: Any, batch: Batch, *, train: bool, rng: jax.Array | None) -> jax.Array:
         rngs = {"dropout": rng} if train and rng is not None else {}
-        return self.model.apply({"params": params}, batch["input_ids"], batch["segment_ids"],
-                                batch["input_mask"], deterministic=not train, rngs=rngs)
+        # cast: without mutable=, `apply` returns the output alone (flax types it either way)
+        return cast(jax.Array, self.model.apply(
+            {"params": params}, batch["input_ids"], batch["segment_ids"], batch["input_mask"],
+            deterministic=not train, rngs=rngs))
 
     def denominators(self, batch: Batch) -> dict[str, jax.Array]:
         return {"examples": jnp.maximum(jnp.sum(batch["example_weight"].astype(jnp.float32)), 1.0)}
@@ -361,7 +365,7 @@ class FinetuneTask(Task):
         classifier adds its accuracy."""
         return {"loss": sums["loss_sum"] / jnp.maximum(sums["example_count"], 1.0)}
 
-    def console_line(self, metrics: dict[str, float]) -> list[str]:
+    def console_line(self, metrics: Mapping[str, float]) -> list[str]:
         return [f"loss {metrics['loss']:.4f}"]
 
     def flops_per_example(self, seq_len: int) -> float:

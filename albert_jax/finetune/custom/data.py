@@ -161,7 +161,8 @@ def label_list(train_examples: Iterable[TextExample],
                                  f"config data.labels ({', '.join(map(repr, given))})")
         result = given
     else:
-        result = tuple(sorted({example.label for example in examples}))
+        # (every training row has its label: the file is read with labelled=True)
+        result = tuple(sorted({example.label for example in examples if example.label is not None}))
     if len(result) < 2:
         where = "config data.labels" if given else (
             f"the training file {examples[0].source.rsplit(':', 1)[0]}" if examples else

@@ -57,6 +57,7 @@ def check_extension(path: tables.Table) -> str:
     """The file's extension, checked; "" for a HuggingFace dataset (a table of token lists)."""
     if tables.is_hf_dataset(path):
         return ""
+    assert isinstance(path, str)  # a HubSplit is a HuggingFace dataset
     extension = os.path.splitext(path)[1].lower()
     if extension not in CONLL_EXTENSIONS + TABLE_EXTENSIONS:
         raise ValueError(f"{path}: unknown file type {extension or '(no extension)'!r}; use "
@@ -90,7 +91,8 @@ def to_iob2(tags: Sequence[str], scheme: str, where: Sequence[str]) -> tuple[str
 class _SentenceChecker:
     """Checks and converts the raw tokens and tags of one file's sentences."""
 
-    def __init__(self, path: str, scheme: str, labels: Sequence[str] | None, labelled: bool):
+    def __init__(self, path: tables.Table, scheme: str, labels: Sequence[str] | None,
+                 labelled: bool):
         if scheme not in SCHEMES:
             raise ValueError(f"config data.tag_scheme={scheme!r}: use one of "
                              f"{', '.join(SCHEMES)}")
@@ -155,7 +157,7 @@ def _strings(value: Any, where: str, column: str) -> list[str] | None:
     return list(value)
 
 
-def _table_sentences(path: str, columns: TagColumns, labelled: bool
+def _table_sentences(path: tables.Table, columns: TagColumns, labelled: bool
                      ) -> Iterator[tuple[str | None, list[str], list[str] | None, list[int]]]:
     """(id, tokens, tags or None, lines) of each row of a JSON Lines or Parquet file."""
     for chunk in tables.iter_row_chunks(path):
@@ -182,7 +184,7 @@ def _table_sentences(path: str, columns: TagColumns, labelled: bool
             yield sentence_id, tokens, tags if labelled else None, [line] * len(tokens)
 
 
-def iter_sentence_chunks(path: str, columns: TagColumns, *, scheme: str = "iob2",
+def iter_sentence_chunks(path: tables.Table, columns: TagColumns, *, scheme: str = "iob2",
                          labels: Sequence[str] | None = None, labelled: bool = True,
                          chunk_size: int = tables.DEFAULT_CHUNK_ROWS
                          ) -> Iterator[list[Sentence]]:
@@ -195,8 +197,11 @@ def iter_sentence_chunks(path: str, columns: TagColumns, *, scheme: str = "iob2"
     if extension and not epath.Path(path).is_file():
         raise FileNotFoundError(f"{path}: no such file")
     check = _SentenceChecker(path, scheme, labels, labelled)
-    raw = (_conll_sentences(path, columns, labelled) if extension in CONLL_EXTENSIONS
-           else _table_sentences(path, columns, labelled))
+    if extension in CONLL_EXTENSIONS:
+        assert isinstance(path, str)  # a HubSplit has no extension
+        raw = _conll_sentences(path, columns, labelled)
+    else:
+        raw = _table_sentences(path, columns, labelled)
     chunk = []
     try:
         for sentence_id, tokens, tags, lines in raw:
@@ -211,7 +216,7 @@ def iter_sentence_chunks(path: str, columns: TagColumns, *, scheme: str = "iob2"
         yield chunk
 
 
-def read_file(path: str, columns: TagColumns, *, scheme: str = "iob2",
+def read_file(path: tables.Table, columns: TagColumns, *, scheme: str = "iob2",
               labels: Sequence[str] | None = None, labelled: bool = True) -> list[Sentence]:
     """Every sentence of `path` (see `iter_sentence_chunks`); a file with none is an error."""
     sentences = [sentence for chunk in iter_sentence_chunks(
@@ -226,10 +231,10 @@ def label_list(sentences: Iterable[Sentence], given: Sequence[str] = ()) -> tupl
     """The tags in class order: `given` (config data.labels, IOB2), which must hold every
     training tag, else "O" then the other training tags sorted."""
     sentences = list(sentences)
-    seen = {tag for sentence in sentences for tag in sentence.tags}
+    seen = {tag for sentence in sentences for tag in sentence.known_tags()}
     if given:
         for sentence in sentences:
-            for tag, token_number in zip(sentence.tags, range(len(sentence.tags))):
+            for tag, token_number in zip(sentence.known_tags(), range(len(sentence.known_tags()))):
                 if tag not in given:
                     raise ValueError(f"{sentence.source}: tag {tag!r} (word {token_number}) is "
                                      f"not in config data.labels ({', '.join(given)})")

@@ -24,12 +24,16 @@ from albert_jax.errors import ConfigError
 from albert_jax.finetune.core import registry
 from albert_jax.finetune.core.examples import Sentence
 from albert_jax.finetune.core.pretrained import Pretrained
-from albert_jax.finetune.custom import data as custom_data, tagging_data
-from albert_jax.finetune.kinds.token_classification import (SELECTION_METRICS,
-                                                             TokenClassificationTask)
+from albert_jax.finetune.custom import data as custom_data
+from albert_jax.finetune.custom import tagging_data
+from albert_jax.finetune.kinds.token_classification import (
+    SELECTION_METRICS,
+    TokenClassificationTask,
+)
 from albert_jax.model import ModelConfig
 from albert_jax.train import workdir as workdir_names
 from albert_jax.train.task import Selection
+
 
 def _given_labels(data: ml_collections.ConfigDict) -> tuple[str, ...]:
     """config data.labels as a tuple of IOB2 tags ("" = none given)."""
@@ -107,8 +111,10 @@ class CustomTokenClassificationTask(TokenClassificationTask):
     def split_examples(self, split: str) -> list[Sentence]:
         if split not in self._splits:
             # The training file decides the tag list; the other files are read against it.
+            table = custom_data.split_table(self.config.data, split)
+            assert table is not None  # asked only for the splits the config has
             self._splits[split] = tagging_data.read_file(
-                custom_data.split_table(self.config.data, split), self.columns,
+                table, self.columns,
                 scheme=self.config.data.tag_scheme,
                 labels=None if split == "train" else self.labels, labelled=split != "test")
         return self._splits[split]

@@ -31,7 +31,7 @@ from albert_jax.model import ModelConfig
 from albert_jax.train import workdir as workdir_names
 
 
-class _CustomData:
+class _CustomData(ClassificationTask):
     """What the three kinds share: the config's files and columns, the splits, the records."""
 
     kind: str  # configs/custom.py:kind=<kind>, and what the rows of the tables become
@@ -174,8 +174,10 @@ class CustomMultipleChoiceTask(_CustomData, MultipleChoiceTask):
         if run_dir is not None:
             self.num_choices = len(custom_data.labels_in_workdir(run_dir))
         else:
+            train = custom_data.split_table(self.config.data, "train")
+            assert train is not None  # configs/custom.py requires a training file
             first = next(tables.iter_example_chunks(
-                custom_data.split_table(self.config.data, "train"), self.kind,
+                train, self.kind,
                 custom_data.columns(self.config.data, self.kind), chunk_rows=1))[0]
             self.num_choices = len(first.options)
 

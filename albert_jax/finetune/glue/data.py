@@ -33,6 +33,7 @@ from albert_jax.finetune.core import scores
 from albert_jax.finetune.core.examples import TextExample
 from albert_jax.finetune.core.text_files import open_text
 
+
 @dataclasses.dataclass(frozen=True)
 class SkipReport:
     """The lines of one file that gave no example because they have too few columns.
@@ -287,6 +288,7 @@ def _folder_spec(task: str, data_path: str) -> TaskSpec:
 
 
 def _label_error(label: str, task_spec: TaskSpec) -> str:
+    assert task_spec.labels is not None  # only a classification task checks labels
     return (f"unknown label {label!r}; the {task_spec.name} labels are "
             f"{', '.join(task_spec.labels)}")
 
@@ -300,7 +302,7 @@ def _read_tsv(task: TaskSpec, data_path: str, file_name: str,
             f"GLUE task {task.name} needs {file_name} in {data_path} (the task's folder of the "
             f"official GLUE download, e.g. glue_data/{task.folder}); it is missing")
     expected = f"{len(layout.columns)} tab-separated columns ({', '.join(layout.columns)})"
-    examples = []
+    examples: list[TextExample] = []
     skipped_lines = []
     header_pending = layout.header
     # utf-8-sig: UTF-8, ignoring a byte-order mark if an editor added one.
@@ -438,6 +440,7 @@ def _tfds_reference_labels(task_spec: TaskSpec, tfds_name: str, info: Any) -> tu
     contradiction, entailment, neutral), so classes map by NAME, never by id.
     """
     names = tuple(info.features["label"].names)
+    assert task_spec.labels is not None  # only a classification task has TFDS class names
     if task_spec.tfds_label_names is not None:
         expected = task_spec.tfds_label_names
         mapping = dict(zip(expected, task_spec.labels))

@@ -33,7 +33,7 @@ def _data_record(examples: Sequence[TextExample], skipped: glue.SkipReport) -> d
     return dict(skipped.record(), examples=len(examples))
 
 
-class _GlueData:
+class _GlueData(ClassificationTask):
     """What the GLUE tasks share: the official files or TFDS, the eval sets, the server files;
     `spec` (a row of glue.SPECS) holds the facts of one task."""
 
@@ -105,7 +105,7 @@ class _GlueData:
     def eval_features(self, split: str) -> dict[str, np.ndarray]:
         return self.features(self.eval_set(split).examples)
 
-    def read_inputs(self, path: str, chunk_rows: int) -> Iterator[list[TextExample]]:
+    def read_inputs(self, path: str, chunk_rows: int) -> Iterator[Sequence[TextExample]]:
         """`albert-jax predict` input: a file of the task's official folder (dev.tsv, test.tsv,
         ...), else a CSV/TSV/JSONL/Parquet table with the columns `text` (and `text_b` for the
         pair tasks) and, if it has one, `id` (else the row number)."""
@@ -136,8 +136,9 @@ class GlueClassificationTask(_GlueData, ClassificationTask):
     """A GLUE classification task; its labels are its spec's (SPEC 8.2)."""
 
     @property
-    def labels(self) -> tuple[str, ...]:
+    def labels(self) -> tuple[str, ...]:  # type: ignore[override]  # read-only: the spec's
         """The label strings of the task's files, in class-index order (SPEC 8.2)."""
+        assert self.spec.labels is not None  # a classification spec has its labels
         return self.spec.labels
 
 

@@ -11,7 +11,7 @@ A family subclass supplies the data (`train_features`, `eval_features`, `split_e
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import flax.linen as nn
 import jax
@@ -50,6 +50,7 @@ class ClassificationTask(FinetuneTask):
 
     def features(self, examples: Sequence[Any]) -> dict[str, np.ndarray]:
         """input_ids, segment_ids, input_mask [examples, seq_len]; labels [examples]."""
+        assert self.tokenizer is not None  # only a task for shapes (plan) has none
         return features.classification_features(examples, self.tokenizer, self.config.seq_len,
                                                 self.labels)
 
@@ -71,7 +72,7 @@ class ClassificationTask(FinetuneTask):
         count = jnp.maximum(sums["example_count"], 1.0)
         return dict(super().metrics_from_sums(sums), accuracy=sums["correct_sum"] / count)
 
-    def console_line(self, metrics: dict[str, float]) -> list[str]:
+    def console_line(self, metrics: Mapping[str, float]) -> list[str]:
         return [*super().console_line(metrics), f"acc {metrics['accuracy']:.3f}"]
 
     # --- Predictions -----------------------------------------------------------------------------
@@ -99,7 +100,8 @@ class ClassificationTask(FinetuneTask):
 class RegressionTask(ClassificationTask):
     """One text or a pair -> a real number: one output, mean squared error (SPEC 8.2, STS-B)."""
 
-    labels = None  # features.classification_features reads labels as numbers
+    # No classes: features.classification_features reads the labels as numbers.
+    labels = None  # type: ignore[assignment]  # a regression task has no label list
 
     def num_outputs(self) -> int:
         return 1

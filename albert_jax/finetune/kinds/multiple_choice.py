@@ -27,7 +27,7 @@ class MultipleChoiceTask(ClassificationTask):
     num_choices: int
 
     @property
-    def labels(self) -> tuple[str, ...]:
+    def labels(self) -> tuple[str, ...]:  # type: ignore[override]  # read-only: the option indices
         return tuple(str(option) for option in range(self.num_choices))
 
     def build_model(self) -> nn.Module:
@@ -37,6 +37,7 @@ class MultipleChoiceTask(ClassificationTask):
     def features(self, questions: Sequence[Any]) -> dict[str, np.ndarray]:
         """input_ids, segment_ids, input_mask [questions, num_choices, seq_len]; labels
         [questions] (the answer's position)."""
+        assert self.tokenizer is not None  # only a task for shapes (plan) has none
         return features.multiple_choice_features(questions, self.tokenizer, self.config.seq_len,
                                                  self.config.max_qa_length,
                                                  num_choices=self.num_choices)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -62,6 +62,7 @@ class TokenClassificationTask(FinetuneTask):
     def features(self, sentences: Sequence[Sentence], *, labelled: bool) -> dict[str, np.ndarray]:
         """token_features.build's rows of `sentences` (labels only when `labelled`)."""
         data = self.config.data
+        assert self.tokenizer is not None  # only a task for shapes (plan) has none
         return token_features.build(
             sentences, self.tokenizer, seq_len=self.config.seq_len, doc_stride=data.doc_stride,
             label_ids={tag: index for index, tag in enumerate(self.labels)} if labelled else None,
@@ -111,7 +112,7 @@ class TokenClassificationTask(FinetuneTask):
         count = jnp.maximum(sums["label_count"], 1.0)
         return {"loss": sums["loss_sum"] / count, "accuracy": sums["correct_sum"] / count}
 
-    def console_line(self, metrics: dict[str, float]) -> list[str]:
+    def console_line(self, metrics: Mapping[str, float]) -> list[str]:
         line = [f"loss {metrics['loss']:.4f}", f"acc {metrics['accuracy']:.3f}"]
         return line + [f"f1 {metrics['f1']:.3f}"] if "f1" in metrics else line
 

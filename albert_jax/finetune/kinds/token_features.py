@@ -66,7 +66,7 @@ def build(sentences: Sequence[Sentence], tokenizer: Tokenizer, *, seq_len: int, 
         is_first[np.cumsum([0] + [len(p) for p in pieces[:-1]])] = True
         piece_labels = None
         if label_ids is not None:
-            word_labels = np.asarray([label_ids[tag] for tag in sentence.tags], np.int32)
+            word_labels = np.asarray([label_ids[tag] for tag in sentence.known_tags()], np.int32)
             piece_labels = np.where(is_first, word_labels[word_of_piece], IGNORED)
             if continuation is not None:
                 piece_labels = np.where(is_first, piece_labels, [
@@ -87,7 +87,7 @@ def build(sentences: Sequence[Sentence], tokenizer: Tokenizer, *, seq_len: int, 
                 labels[1:length + 1] = piece_labels[span]
             for key, value in (("input_ids", row_ids), ("input_mask", mask),
                                ("word_index", word_index), ("labels", labels),
-                               ("sentence_index", np.int32(number))):
+                               ("sentence_index", np.asarray(number, np.int32))):
                 rows[key].append(value)
     arrays = {key: np.stack(value).astype(np.int32) if value else
               np.zeros((0,) if key == "sentence_index" else (0, seq_len), np.int32)

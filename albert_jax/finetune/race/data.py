@@ -34,7 +34,8 @@ def _questions(data: Any, where: str, id_prefix: str, level: str) -> list[Choice
                 '[[4 str]], "answers": ["A".."D"], "id": str}')
     if not isinstance(data, dict) or not isinstance(data.get("article"), str):
         raise ValueError(f"{where}: no article text; {expected}")
-    questions, options = data.get("questions"), data.get("options")
+    questions: Any = data.get("questions")  # JSON values, checked below
+    options: Any = data.get("options")
     answers = data.get("answers")  # None: an unanswered (prediction-only) article.
     lists = {"questions": questions, "options": options}
     if answers is not None:

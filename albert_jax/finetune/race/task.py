@@ -5,7 +5,7 @@
 """
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -51,7 +51,7 @@ class RaceTask(MultipleChoiceTask):
                 if data.tfds_name else race.read_split(data.path, split))
         return self._questions[split]
 
-    def features(self, questions: list[ChoiceQuestion]) -> dict[str, np.ndarray]:
+    def features(self, questions: Sequence[ChoiceQuestion]) -> dict[str, np.ndarray]:
         arrays = super().features(questions)
         # -1: a question of a user's table (`albert-jax predict`), which has no RACE level.
         arrays["level"] = np.asarray([race.LEVELS.index(question.level)
@@ -65,7 +65,7 @@ class RaceTask(MultipleChoiceTask):
     def eval_features(self, split: str) -> dict[str, np.ndarray]:
         return self.features(self.split_examples(split))
 
-    def read_inputs(self, path: str, chunk_rows: int) -> Iterator[list[ChoiceQuestion]]:
+    def read_inputs(self, path: str, chunk_rows: int) -> Iterator[Sequence[ChoiceQuestion]]:
         """`albert-jax predict` input: a RACE .txt file or a folder of them, else a
         CSV/TSV/JSONL/Parquet table with the columns `context`, `question`, `options` (a list
         of 4) and, if it has one, `id`."""

@@ -265,7 +265,7 @@ def read_tfds(tfds_name: str, split: str, version: str, data_dir: str | None = N
     for index in range(len(source)):
         record = source[index]
         answers = record["answers"]
-        qa = {"id": _text(record["id"]), "question": _text(record["question"]),
+        qa: dict[str, Any] = {"id": _text(record["id"]), "question": _text(record["question"]),
               "answers": [{"text": _text(text), "answer_start": int(start)}
                           for text, start in zip(answers["text"], answers["answer_start"])]}
         if "is_impossible" in record:
@@ -358,6 +358,7 @@ def build_features(examples: Sequence[SquadExample], tokenizer: tokenizer_lib.To
             if training and example.is_impossible:
                 label = (0, 0, 1)
             elif training:
+                assert answer_span is not None  # found above for an answerable training example
                 first, last = answer_span
                 if start <= first and last < start + length:
                     label = (first - start + context_offset, last - start + context_offset, 0)
@@ -373,6 +374,7 @@ def build_features(examples: Sequence[SquadExample], tokenizer: tokenizer_lib.To
                 rows[key].append(value)
             rows["example_index"].append(example_index)
             if training:
+                assert label is not None  # set above for every training window
                 for key, value in zip(("start_positions", "end_positions", "is_impossible"),
                                       label):
                     rows[key].append(value)

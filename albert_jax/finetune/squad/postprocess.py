@@ -78,7 +78,8 @@ def _nbest(example: SquadExample, infos: Sequence[FeatureInfo],
            score_names: tuple[str, str], empty_scores: tuple[float, float]
            ) -> list[dict[str, Any]]:
     """The n best distinct texts among (score, feature, start, end, start_score, end_score)."""
-    entries, seen = [], set()
+    entries: list[dict[str, Any]] = []
+    seen: set[str] = set()
     for _, feature_index, start, end, start_score, end_score in sorted(
             candidates, key=lambda candidate: candidate[0], reverse=True):
         if len(entries) == n_best_size:

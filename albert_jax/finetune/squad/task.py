@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -37,8 +37,13 @@ from albert_jax.finetune.squad import data as squad
 from albert_jax.finetune.squad import official_eval as squad_eval
 from albert_jax.finetune.squad import postprocess as squad_postprocess
 from albert_jax.finetune.squad.data import FeatureInfo, SquadExample
-from albert_jax.model import (AlbertForQuestionAnswering, AlbertForQuestionAnsweringV2, ModelConfig,
-                              example_inputs, heads)
+from albert_jax.model import (
+    AlbertForQuestionAnswering,
+    AlbertForQuestionAnsweringV2,
+    ModelConfig,
+    example_inputs,
+    heads,
+)
 from albert_jax.train import flops
 from albert_jax.train import workdir as workdir_names
 from albert_jax.train.task import Batch
@@ -69,7 +74,7 @@ def evaluator_dataset(examples: list[SquadExample]) -> dict[str, Any]:
         for example in examples]}]}
 
 
-def _table_question(path: str, line: int, row: dict[str, Any], number: int) -> SquadExample:
+def _table_question(path: str, line: int, row: Mapping[str, Any], number: int) -> SquadExample:
     """A question of a table to predict: columns `context`, `question` and optionally `id`."""
     texts = {}
     for column in ("context", "question"):
@@ -189,6 +194,7 @@ class SquadTask(FinetuneTask):
         # Only training reads the key, so `albert-jax evaluate` of an older workdir still works.
         labels = ({"windows_without_answer": config.train_windows_without_answer} if training
                   else {})
+        assert self.tokenizer is not None  # only a task for shapes (plan) has none
         arrays, infos, stats = squad.build_features(
             examples, self.tokenizer, version=self.version, max_seq_length=config.seq_len,
             doc_stride=config.doc_stride, max_query_length=config.max_query_length,
@@ -262,7 +268,8 @@ class SquadTask(FinetuneTask):
         if "start_positions" not in batch:  # dev windows have no labels; the evaluator scores
             return {"example_count": jnp.sum(weights)}
         if self.version == "v1.1":
-            losses = heads.squad_v1_loss(*outputs, batch["start_positions"],
+            start_logits, end_logits = outputs
+            losses = heads.squad_v1_loss(start_logits, end_logits, batch["start_positions"],
                                          batch["end_positions"])
         else:
             losses = heads.squad_v2_loss(outputs, batch["start_positions"],
@@ -318,7 +325,7 @@ class SquadTask(FinetuneTask):
                            if evaluate else {})
 
     # --- `albert-jax predict` and predictions.jsonl ----------------------------------------------
-    def read_inputs(self, path: str, chunk_rows: int) -> Iterator[list[SquadExample]]:
+    def read_inputs(self, path: str, chunk_rows: int) -> Iterator[Sequence[SquadExample]]:
         """An official SQuAD JSON file, else a CSV/TSV/JSONL/Parquet table with the columns
         `id` (optional), `context` and `question`; questions in file order."""
         if path.endswith(".json"):
@@ -345,6 +352,7 @@ class SquadTask(FinetuneTask):
         if kept_examples is not examples:
             raise RuntimeError("prediction_records of SQuAD needs the examples of the last "
                                "input_features call; please report this")
+        assert infos is not None  # kept with the examples
         return self._records(self._result(examples, infos, predictions, evaluate=False),
                              examples)
 
