@@ -264,7 +264,8 @@ def test_data_changing_settings_get_their_own_folder(built):
     folders = {dataset_settings.dataset_dir(config)}
     for key, value in (("dupe_factor", 3), ("masked_lm_prob", 0.2), ("max_ngram", 2),
                        ("sentence_objective", "nsp"), ("reference_compat", True),
-                       ("eval_fraction", 0.2), ("do_lower_case", False)):
+                       ("eval_fraction", 0.2), ("do_lower_case", False),
+                       ("sentences", "segmenter")):
         changed = small_config(pathlib.Path(config.data.dir).parent, config.data.corpus,
                                config.data.tokenizer, **{key: value})
         folders.add(dataset_settings.dataset_dir(changed))
@@ -272,7 +273,7 @@ def test_data_changing_settings_get_their_own_folder(built):
                            config.data.tokenizer)
     changed.seed = 1
     folders.add(dataset_settings.dataset_dir(changed))
-    assert len(folders) == 9
+    assert len(folders) == 10
 
 
 def test_second_build_reports_existing_dataset(built, capsys):
