@@ -1,6 +1,7 @@
 """Corpora as they are published: Parquet, JSON Lines and compressed text, HF `save_to_disk`
 folders and hub-cache snapshots, read as the SPEC 1.2 text file holding the same documents;
-the segmenter on records; files cut into byte ranges and row-group ranges that tile them; bad
+the segmenter on records; files cut into byte ranges and row-group ranges that tile them, a
+TFDS split at its shard files; bad
 input skipped and counted, a missing text column one line; the same build bytes from every
 format, runner and process count, and after a kill."""
 import bz2
@@ -9,12 +10,15 @@ import json
 import lzma
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import datasets
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import tensorflow_datasets as tfds
 import zstandard
 
 from albert_jax.data import builder, corpus, dataset_settings, segmenter
@@ -314,6 +318,18 @@ def test_cut_files_build_the_same_bytes_on_every_runner_and_after_a_kill(
     expected = digests(one)
     metadata = json.loads(Path(one, "metadata.json").read_text())
     assert sum(split["documents"] for split in metadata["splits"].values()) == 2 * len(documents)
+    # A TFDS split (this build, read as a TFDS dataset) is cut at its shard files (TFDS reads
+    # TFDS_DATA_DIR once a process).
+    name = f"albert_pretraining/{Path(one).parent.name}"
+    planned_tfds = subprocess.run(
+        [sys.executable, "-c", "import sys\nfrom albert_jax.data.corpus import tfds_source\n"
+         "print(tfds_source.shard_parts(sys.argv[1]))", f"tfds:{name}:train"],
+        env={**os.environ, "TFDS_DATA_DIR": str(tmp_path / "one")}, capture_output=True,
+        text=True, check=True).stdout.strip().splitlines()[-1]
+    shard_lengths = tfds.builder_from_directory(one).info.splits["train"].shard_lengths
+    assert len(shard_lengths) == num_units and planned_tfds == repr([
+        f"tfds:{name}:train[{start}:{start + length}]"
+        for start, length in zip(np.cumsum([0] + shard_lengths[:-1]), shard_lengths)])
     pool_settings = {**settings, "data.dir": str(tmp_path / "pool")}
     pooled = cli("data", "build", *config_flags(pool_settings))
     assert pooled.returncode == 0, pooled.stderr[-3000:]

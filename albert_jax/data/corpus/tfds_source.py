@@ -7,6 +7,7 @@ core.
 """
 from __future__ import annotations
 
+import functools
 from typing import Iterator
 
 from absl import logging
@@ -59,14 +60,22 @@ def shard_parts(source: str) -> list[str]:
     _, name, split = source.split(":", 2)
     if "[" in split:
         return [source]
-    try:
-        import tensorflow_datasets as tfds
-        lengths = tfds.builder(name, try_gcs=True).info.splits[split].shard_lengths
-    except Exception as error:  # (not prepared, unknown, no TensorFlow: TFDS raises many kinds)
-        logging.info("%s: read as one unit (%s)", source, error)
+    import tensorflow_datasets as tfds
+    from tensorflow_datasets.core import read_only_builder
+    # The prepared dataset's own files in the TFDS data folders (no builder code needed), else
+    # the registered builder (which may find it on TFDS's public bucket, as reading does).
+    lengths = None
+    for find in (read_only_builder.builder_from_files,
+                 functools.partial(tfds.builder, try_gcs=True)):
+        try:
+            lengths = find(name).info.splits[split].shard_lengths
+            break
+        except Exception as error:  # (not prepared, unknown: TFDS raises many kinds)
+            logging.info("%s: no shard lengths from %s (%s)", source, find, error)
+    if not lengths:
         return [source]
     parts, start = [], 0
     for length in lengths:
         parts.append(f"{TFDS_PREFIX}{name}:{split}[{start}:{start + length}]")
         start += length
-    return parts or [source]
+    return parts
