@@ -24,7 +24,7 @@ import os
 import statistics
 import sys
 import time
-from typing import Callable
+from typing import Callable, cast
 
 import blingfire
 import pysbd
@@ -72,7 +72,8 @@ def _paragraphs(language: str, kilobytes: int) -> list[str]:
         for path in sorted(glob.glob(f"/usr/share/locale/{locale}/LC_MESSAGES/*.mo")):
             try:
                 with open(path, "rb") as f:
-                    catalog = gettext.GNUTranslations(f)._catalog
+                    # gettext keeps the messages in `_catalog`; it has no public iterator.
+                    catalog = getattr(gettext.GNUTranslations(f), "_catalog")
             except (OSError, UnicodeDecodeError):
                 continue
             texts.extend(" ".join(v.split()) for k, v in catalog.items()
@@ -90,7 +91,7 @@ def cases_table() -> list[str]:
     rows = ["| case | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
     right = dict.fromkeys(names, 0)
     for case in CASES:
-        language, paragraph, expected = case.values
+        language, paragraph, expected = cast(tuple[str, str, list[str]], case.values)
         cells = []
         for name, split in _segmenters(language).items():
             if split is None:
