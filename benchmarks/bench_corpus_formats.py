@@ -48,9 +48,9 @@ from typing import Callable, Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # albert_jax/
 from albert_jax.data import corpus, segmenter, tokenizer  # noqa: E402
-from benchmarks.bench_data_build import (  # noqa: E402
+from bench_data_build import (  # noqa: E402  (this script's folder is on sys.path)
     DOCUMENT_CHARACTERS,
     FILE_BYTES,
     SEED,

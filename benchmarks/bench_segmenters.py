@@ -1,6 +1,11 @@
 """Sentence segmenters compared: sentencex (what `data/segmenter.py` uses), pysbd and blingfire.
 
-  python benchmarks/bench_segmenters.py [--kilobytes=200] [--repeats=5]
+  pip install --target=/tmp/pysbd pysbd==0.3.4    # not into the venv: see below
+  PYTHONPATH=.:/tmp/pysbd python benchmarks/bench_segmenters.py [--kilobytes=200] [--repeats=5]
+
+blingfire comes with the `peers` extra. pysbd's wheel also installs top-level packages named
+`benchmarks` and `examples`, which would hide this folder from `python -m benchmarks.X` in the
+environment it is installed into: it gets a folder of its own, on PYTHONPATH for this run only.
 
 1. Cases: each hand-written case of tests/test_segmenter.py (Chinese and Japanese `。！？`, Hindi
    `।`, Arabic `؟`, "Dr. Smith", "e.g.", decimals, sentences that start in lower case, German
