@@ -3,6 +3,7 @@ of the language would (hand-written), and the language codes it takes."""
 import pytest
 import sentencex
 
+from albert_jax.data import segmenter
 from albert_jax.data.segmenter import sentencex_language, split_sentences
 from albert_jax.errors import ConfigError
 
@@ -107,3 +108,22 @@ def test_a_value_that_is_no_language_code_is_one_config_error(language):
 def test_key_named_in_the_error_is_the_callers():
     with pytest.raises(ConfigError, match=r"^data\.language_column='klingon!' is not"):
         sentencex_language("klingon!", key="data.language_column")
+
+
+def test_a_long_paragraph_gets_the_sentences_of_the_whole(monkeypatch):
+    # Windows of 300 characters over a paragraph of ~40 sentences: the same sentences as
+    # sentencex cutting the whole paragraph at once.
+    monkeypatch.setattr(segmenter, "WINDOW_CHARACTERS", 300)
+    paragraph = " ".join(
+        f"Sentence {i} is about Dr. Smith, e.g. his {i}.5 cats. it ends here!" for i in range(40))
+    whole = [s.strip() for s in sentencex.segment("en", paragraph)]
+    assert len(whole) == 80
+    assert split_sentences(paragraph, "en") == whole
+
+
+def test_a_long_paragraph_without_terminators_is_cut_at_spaces(monkeypatch):
+    monkeypatch.setattr(segmenter, "WINDOW_CHARACTERS", 100)
+    words = [f"word{i}" for i in range(100)]
+    pieces = split_sentences(" ".join(words), "th")
+    assert len(pieces) > 1 and all(len(piece) <= 100 for piece in pieces)
+    assert " ".join(pieces).split() == words  # every word kept whole, in order

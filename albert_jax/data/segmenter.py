@@ -67,4 +67,32 @@ def split_sentences(paragraph: str, language: str) -> list[str]:
     `language` is not a language code.
     """
     code = sentencex_language(language)
-    return [s for s in (part.strip() for part in sentencex.segment(code, paragraph)) if s]
+    return [s for s in (part.strip() for part in _segments(code, paragraph)) if s]
+
+
+# sentencex's time grows faster than a paragraph's length (one 9 MB line of a test log took
+# about 20 s), so a longer paragraph goes to it in windows of this many characters, each starting
+# where the last window's last (maybe cut) sentence started: linear time, and the sentences of
+# the whole paragraph, but where a quotation or a list runs across a window's start (sentencex
+# lets an unclosed quote hold back every boundary after it: one 1.4 MB line stayed one
+# "sentence"). No prose paragraph is that long (Wikipedia's are a few KB). A window with no
+# boundary (a table, a script without terminators) is cut at its last space.
+WINDOW_CHARACTERS = 1 << 16
+
+
+def _segments(code: str, paragraph: str) -> list[str]:
+    """sentencex's pieces of `paragraph` (they concatenate back to it), window by window."""
+    pieces: list[str] = []
+    start = 0
+    while len(paragraph) - start > WINDOW_CHARACTERS:
+        window = paragraph[start:start + WINDOW_CHARACTERS]
+        found = sentencex.segment(code, window)
+        if len(found) > 1:
+            pieces.extend(found[:-1])
+            start += len(window) - len(found[-1])
+        else:
+            cut = window.rfind(" ") + 1 or len(window)
+            pieces.append(window[:cut])
+            start += cut
+    pieces.extend(sentencex.segment(code, paragraph[start:]))
+    return pieces
