@@ -67,7 +67,9 @@ def split_sentences(paragraph: str, language: str) -> list[str]:
     `language` is not a language code.
     """
     code = sentencex_language(language)
-    return [s for s in (part.strip() for part in _segments(code, paragraph)) if s]
+    if len(paragraph) > WINDOW_CHARACTERS:
+        return [s for s in map(str.strip, _windowed_segments(code, paragraph)) if s]
+    return [s for s in map(str.strip, sentencex.segment(code, paragraph)) if s]
 
 
 # sentencex's time grows faster than a paragraph's length (one 9 MB line of a test log took
@@ -80,7 +82,7 @@ def split_sentences(paragraph: str, language: str) -> list[str]:
 WINDOW_CHARACTERS = 1 << 16
 
 
-def _segments(code: str, paragraph: str) -> list[str]:
+def _windowed_segments(code: str, paragraph: str) -> list[str]:
     """sentencex's pieces of `paragraph` (they concatenate back to it), window by window."""
     pieces: list[str] = []
     start = 0
