@@ -23,11 +23,12 @@ speed: the same documents written twice, in files of about 1 MB with the same do
   MB per CPU-second of reading each format (`corpus.iter_documents`; Parquet also with
   data.sentences=lines, its reader without the segmenter) and of the segmenter alone on the same
   paragraphs. MB are the UTF-8 bytes of the text (the `text` column, the text files).
-memory: for each size, one Parquet file of that many MB (snappy, row groups of about 32 MB of
-  text: 4,000 documents) made of the documents above, repeated; then, in a fresh process, the
+memory: for each size, one Parquet file of that many MB (snappy, row groups of about 10 MB of
+  text: 1,000 documents) made of the documents above, repeated; then, in a fresh process, the
   build's reading path: the units `plan_parts` makes of it (data.unit_bytes 32 MiB: ranges of row
   groups) read one after another with `read_documents` (records + segmenter), every sentence
-  counted. Peak RSS of that process (ru_maxrss). The files are deleted afterwards.
+  counted. Peak RSS of that process before reading (imports, the plan) and while reading
+  (VmHWM, reset in between). The files are deleted afterwards.
 """
 from __future__ import annotations
 
@@ -49,7 +50,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # albert_jax/
-from albert_jax.data import corpus, segmenter, tokenizer  # noqa: E402
 from bench_data_build import (  # noqa: E402  (this script's folder is on sys.path)
     DOCUMENT_CHARACTERS,
     FILE_BYTES,
@@ -62,8 +62,11 @@ from bench_data_build import (  # noqa: E402  (this script's folder is on sys.pa
     measured,
 )
 
+from albert_jax.data import corpus, segmenter, tokenizer  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
 LANGUAGE = "en"
-ROW_GROUP_DOCUMENTS = 4000  # about 32 MB of text per row group
+ROW_GROUP_DOCUMENTS = 1000  # about 10 MB of text per row group
 UNIT_BYTES = 32 << 20
 
 
@@ -236,15 +239,26 @@ def write_parquet(path: str, megabytes: float) -> tuple[int, int]:
     return os.path.getsize(path), text_bytes
 
 
-def _units_code(path: str) -> str:
-    """The build's reading path over `path`, in one process: its units read one after another."""
-    return ("from albert_jax.data import corpus\n"
-            "settings = corpus.ReadSettings()\n"
-            f"parts = corpus.plan_parts(corpus.sized_sources({path!r}), settings, {UNIT_BYTES})\n"
-            "stats = corpus.CorpusStats()\n"
-            "sentences = sum(len(d) for part, _ in parts\n"
-            "                for d in corpus.read_documents(part, settings, stats))\n"
-            "print('UNITS', len(parts), 'DOCUMENTS', stats.documents, 'SENTENCES', sentences)")
+def _status_kb(key: str) -> int:
+    with open("/proc/self/status") as status:
+        return int(next(line.split()[1] for line in status if line.startswith(f"{key}:")))
+
+
+def read_units(path: str) -> None:
+    """The build's reading path over `path` in this process: its units read one after another;
+    prints the peak RSS before reading (imports, the plan) and while reading (the peak reset in
+    between: /proc/self/clear_refs), in KB. (Not getrusage's ru_maxrss: Linux keeps it across
+    fork and exec, so a child's starts at its parent's RSS.)"""
+    settings = corpus.ReadSettings()
+    parts = corpus.plan_parts(corpus.sized_sources(path), settings, UNIT_BYTES)
+    before = _status_kb("VmHWM")
+    with open("/proc/self/clear_refs", "w") as clear_refs:
+        clear_refs.write("5")  # VmHWM := VmRSS
+    stats = corpus.CorpusStats()
+    sentences = sum(len(document) for part, _ in parts
+                    for document in corpus.read_documents(part, settings, stats))
+    print("UNITS", len(parts), "DOCUMENTS", stats.documents, "SENTENCES", sentences,
+          "BEFORE_KB", before, "PEAK_KB", _status_kb("VmHWM"))
 
 
 def memory(arguments) -> None:
@@ -255,22 +269,28 @@ def memory(arguments) -> None:
         path = os.path.join(arguments.workdir, f"corpus_{megabytes:g}mb.parquet")
         try:
             file_bytes, text_bytes = write_parquet(path, megabytes)
-            result = measured(_rss_reporting(_units_code(path)),
+            code = (f"import sys\nsys.path.insert(0, {HERE!r})\nimport bench_corpus_formats\n"
+                    f"bench_corpus_formats.read_units({path!r})")
+            result = measured(_rss_reporting(code),
                               os.path.join(arguments.workdir, f"memory_{megabytes:g}.log"),
                               dict(os.environ))
         finally:
             if os.path.exists(path):
                 os.remove(path)
-        units, documents, sentences = map(int, re.search(
-            r"UNITS (\d+) DOCUMENTS (\d+) SENTENCES (\d+)", result["output"]).groups())
+        units, documents, sentences, before_kb, peak_kb = map(int, re.search(
+            r"UNITS (\d+) DOCUMENTS (\d+) SENTENCES (\d+) BEFORE_KB (\d+) PEAK_KB (\d+)",
+            result["output"]).groups())
+        result.pop("output")
+        result.update(before_mb=before_kb / 1024, reading_peak_mb=peak_kb / 1024)
         rows.append((file_bytes, text_bytes, units, documents, sentences, result))
-        print(f"{megabytes:g} MB: {units} units, {documents} documents, peak RSS "
-              f"{result['main_rss_mb']:.0f} MB", flush=True)
-    print("\n| Parquet MB | text MB | units | documents | sentences | CPU s | peak RSS MB |")
-    print("|---:|---:|---:|---:|---:|---:|---:|")
+        print(f"{megabytes:g} MB: {units} units, {json.dumps(result)}", flush=True)
+    print("\n| Parquet MB | text MB | units | documents | sentences | CPU s | peak RSS before "
+          "reading MB | peak RSS while reading MB |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
     for file_bytes, text_bytes, units, documents, sentences, result in rows:
         print(f"| {file_bytes / 1e6:,.0f} | {text_bytes / 1e6:,.0f} | {units} | {documents:,} | "
-              f"{sentences:,} | {result['cpu_s']:.0f} | {result['main_rss_mb']:.0f} |")
+              f"{sentences:,} | {result['cpu_s']:.0f} | {result['before_mb']:.0f} | "
+              f"{result['reading_peak_mb']:.0f} |")
 
 
 def main() -> None:
