@@ -102,9 +102,12 @@ def read_lines(path: str, compression: str, stats: CorpusStats, *,
         lines = _bounded_lines(file, name, stats)
         if byte_range is not None and byte_range[0] > 0 and boundary == "blank_line":
             for _, line, size in lines:  # the range begins after the first blank line
-                offset += size
                 if line is not None and not line.strip():
+                    if offset >= byte_range[1]:
+                        return  # ... which is the end's too: no document starts in the range
+                    offset += size
                     break
+                offset += size
         number = 0
         for number, line, size in lines:
             line_start, offset = offset, offset + size

@@ -37,6 +37,17 @@ def read_documents(part: str, settings: ReadSettings = SPEC_1_2,
         yield document
 
 
+def uses_segmenter(source: str, settings: ReadSettings) -> bool:
+    """Whether `settings` cut the sentences of `source` (of `sources.list_sources`) with the
+    segmenter."""
+    if source == sources.DEMO or (source.startswith(sources.TFDS_PREFIX)
+                                  and tfds_source.is_bookcorpus(source)):
+        return False
+    records_format = (source.startswith(sources.TFDS_PREFIX)
+                      or sources.file_format(source)[0] != "text")
+    return settings.resolved(records_format=records_format).sentences == "segmenter"
+
+
 def _documents(part: str, settings: ReadSettings, stats: CorpusStats) -> Iterator[list[str]]:
     if part == sources.DEMO:
         return demo.demo_documents()
