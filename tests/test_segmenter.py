@@ -101,13 +101,13 @@ def test_a_value_that_is_no_language_code_is_one_config_error(language):
     with pytest.raises(ConfigError) as caught:
         split_sentences("One. Two.", language)
     message = str(caught.value)
-    assert f"data.language={language!r}" in message
+    assert message.startswith(f"config.data.language={language!r} is not an ISO 639")
     assert "iso639-3.sil.org" in message and "\n" not in message
 
 
 def test_key_named_in_the_error_is_the_callers():
-    with pytest.raises(ConfigError, match=r"^data\.language_column='klingon!' is not"):
-        sentencex_language("klingon!", key="data.language_column")
+    with pytest.raises(ConfigError, match=r"^config\.data\.language_column='klingon!' is not"):
+        sentencex_language("klingon!", key="config.data.language_column")
 
 
 def test_a_long_paragraph_gets_the_sentences_of_the_whole(monkeypatch):

@@ -42,7 +42,7 @@ _TWO_LETTER_CODES = {
 
 
 @functools.lru_cache(maxsize=None)
-def sentencex_language(language: str, key: str = "data.language") -> str:
+def sentencex_language(language: str, key: str = "config.data.language") -> str:
     """The code sentencex is given for `language` (lower case, `-` between subtags).
 
     Raises ConfigError naming `key` and the value when `language` is not an ISO 639 code.
@@ -63,8 +63,8 @@ def split_sentences(paragraph: str, language: str) -> list[str]:
     """`paragraph` (one line of text) cut into its sentences: stripped, non-empty, in order.
 
     `language` is an ISO 639 code (see the module docstring); a paragraph with no sentence
-    terminator (a heading, Thai) is one sentence. Raises ConfigError naming `data.language` when
-    `language` is not a language code.
+    terminator (a heading, Thai) is one sentence. Raises ConfigError naming
+    `config.data.language` when `language` is not a language code.
     """
     code = sentencex_language(language)
     if len(paragraph) > WINDOW_CHARACTERS:
