@@ -2,7 +2,7 @@
 segmenter, and the peak RSS of reading Parquet corpora from 100 MB to 1 GB.
 
   python benchmarks/bench_corpus_formats.py speed [--megabytes=16] [--repeats=3]
-      [--vocab_size=8000] [--seq_len=512] [--dupe_factor=5] [--unit_mb=4] [--workdir=DIR]
+      [--vocab_size=8000] [--seq_len=512] [--dupe_factor=5] [--unit_mb=16] [--workdir=DIR]
   python benchmarks/bench_corpus_formats.py memory [--sizes_mb=100,1000] [--workdir=DIR]
 
 The text, all seeds fixed: the documents of benchmarks/bench_data_build.py's sources (text already
@@ -301,7 +301,9 @@ def main() -> None:
     parser.add_argument("--vocab_size", type=int, default=8000)
     parser.add_argument("--seq_len", type=int, default=512)
     parser.add_argument("--dupe_factor", type=int, default=5)
-    parser.add_argument("--unit_mb", type=float, default=4.0)
+    parser.add_argument("--unit_mb", type=float, default=16.0,
+                        help="data.unit_bytes in MiB; at least --megabytes: one unit from each "
+                             "format, so both builds draw the same instances")
     parser.add_argument("--sizes_mb", default="100,1000")
     parser.add_argument("--workdir", default="/tmp/bench_corpus_formats")
     arguments = parser.parse_args()
