@@ -88,11 +88,15 @@ def test_three_letter_code_gets_the_languages_abbreviations():
     assert split_sentences(paragraph, "deu") == ["Das ist z.B. ein Satz.", "Noch einer."]
 
 
-def test_code_without_rules_of_its_own_gets_the_shared_terminators():
-    # Swahili has no rules in sentencex: the documented fallback still ends sentences at the
-    # terminators every language shares, Chinese's and Hindi's included.
+def test_code_without_rules_of_its_own_gets_englishs():
+    # Swahili has neither rules nor a fallback chain in sentencex: the documented fallback is
+    # English's rules, whose terminators are every script's (Chinese's here).
     assert split_sentences("Habari. Nzuri sana! 你好。再见。", "sw") == [
         "Habari.", "Nzuri sana!", "你好。", "再见。",
+    ]
+    paragraph = "Dr. Smith came, e.g. at 5 p.m. today. He left."
+    assert split_sentences(paragraph, "sw") == split_sentences(paragraph, "en") == [
+        "Dr. Smith came, e.g. at 5 p.m. today.", "He left.",
     ]
 
 
@@ -127,3 +131,10 @@ def test_a_long_paragraph_without_terminators_is_cut_at_spaces(monkeypatch):
     pieces = split_sentences(" ".join(words), "th")
     assert len(pieces) > 1 and all(len(piece) <= 100 for piece in pieces)
     assert " ".join(pieces).split() == words  # every word kept whole, in order
+
+
+def test_a_code_with_a_fallback_chain_gets_its_relatives_rules():
+    # MediaWiki's chain in sentencex: Alemannic (`als`) -> German, whose ordinals stay whole.
+    paragraph = "Am 3. Oktober war es kalt. Noch einer."
+    assert split_sentences(paragraph, "als") == ["Am 3. Oktober war es kalt.", "Noch einer."]
+    assert split_sentences(paragraph, "en") != split_sentences(paragraph, "als")

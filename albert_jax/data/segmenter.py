@@ -10,8 +10,8 @@ without sentence punctuation (Thai) stay one sentence per paragraph. benchmarks/
 
 A language is an ISO 639 code: two letters (`en`, `zh`), three (`deu`, `cmn`), optionally with
 subtags (`zh-Hant`, `pt-BR`, FineWeb-2's `cmn_Hani`). sentencex resolves a code through
-MediaWiki's fallback chains (`als` -> German rules) and gives a code without rules of its own
-the rules every language shares (all the terminators, no abbreviation list): that is the
+MediaWiki's fallback chains (`als` -> German rules) and gives a code with neither rules nor a
+chain English's rules (the terminators of every script, English's abbreviations): that is the
 documented fallback for a well-formed code. A value that is not a language code at all
 (`english`, `""`) is a config error.
 """
