@@ -17,11 +17,22 @@ documents), `stats.py` (what reading saw: bad input is counted, never a crash).
 """
 from albert_jax.data.corpus.demo import demo_documents
 from albert_jax.data.corpus.parts import part_name, plan_parts
-from albert_jax.data.corpus.reading import (iter_documents, read_documents, sample_sentences,
-                                            uses_segmenter)
+from albert_jax.data.corpus.reading import (
+    iter_documents,
+    read_documents,
+    sample_sentences,
+    uses_segmenter,
+)
 from albert_jax.data.corpus.settings import ReadSettings
-from albert_jax.data.corpus.sources import (DEMO, TFDS_PREFIX, describe, is_file_source,
-                                            list_sources, sized_sources, source_size)
+from albert_jax.data.corpus.sources import (
+    DEMO,
+    TFDS_PREFIX,
+    describe,
+    is_file_source,
+    list_sources,
+    sized_sources,
+    source_size,
+)
 from albert_jax.data.corpus.stats import CorpusStats
 
 __all__ = ["CorpusStats", "DEMO", "ReadSettings", "TFDS_PREFIX", "demo_documents", "describe",

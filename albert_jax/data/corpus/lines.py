@@ -1,4 +1,4 @@
-"""The lines of a file (text or JSON Lines), local or gs://, decompressed as its name says, streamed.
+"""The lines of a file (text or JSON Lines), local or gs://, decompressed by its name, streamed.
 
   for number, line in read_lines(path, compression, stats, byte_range=(start, stop),
                                  boundary="newline"):
@@ -70,12 +70,12 @@ class _ZstdStream(io.RawIOBase):
 
 
 @contextlib.contextmanager
-def open_stream(path: str, compression: str) -> Iterator[IO[bytes]]:
+def open_stream(path: str, compression: str) -> Iterator[io.BufferedIOBase]:
     """`path`'s bytes, decompressed (`compression`: "", "gz", "zst", "xz" or "bz2"), buffered
     (readline with a size limit; seek for an uncompressed file)."""
     with epath.Path(path).open("rb") as raw:
         if compression == "gz":
-            stream: IO[bytes] = gzip.GzipFile(fileobj=raw)
+            stream: io.BufferedIOBase = gzip.GzipFile(fileobj=raw)
         elif compression == "xz":
             stream = lzma.LZMAFile(raw)
         elif compression == "bz2":
@@ -118,7 +118,7 @@ def read_lines(path: str, compression: str, stats: CorpusStats, *,
                 yield number, line
 
 
-def _skip_line(file: IO[bytes]) -> int:
+def _skip_line(file: io.BufferedIOBase) -> int:
     """Reads to the end of the current line (bounded); the bytes read."""
     skipped = 0
     while True:
@@ -128,7 +128,7 @@ def _skip_line(file: IO[bytes]) -> int:
             return skipped
 
 
-def _bounded_lines(file: IO[bytes], name: str,
+def _bounded_lines(file: io.BufferedIOBase, name: str,
                    stats: CorpusStats) -> Iterator[tuple[int, str | None, int]]:
     """(line number, decoded line or None for a skipped long line, its bytes), never holding
     more than MAX_LINE_BYTES of one line in memory."""

@@ -16,10 +16,9 @@ groups of at least `unit_bytes` (by their compressed size) each.
 from __future__ import annotations
 
 import concurrent.futures
+import itertools
 import os
 import re
-
-from etils import epath
 
 from albert_jax.data.corpus import records, sources, tfds_source
 from albert_jax.data.corpus.settings import ReadSettings
@@ -43,7 +42,9 @@ def plan_parts(sized: list[tuple[str, int | None]], settings: ReadSettings,
     (its footer, its schema) and every JSON Lines file's first line: a missing
     data.text_column is one ConfigError naming the file, before anything is built."""
     with concurrent.futures.ThreadPoolExecutor(_IO_THREADS) as pool:
-        planned = list(pool.map(lambda item: _source_parts(*item, settings, unit_bytes), sized))
+        planned = list(pool.map(_source_parts, [source for source, _ in sized],
+                                [size for _, size in sized], itertools.repeat(settings),
+                                itertools.repeat(unit_bytes)))
     return [part for parts in planned for part in parts]
 
 
@@ -67,7 +68,7 @@ def _source_parts(source: str, size: int | None, settings: ReadSettings,
 
 def _parquet_parts(source: str, size: int, settings: ReadSettings,
                    unit_bytes: int) -> list[tuple[str, int | None]]:
-    with epath.Path(source).open("rb") as raw, records.parquet_file(raw) as file:
+    with records.open_parquet(source) as file:
         records.check_columns(source, file.schema_arrow.names, settings)
         metadata = file.metadata
         if size <= unit_bytes or metadata.num_row_groups <= 1:

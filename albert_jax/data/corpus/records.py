@@ -11,8 +11,9 @@ cannot be read.
 """
 from __future__ import annotations
 
+import contextlib
 import json
-from typing import IO, Any, Iterator
+from typing import Any, Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -71,10 +72,14 @@ def _table_records(table: pa.Table | pa.RecordBatch, settings: ReadSettings, whe
             stats.problem("non_text_records", f"{where} row {row}")
 
 
-def parquet_file(raw: IO[bytes]) -> pq.ParquetFile:
-    """The Parquet file open as `raw` (local or gs://), its footer read; page checksums (where
-    the writer made them) checked on every read."""
-    return pq.ParquetFile(raw, page_checksum_verification=True)
+@contextlib.contextmanager
+def open_parquet(path: str) -> Iterator[pq.ParquetFile]:
+    """The Parquet file at `path`, its footer read; page checksums (where the writer made them)
+    checked on every read. A local file is read by Arrow itself, one in a bucket through
+    etils.epath."""
+    with contextlib.ExitStack() as stack:
+        source = (stack.enter_context(epath.Path(path).open("rb")) if "://" in path else path)
+        yield stack.enter_context(pq.ParquetFile(source, page_checksum_verification=True))
 
 
 def parquet_records(path: str, settings: ReadSettings, stats: CorpusStats, *,
@@ -82,7 +87,7 @@ def parquet_records(path: str, settings: ReadSettings, stats: CorpusStats, *,
                     name: str | None = None) -> Iterator[Record]:
     """The records of row groups [start, stop) of a Parquet file (all by default)."""
     name = name or path
-    with epath.Path(path).open("rb") as raw, parquet_file(raw) as file:
+    with open_parquet(path) as file:
         check_columns(path, file.schema_arrow.names, settings)
         start, stop = row_groups or (0, file.num_row_groups)
         for index in range(start, stop):

@@ -106,7 +106,8 @@ def _bucket_files(pattern: str) -> list[str]:
         path = epath.Path(pattern)
         if not path.is_dir():
             return [pattern] if path.exists() else []
-        files, folders = [], [path]
+        files: list[epath.Path] = []
+        folders = [path]
         while folders:
             for entry in folders.pop().iterdir():
                 (folders if entry.is_dir() else files).append(entry)
@@ -178,7 +179,7 @@ def hub_cache_files(spec: str) -> list[str]:
                    for name in names if name.endswith(".parquet"))
     if config:
         files = [file for file in files if f"/{config}/" in f"/{os.path.dirname(file)}/"]
-    named_splits = {_split_of(file) for file in files} - {None}
+    named_splits = {named for file in files if (named := _split_of(file)) is not None}
     if named_splits:
         files = [file for file in files if _split_of(file) == split]
     if not files:
