@@ -277,9 +277,12 @@ def memory(arguments) -> None:
         finally:
             if os.path.exists(path):
                 os.remove(path)
-        units, documents, sentences, before_kb, peak_kb = map(int, re.search(
+        found = re.search(
             r"UNITS (\d+) DOCUMENTS (\d+) SENTENCES (\d+) BEFORE_KB (\d+) PEAK_KB (\d+)",
-            result["output"]).groups())
+            result["output"])
+        if found is None:
+            sys.exit(f"no counts in the reading's output:\n{result['output'][-4000:]}")
+        units, documents, sentences, before_kb, peak_kb = map(int, found.groups())
         result.pop("output")
         result.update(before_mb=before_kb / 1024, reading_peak_mb=peak_kb / 1024)
         rows.append((file_bytes, text_bytes, units, documents, sentences, result))
