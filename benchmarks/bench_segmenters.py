@@ -1,6 +1,11 @@
 """Sentence segmenters compared: sentencex (what `data/segmenter.py` uses), pysbd and blingfire.
 
-  python benchmarks/bench_segmenters.py [--kilobytes=200] [--repeats=5]
+  pip install --target=/tmp/pysbd pysbd==0.3.4    # not into the venv: see below
+  PYTHONPATH=.:/tmp/pysbd python benchmarks/bench_segmenters.py [--kilobytes=200] [--repeats=5]
+
+blingfire comes with the `peers` extra. pysbd's wheel also installs top-level packages named
+`benchmarks` and `examples`, which would hide this folder from `python -m benchmarks.X` in the
+environment it is installed into: it gets a folder of its own, on PYTHONPATH for this run only.
 
 1. Cases: each hand-written case of tests/test_segmenter.py (Chinese and Japanese `。！？`, Hindi
    `।`, Arabic `؟`, "Dr. Smith", "e.g.", decimals, sentences that start in lower case, German
@@ -24,7 +29,7 @@ import os
 import statistics
 import sys
 import time
-from typing import Callable
+from typing import Callable, cast
 
 import blingfire
 import pysbd
@@ -72,7 +77,8 @@ def _paragraphs(language: str, kilobytes: int) -> list[str]:
         for path in sorted(glob.glob(f"/usr/share/locale/{locale}/LC_MESSAGES/*.mo")):
             try:
                 with open(path, "rb") as f:
-                    catalog = gettext.GNUTranslations(f)._catalog
+                    # gettext keeps the messages in `_catalog`; it has no public iterator.
+                    catalog = getattr(gettext.GNUTranslations(f), "_catalog")
             except (OSError, UnicodeDecodeError):
                 continue
             texts.extend(" ".join(v.split()) for k, v in catalog.items()
@@ -90,7 +96,7 @@ def cases_table() -> list[str]:
     rows = ["| case | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
     right = dict.fromkeys(names, 0)
     for case in CASES:
-        language, paragraph, expected = case.values
+        language, paragraph, expected = cast(tuple[str, str, list[str]], case.values)
         cells = []
         for name, split in _segmenters(language).items():
             if split is None:

@@ -3,6 +3,7 @@ of the language would (hand-written), and the language codes it takes."""
 import pytest
 import sentencex
 
+from albert_jax.data import segmenter
 from albert_jax.data.segmenter import sentencex_language, split_sentences
 from albert_jax.errors import ConfigError
 
@@ -87,11 +88,15 @@ def test_three_letter_code_gets_the_languages_abbreviations():
     assert split_sentences(paragraph, "deu") == ["Das ist z.B. ein Satz.", "Noch einer."]
 
 
-def test_code_without_rules_of_its_own_gets_the_shared_terminators():
-    # Swahili has no rules in sentencex: the documented fallback still ends sentences at the
-    # terminators every language shares, Chinese's and Hindi's included.
+def test_code_without_rules_of_its_own_gets_englishs():
+    # Swahili has neither rules nor a fallback chain in sentencex: the documented fallback is
+    # English's rules, whose terminators are every script's (Chinese's here).
     assert split_sentences("Habari. Nzuri sana! 你好。再见。", "sw") == [
         "Habari.", "Nzuri sana!", "你好。", "再见。",
+    ]
+    paragraph = "Dr. Smith came, e.g. at 5 p.m. today. He left."
+    assert split_sentences(paragraph, "sw") == split_sentences(paragraph, "en") == [
+        "Dr. Smith came, e.g. at 5 p.m. today.", "He left.",
     ]
 
 
@@ -100,10 +105,36 @@ def test_a_value_that_is_no_language_code_is_one_config_error(language):
     with pytest.raises(ConfigError) as caught:
         split_sentences("One. Two.", language)
     message = str(caught.value)
-    assert f"data.language={language!r}" in message
+    assert message.startswith(f"config.data.language={language!r} is not an ISO 639")
     assert "iso639-3.sil.org" in message and "\n" not in message
 
 
 def test_key_named_in_the_error_is_the_callers():
-    with pytest.raises(ConfigError, match=r"^data\.language_column='klingon!' is not"):
-        sentencex_language("klingon!", key="data.language_column")
+    with pytest.raises(ConfigError, match=r"^config\.data\.language_column='klingon!' is not"):
+        sentencex_language("klingon!", key="config.data.language_column")
+
+
+def test_a_long_paragraph_gets_the_sentences_of_the_whole(monkeypatch):
+    # Windows of 300 characters over a paragraph of ~40 sentences: the same sentences as
+    # sentencex cutting the whole paragraph at once.
+    monkeypatch.setattr(segmenter, "WINDOW_CHARACTERS", 300)
+    paragraph = " ".join(
+        f"Sentence {i} is about Dr. Smith, e.g. his {i}.5 cats. it ends here!" for i in range(40))
+    whole = [s.strip() for s in sentencex.segment("en", paragraph)]
+    assert len(whole) == 80
+    assert split_sentences(paragraph, "en") == whole
+
+
+def test_a_long_paragraph_without_terminators_is_cut_at_spaces(monkeypatch):
+    monkeypatch.setattr(segmenter, "WINDOW_CHARACTERS", 100)
+    words = [f"word{i}" for i in range(100)]
+    pieces = split_sentences(" ".join(words), "th")
+    assert len(pieces) > 1 and all(len(piece) <= 100 for piece in pieces)
+    assert " ".join(pieces).split() == words  # every word kept whole, in order
+
+
+def test_a_code_with_a_fallback_chain_gets_its_relatives_rules():
+    # MediaWiki's chain in sentencex: Alemannic (`als`) -> German, whose ordinals stay whole.
+    paragraph = "Am 3. Oktober war es kalt. Noch einer."
+    assert split_sentences(paragraph, "als") == ["Am 3. Oktober war es kalt.", "Noch einer."]
+    assert split_sentences(paragraph, "en") != split_sentences(paragraph, "als")

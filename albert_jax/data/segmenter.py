@@ -10,8 +10,8 @@ without sentence punctuation (Thai) stay one sentence per paragraph. benchmarks/
 
 A language is an ISO 639 code: two letters (`en`, `zh`), three (`deu`, `cmn`), optionally with
 subtags (`zh-Hant`, `pt-BR`, FineWeb-2's `cmn_Hani`). sentencex resolves a code through
-MediaWiki's fallback chains (`als` -> German rules) and gives a code without rules of its own
-the rules every language shares (all the terminators, no abbreviation list): that is the
+MediaWiki's fallback chains (`als` -> German rules) and gives a code with neither rules nor a
+chain English's rules (the terminators of every script, English's abbreviations): that is the
 documented fallback for a well-formed code. A value that is not a language code at all
 (`english`, `""`) is a config error.
 """
@@ -42,7 +42,7 @@ _TWO_LETTER_CODES = {
 
 
 @functools.lru_cache(maxsize=None)
-def sentencex_language(language: str, key: str = "data.language") -> str:
+def sentencex_language(language: str, key: str = "config.data.language") -> str:
     """The code sentencex is given for `language` (lower case, `-` between subtags).
 
     Raises ConfigError naming `key` and the value when `language` is not an ISO 639 code.
@@ -63,8 +63,38 @@ def split_sentences(paragraph: str, language: str) -> list[str]:
     """`paragraph` (one line of text) cut into its sentences: stripped, non-empty, in order.
 
     `language` is an ISO 639 code (see the module docstring); a paragraph with no sentence
-    terminator (a heading, Thai) is one sentence. Raises ConfigError naming `data.language` when
-    `language` is not a language code.
+    terminator (a heading, Thai) is one sentence. Raises ConfigError naming
+    `config.data.language` when `language` is not a language code.
     """
     code = sentencex_language(language)
-    return [s for s in (part.strip() for part in sentencex.segment(code, paragraph)) if s]
+    if len(paragraph) > WINDOW_CHARACTERS:
+        return [s for s in map(str.strip, _windowed_segments(code, paragraph)) if s]
+    return [s for s in map(str.strip, sentencex.segment(code, paragraph)) if s]
+
+
+# sentencex's time grows faster than a paragraph's length (one 9 MB line of a test log took
+# about 20 s), so a longer paragraph goes to it in windows of this many characters, each starting
+# where the last window's last (maybe cut) sentence started: linear time, and the sentences of
+# the whole paragraph, but where a quotation or a list runs across a window's start (sentencex
+# lets an unclosed quote hold back every boundary after it: one 1.4 MB line stayed one
+# "sentence"). No prose paragraph is that long (Wikipedia's are a few KB). A window with no
+# boundary (a table, a script without terminators) is cut at its last space.
+WINDOW_CHARACTERS = 1 << 16
+
+
+def _windowed_segments(code: str, paragraph: str) -> list[str]:
+    """sentencex's pieces of `paragraph` (they concatenate back to it), window by window."""
+    pieces: list[str] = []
+    start = 0
+    while len(paragraph) - start > WINDOW_CHARACTERS:
+        window = paragraph[start:start + WINDOW_CHARACTERS]
+        found = sentencex.segment(code, window)
+        if len(found) > 1:
+            pieces.extend(found[:-1])
+            start += len(window) - len(found[-1])
+        else:
+            cut = window.rfind(" ") + 1 or len(window)
+            pieces.append(window[:cut])
+            start += cut
+    pieces.extend(sentencex.segment(code, paragraph[start:]))
+    return pieces
