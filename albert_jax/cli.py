@@ -4,6 +4,7 @@
   albert-jax data build      --config=configs/pretrain.py:size=base [--config.data.dupe_factor=10]
                              [--beam_pipeline_options="runner=DataflowRunner,..."]  (on Beam)
   albert-jax data inspect    --config=configs/pretrain.py:size=base [--num_examples=3]
+                             [--documents=N]  (the corpus's first N documents, as built)
   albert-jax pretrain        --config=configs/pretrain.py:size=base --workdir=DIR
   albert-jax finetune        --config=configs/glue.py:task=mnli --config.data.path=DIR
                              --config.init_from=PATH --workdir=DIR
@@ -57,6 +58,9 @@ _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file, e.g. con
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (local path or gs://).")
 _SPLIT = flags.DEFINE_enum("split", "dev", ["dev", "test"], "evaluate: which sets to predict.")
 _NUM_EXAMPLES = flags.DEFINE_integer("num_examples", 3, "data inspect: examples to decode.")
+_DOCUMENTS = flags.DEFINE_integer("documents", None, "data inspect: print instead the corpus's "
+                                  "first N documents as the build reads them (SPEC 1.2 text).",
+                                  lower_bound=1)
 
 
 class _MultihostParser(flags.BooleanParser):
@@ -138,7 +142,11 @@ def _data_build() -> None:
 
 
 def _data_inspect() -> None:
-    inspection.inspect_from_config(_need(_CONFIG, "data inspect"), _NUM_EXAMPLES.value)
+    config = _need(_CONFIG, "data inspect")
+    if _DOCUMENTS.value is not None:
+        inspection.print_documents(config, _DOCUMENTS.value)
+    else:
+        inspection.inspect_from_config(config, _NUM_EXAMPLES.value)
 
 
 def _join_hosts() -> None:
@@ -348,7 +356,7 @@ _MULTIHOST_FLAGS = ("multihost", "coordinator_address", "num_processes", "proces
 COMMAND_FLAGS: dict[tuple[str, ...], tuple[str, ...]] = {
     ("tokenizer", "train"): ("config",),
     ("data", "build"): ("config", "beam_pipeline_options"),
-    ("data", "inspect"): ("config", "num_examples"),
+    ("data", "inspect"): ("config", "num_examples", "documents"),
     ("pretrain",): ("config", "workdir"),
     ("finetune",): ("config", "workdir"),
     ("evaluate",): ("workdir", "split"),

@@ -15,9 +15,10 @@ What it does, all seeds fixed:
 1. Makes a corpus of each size from text already on a Debian/Ubuntu machine that our tests never
    made: /usr/share/doc/*/copyright, /usr/share/common-licenses/*, then the gzipped docs under
    /usr/share/doc (READMEs, NEWS, changelogs), in that (sorted) order; one sentence per line
-   (`corpus.split_sentences` of each paragraph; a "sentence" of over 1,000 characters, e.g. a
-   table, cut at spaces), a blank line between documents (SPEC 1.2; a file is one document, cut
-   at a paragraph end past 8,000 characters or anywhere past 16,000), over 1 MB files. The
+   (`segmenter.split_sentences` of each paragraph, English; a "sentence" of over 1,000
+   characters, e.g. a table, cut at spaces), a blank line between documents (SPEC 1.2; a file
+   is one document, cut at a paragraph end past 8,000 characters or anywhere past 16,000), over
+   1 MB files. The
    smaller corpus is a prefix of the larger.
 2. Trains one SentencePiece model of --vocab_size pieces on the smallest corpus with our
    tokenizer code (`tokenizer.train`, SPEC 2.1).
@@ -59,7 +60,7 @@ import time
 from typing import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # configs/
-from albert_jax.data import corpus, tokenizer  # noqa: E402
+from albert_jax.data import corpus, segmenter, tokenizer  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 STANDIN = os.path.join(HERE, "reference_standin")
@@ -83,7 +84,7 @@ def _sentences(paragraph: str) -> list[str]:
     """The sentences of a paragraph with letters in them; a "sentence" over SENTENCE_CHARACTERS
     (a table, a list without full stops) is cut at spaces into lines of at most that."""
     sentences = []
-    for sentence in corpus.split_sentences(paragraph):
+    for sentence in segmenter.split_sentences(paragraph, "en"):
         if not re.search(r"[A-Za-z]", sentence):
             continue
         line = ""

@@ -49,7 +49,23 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.optim.clip_norm = 1.0  # SPEC 6.2: global norm, before the optimizer
 
     config.data = ml_collections.ConfigDict()
-    config.data.corpus = "demo"  # a glob of text files, a TFDS text dataset name, or "demo"
+    # Globs, folders or comma lists of files (local or gs://): text, JSON Lines (.jsonl, .json)
+    # or Parquet, each optionally .gz/.zst/.xz/.bz2; a HuggingFace save_to_disk folder;
+    # "hf:NAME[/CONFIG][:SPLIT]" (a hub dataset's Parquet files in the local HF cache, offline);
+    # a TFDS text dataset name; or "demo" (docs/pretraining.md "Your corpus").
+    config.data.corpus = "demo"
+    # How the corpus's text becomes documents of sentences (albert_jax/data/corpus/settings.py):
+    config.data.text_column = "text"  # the record field with the text (OSCAR's is "content")
+    # "blank_lines": a blank line ends a document; "records": each Parquet row, JSON line, HF or
+    # TFDS example is one document. "": the format's own (blank_lines for text files, records for
+    # the others).
+    config.data.documents = ""
+    # "lines": each non-empty line is one sentence (SPEC 1.2); "segmenter": each line is a
+    # paragraph, cut into sentences in data.language. "": the format's own (lines for text
+    # files, segmenter for the others).
+    config.data.sentences = ""
+    config.data.language = "en"  # the ISO 639 code of the segmenter's rules
+    config.data.language_column = ""  # a record field with each record's language ("": none)
     config.data.tokenizer = "runs/tokenizer/spm.model"  # SentencePiece model (SPEC 2.1)
     # What `albert-jax tokenizer train` writes: "sentencepiece" (a .model) or "wordpiece" (a BERT
     # vocab.txt, SPEC 2.5). Loading goes by the file: a .model is SentencePiece, else WordPiece.
@@ -70,7 +86,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # (data.local_dir), every host reads shards of its own: a pod needs at least one train shard
     # per host.
     config.data.shard_bytes = 256 << 20
-    # Corpus text per build unit: a unit (consecutive corpus files; a file is never split) is
+    # Corpus text per build unit: a unit (consecutive corpus files; a larger file cut into
+    # byte ranges or Parquet row groups, albert_jax/data/corpus/parts.py) is
     # what one worker builds, retries or resumes; smaller units spread a build over more
     # workers and make more, smaller shards (docs/launching.md "Building data on Dataflow").
     config.data.unit_bytes = 32 << 20

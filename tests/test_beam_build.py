@@ -2,6 +2,7 @@
 Apache Beam pipeline (Beam's FnApiRunner with real worker processes), the same bytes either
 way, locally and in a bucket; a killed build resumed to the same bytes; a retried unit; the
 lock; the Beam flag's one-line errors; the package Beam stages for Dataflow workers."""
+import gzip
 import hashlib
 import json
 import os
@@ -26,15 +27,17 @@ NUM_FILES = 6
 
 
 def write_demo_files(directory: Path | epath.Path, num_documents: int = 600) -> str:
-    """The first `num_documents` demo documents (real English) over NUM_FILES files; their glob."""
+    """The first `num_documents` demo documents (real English) over NUM_FILES gzipped files
+    (never cut into byte ranges: with data.unit_bytes 1, one unit a file); their glob."""
     documents = ["\n".join(document) for _, document in
                  zip(range(num_documents), corpus_lib.demo_documents())]
     directory.mkdir(parents=True, exist_ok=True)
     per_file = len(documents) // NUM_FILES
     for index in range(NUM_FILES):
-        (directory / f"part{index}.txt").write_text(
-            "\n\n".join(documents[index * per_file:(index + 1) * per_file]) + "\n")
-    return f"{directory}/*.txt"
+        (directory / f"part{index}.txt.gz").write_bytes(gzip.compress(
+            ("\n\n".join(documents[index * per_file:(index + 1) * per_file]) + "\n").encode(),
+            mtime=0))
+    return f"{directory}/*.txt.gz"
 
 
 def digests(folder: str, *, corpus_spec: tuple[str, str] | None = None) -> dict[str, str]:
@@ -93,7 +96,7 @@ def test_beam_options_that_cannot_work_are_one_line(options, message):
 
 def test_a_cluster_runner_needs_the_corpus_and_data_in_a_bucket(corpus_settings, tmp_path):
     config = run_config({**corpus_settings, "data.dir": str(tmp_path / "data")})
-    with pytest.raises(ConfigError, match=r"config.data.corpus: '.*part0.txt' is on this "
+    with pytest.raises(ConfigError, match=r"config.data.corpus: '.*part0.txt.gz' is on this "
                                           r"machine, which the DataflowRunner workers cannot"):
         builder.build_from_config(config, beam_pipeline_options=(
             "runner=DataflowRunner,project=p,region=r,temp_location=gs://b/tmp"))
@@ -179,9 +182,9 @@ def test_a_second_build_of_one_folder_is_refused(corpus_settings, tmp_path):
 def test_beam_build_with_corpus_and_data_in_a_bucket(corpus_settings, local_build, bucket,
                                                      tmp_path):
     remote_corpus = epath.Path(bucket) / "corpus"
-    for path in sorted(Path(corpus_settings["data.corpus"]).parent.glob("*.txt")):
+    for path in sorted(Path(corpus_settings["data.corpus"]).parent.glob("*.txt.gz")):
         (remote_corpus / path.name).write_bytes(path.read_bytes())
-    settings = {**corpus_settings, "data.corpus": f"{remote_corpus}/*.txt",
+    settings = {**corpus_settings, "data.corpus": f"{remote_corpus}/*.txt.gz",
                 "data.dir": f"{bucket}/data", "data.staging_dir": str(tmp_path / "staging")}
     result = cli("data", "build", *config_flags(settings),
                  f"--beam_pipeline_options={BEAM_LOCAL}")

@@ -8,14 +8,16 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-from albert_jax.data import builder, dataset_settings, masking, pipeline
-from albert_jax.data import tokenizer as tokenizer_lib
+from albert_jax.data import builder, corpus, dataset_settings, masking, pipeline, tokenizer as tokenizer_lib
 from albert_jax.data.inspection import masked_word_runs, split_statistics
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 FEATURE_SHAPES = {"input_ids": 64, "input_mask": 64, "segment_ids": 64, "token_boundary": 64,
                   "masked_lm_positions": 20, "masked_lm_ids": 20, "masked_lm_weights": 20,
                   "next_sentence_labels": 1}
+# A few units per corpus file (~50 KB each for 450 documents, cut into byte ranges): the pool
+# has units to share.
+UNIT_BYTES = 16 << 10
 _SYLLABLES = ("ka", "lo", "mi", "ne", "ru", "ta", "shi", "po", "ve", "dan", "ing", "er", "qu",
               "ost", "ple", "ra", "tion", "gra", "um", "bel")
 
@@ -57,7 +59,7 @@ def small_config(tmp: pathlib.Path, corpus_glob: str, tokenizer_path: str, **dat
     config.data.dir = str(tmp / "data")
     config.data.dupe_factor = 2
     config.data.eval_fraction = 0.1
-    config.data.unit_bytes = 1  # one unit per corpus file: the pool has units to share
+    config.data.unit_bytes = UNIT_BYTES
     for key, value in data_overrides.items():
         config.data[key] = value
     return config
@@ -95,7 +97,8 @@ def test_builder_from_directory_without_tensorflow(built):
     _, config = built
     loaded = tfds.builder_from_directory(dataset_settings.dataset_dir(config))
     assert set(loaded.info.splits) == {"train", "eval"}
-    assert loaded.info.splits["train"].num_examples > 10 * loaded.info.splits["eval"].num_examples > 0
+    # eval_fraction 0.1 of the documents: about 9 train examples to one of eval.
+    assert loaded.info.splits["train"].num_examples > 5 * loaded.info.splits["eval"].num_examples > 0
     features = loaded.info.features
     assert {name: features[name].shape for name in features} == {
         name: (length,) for name, length in FEATURE_SHAPES.items()}
@@ -261,7 +264,8 @@ def test_data_changing_settings_get_their_own_folder(built):
     folders = {dataset_settings.dataset_dir(config)}
     for key, value in (("dupe_factor", 3), ("masked_lm_prob", 0.2), ("max_ngram", 2),
                        ("sentence_objective", "nsp"), ("reference_compat", True),
-                       ("eval_fraction", 0.2), ("do_lower_case", False)):
+                       ("eval_fraction", 0.2), ("do_lower_case", False),
+                       ("sentences", "segmenter")):
         changed = small_config(pathlib.Path(config.data.dir).parent, config.data.corpus,
                                config.data.tokenizer, **{key: value})
         folders.add(dataset_settings.dataset_dir(changed))
@@ -269,7 +273,7 @@ def test_data_changing_settings_get_their_own_folder(built):
                            config.data.tokenizer)
     changed.seed = 1
     folders.add(dataset_settings.dataset_dir(changed))
-    assert len(folders) == 9
+    assert len(folders) == 10
 
 
 def test_second_build_reports_existing_dataset(built, capsys):
@@ -353,7 +357,9 @@ def test_shards_are_cut_by_size_in_order(built, tmp_path):
     records = _split_records(folder, "train")
     assert split.num_shards > 5 and split.num_shards == len(split.shard_lengths)
     eval_shards = tfds.builder_from_directory(folder).info.splits["eval"].num_shards
-    assert eval_shards == 3  # one per unit: none of the 3 units holds 100,000 bytes of eval
+    num_units = len(builder.make_units(corpus.plan_parts(
+        corpus.sized_sources(config.data.corpus), corpus.ReadSettings(), UNIT_BYTES), UNIT_BYTES))
+    assert eval_shards == num_units  # one per unit: none holds 100,000 bytes of eval
     assert sorted(os.listdir(folder)) == sorted(
         [f"albert_pretraining-{split_name}.array_record-{index:05d}-of-{count:05d}"
          for split_name, count in (("train", split.num_shards), ("eval", eval_shards))
@@ -361,12 +367,12 @@ def test_shards_are_cut_by_size_in_order(built, tmp_path):
         + ["dataset_info.json", "features.json", "metadata.json"])
     assert split.num_bytes == sum(map(len, records))
     # A shard closes with the example that takes it to 100,000 bytes, or with its unit's last
-    # example (3 units: at most 3 shards under 100,000 bytes); none holds one example too many.
+    # example (at most one shard a unit under 100,000 bytes); none holds one example too many.
     ends = np.cumsum(split.shard_lengths)
     shard_sizes = [sum(map(len, records[start:end]))
                    for start, end in zip(np.concatenate([[0], ends[:-1]]), ends)]
     assert all(size - len(records[end - 1]) < 100_000 for size, end in zip(shard_sizes, ends))
-    assert sum(size < 100_000 for size in shard_sizes) <= 3 and min(shard_sizes) > 0
+    assert sum(size < 100_000 for size in shard_sizes) <= num_units and min(shard_sizes) > 0
     # Same examples in the same order as the one-shard build: the cut changes only the files.
     assert records == _split_records(dataset_settings.dataset_dir(config), "train")
 

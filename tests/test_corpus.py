@@ -8,7 +8,8 @@ import pytest
 from etils import epath
 
 from albert_jax.data import corpus, dataset_settings
-from albert_jax.data.corpus import CorpusStats, iter_documents, list_sources, read_documents
+from albert_jax.data.corpus import CorpusStats, demo, documents, iter_documents, lines, \
+    list_sources, read_documents
 
 
 def _write(path, data: bytes) -> str:
@@ -22,7 +23,7 @@ def test_blank_lines_separate_documents(tmp_path):
     path = _write(tmp_path / "a.txt", b"First one.\n  Second one.  \n\nThird.\n \t \n\n\nFourth.\n"
                                       b"Fifth.")  # No final newline.
     stats = CorpusStats()
-    assert list(read_documents(path, stats)) == [
+    assert list(read_documents(path, stats=stats)) == [
         ["First one.", "Second one."], ["Third."], ["Fourth.", "Fifth."]]
     assert (stats.sources, stats.documents, stats.sentences) == (1, 3, 5)
     assert stats.empty_documents == 2  # The second and third blank line in a row.
@@ -33,7 +34,7 @@ def test_one_sentence_documents_and_empty_file(tmp_path):
     assert list(read_documents(_write(tmp_path / "one.txt", b"A.\n\nB.\n\nC.\n"))) == [
         ["A."], ["B."], ["C."]]
     stats = CorpusStats()
-    assert list(read_documents(_write(tmp_path / "empty.txt", b""), stats)) == []
+    assert list(read_documents(_write(tmp_path / "empty.txt", b""), stats=stats)) == []
     assert (stats.documents, stats.sentences, stats.sources) == (0, 0, 1)
 
 
@@ -47,7 +48,7 @@ def test_truncated_gzip_is_counted(tmp_path):
     data = gzip.compress(b"One.\nTwo.\n\n" + b"Three.\n" * 20000)
     path = _write(tmp_path / "cut.txt.gz", data[:len(data) // 2])
     stats = CorpusStats()
-    documents = list(read_documents(path, stats))
+    documents = list(read_documents(path, stats=stats))
     assert documents[0] == ["One.", "Two."] and set(documents[1]) == {"Three."}
     assert stats.truncated_files == 1 and "1 truncated files" in stats.report()
 
@@ -57,32 +58,32 @@ def test_long_line_is_skipped_and_counted(tmp_path):
     path = _write(tmp_path / "long.txt", b"Before.\n" + long_line + b"\nAfter.\n\nNext doc.\n"
                   + long_line)  # A long line at end of file without a newline, too.
     stats = CorpusStats()
-    assert list(read_documents(path, stats)) == [["Before.", "After."], ["Next doc."]]
+    assert list(read_documents(path, stats=stats)) == [["Before.", "After."], ["Next doc."]]
     assert stats.skipped_long_lines == 2
     assert "2 skipped long lines" in stats.report()
 
 
 def test_line_of_exactly_the_limit_is_kept(tmp_path):
-    line = b"y" * (corpus.MAX_LINE_BYTES - 1) + b"\n"  # 1 MB including its newline.
+    line = b"y" * (lines.MAX_LINE_BYTES - 1) + b"\n"  # 1 MB including its newline.
     stats = CorpusStats()
-    assert [len(d[0]) for d in read_documents(_write(tmp_path / "a.txt", line), stats)] == [
-        corpus.MAX_LINE_BYTES - 1]
+    assert [len(d[0]) for d in read_documents(_write(tmp_path / "a.txt", line), stats=stats)] == [
+        lines.MAX_LINE_BYTES - 1]
     assert stats.skipped_long_lines == 0
 
 
 def test_invalid_utf8_is_replaced_and_counted(tmp_path):
     path = _write(tmp_path / "bad.txt", b"Good line.\nBad \xff\xfe bytes.\nAlso \xc3 bad.\n")
     stats = CorpusStats()
-    assert list(read_documents(path, stats)) == [
+    assert list(read_documents(path, stats=stats)) == [
         ["Good line.", "Bad \ufffd\ufffd bytes.", "Also \ufffd bad."]]
     assert stats.invalid_utf8_lines == 2
 
 
 def test_very_long_document_is_cut(tmp_path, monkeypatch):
-    monkeypatch.setattr(corpus, "MAX_DOCUMENT_SENTENCES", 3)
+    monkeypatch.setattr(documents, "MAX_DOCUMENT_SENTENCES", 3)
     path = _write(tmp_path / "a.txt", b"1\n2\n3\n4\n5\n6\n\n7\n")
     stats = CorpusStats()
-    assert list(read_documents(path, stats)) == [["1", "2", "3"], ["4", "5", "6"], ["7"]]
+    assert list(read_documents(path, stats=stats)) == [["1", "2", "3"], ["4", "5", "6"], ["7"]]
     assert (stats.split_documents, stats.empty_documents) == (2, 0)
 
 
@@ -159,20 +160,21 @@ def test_tfds_names():
             next(read_documents("tfds:bookcorpus:train"))
 
 
-def test_split_sentences():
-    assert corpus.split_sentences("It works. See e.g. the docs! Is 3.5 ok? \"Yes.\" Done") == [
+def test_docstring_sentences_of_the_demo_corpus():
+    assert demo._docstring_sentences(
+        "It works. See e.g. the docs! Is 3.5 ok? \"Yes.\" Done") == [
         "It works.", "See e.g. the docs!", "Is 3.5 ok?", "\"Yes.\"", "Done"]
 
 
 @pytest.fixture(scope="module")
-def demo():
+def demo_corpus():
     return list(corpus.demo_documents())
 
 
-def test_demo_corpus_is_large_multi_sentence_english(demo):
-    sentences = [sentence for document in demo for sentence in document]
-    assert len(demo) >= 3000
-    assert sum(len(document) >= 2 for document in demo) >= 0.9 * len(demo)
+def test_demo_corpus_is_large_multi_sentence_english(demo_corpus):
+    sentences = [sentence for document in demo_corpus for sentence in document]
+    assert len(demo_corpus) >= 3000
+    assert sum(len(document) >= 2 for document in demo_corpus) >= 0.9 * len(demo_corpus)
     assert len(sentences) >= 15000
     assert sum(map(len, sentences)) >= 1_000_000  # characters
     assert all(sentence[-1] in ".!?" and len(sentence.split()) >= 3 for sentence in sentences)
@@ -185,19 +187,19 @@ def test_demo_corpus_is_large_multi_sentence_english(demo):
 
 
 @pytest.mark.slow
-def test_demo_corpus_is_deterministic(demo, tmp_path, monkeypatch):
-    assert list(corpus.demo_documents()) == demo  # Cached: the same, and a fresh copy.
-    assert demo[0] is not next(corpus.demo_documents())
-    monkeypatch.setattr(corpus, "DEMO_CACHE_DIR", str(tmp_path / "cache"))
-    corpus._demo_corpus.cache_clear()
-    assert list(corpus.demo_documents()) == demo  # Rebuilt from the stdlib sources...
+def test_demo_corpus_is_deterministic(demo_corpus, tmp_path, monkeypatch):
+    assert list(corpus.demo_documents()) == demo_corpus  # Cached: the same, and a fresh copy.
+    assert demo_corpus[0] is not next(corpus.demo_documents())
+    monkeypatch.setattr(demo, "DEMO_CACHE_DIR", str(tmp_path / "cache"))
+    demo._demo_corpus.cache_clear()
+    assert list(corpus.demo_documents()) == demo_corpus  # Rebuilt from the stdlib sources...
     (cache_file,) = (tmp_path / "cache").iterdir()
-    corpus._demo_corpus.cache_clear()
-    assert list(corpus.demo_documents()) == demo  # ... and read back from the cache file.
-    assert list(read_documents("demo")) == demo
+    demo._demo_corpus.cache_clear()
+    assert list(corpus.demo_documents()) == demo_corpus  # ... and read back from the cache file.
+    assert list(read_documents("demo")) == demo_corpus
 
     cache_file.write_text(cache_file.read_text()[:1000])  # cut short: built again, and rewritten
-    corpus._demo_corpus.cache_clear()
-    assert list(corpus.demo_documents()) == demo
-    assert json.loads(cache_file.read_text()) == [list(document) for document in demo]
-    corpus._demo_corpus.cache_clear()  # later tests read the machine's own cache again
+    demo._demo_corpus.cache_clear()
+    assert list(corpus.demo_documents()) == demo_corpus
+    assert json.loads(cache_file.read_text()) == [list(document) for document in demo_corpus]
+    demo._demo_corpus.cache_clear()  # later tests read the machine's own cache again

@@ -17,7 +17,7 @@ from albert_jax.errors import ConfigError
 from albert_jax.train import flops, plan, sharding
 from cli_fixtures import cli
 from configs import glue, pretrain, race, squad
-from test_builder import build_small_dataset  # (tests/ is on sys.path under pytest)
+from test_builder import UNIT_BYTES, build_small_dataset  # (tests/ is on sys.path under pytest)
 
 
 def pretrain_config(data: int, fsdp: int, num_microbatches: int = 1, batch_size: int = 256):
@@ -152,7 +152,7 @@ def test_cli_prints_the_local_disk_a_host_needs_for_shards_in_a_bucket(tmp_path)
                       for name in os.listdir(dataset_dir) if ".array_record-" in name)
     settings = {"data.corpus": config.data.corpus, "data.tokenizer": config.data.tokenizer,
                 "data.dir": config.data.dir, "data.vocab_size": 200, "seq_len": 64,
-                "data.dupe_factor": 2, "data.eval_fraction": 0.1, "data.unit_bytes": 1,
+                "data.dupe_factor": 2, "data.eval_fraction": 0.1, "data.unit_bytes": UNIT_BYTES,
                 "batch_size": 16}
     result = cli("plan", "--config=configs/pretrain.py:runlocal",
                  *(f"--config.{key}={value}" for key, value in settings.items()),

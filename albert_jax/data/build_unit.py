@@ -1,9 +1,10 @@
-"""One unit of a data build: a few corpus files in, their shard files and a manifest out.
+"""One unit of a data build: a few corpus parts in, their shard files and a manifest out.
 
   manifest = build_unit(context, unit)      # the same files whoever runs it, however often
 
 The pure function both executors run (`builder.py`'s process pool and `beam_build.py`'s
-pipeline): it reads the unit's files (local or gs://), makes its examples and writes them under
+pipeline): it reads the unit's parts (`corpus.plan_parts`: files or pieces of them, local or
+gs://), makes its examples and writes them under
 `<dataset folder>/_units/` as `unit-<u>-<split>-<k>.<format>` shards of about `shard_bytes`,
 then `unit-<u>.json`, the manifest, last: a unit with a manifest is done. Everything it writes
 is a function of (settings, tokenizer, unit) alone: a unit run twice (a retry of the runner, a
@@ -11,7 +12,7 @@ rerun after a kill, two attempts at once) writes the same bytes under the same n
 replaced whole (a local file through a temporary name and a rename; an object in one upload).
 
 Inside a unit, as before units existed:
-- documents go to `eval` by a hash of (source file name, document index in it) below
+- documents go to `eval` by a hash of (part name, document index in it) below
   `eval_fraction`, so the hold-out never moves when other files are added;
 - each split's documents, in corpus order, are cut into blocks of about BLOCK_CHARACTERS of text
   (documents are never split); a block is tokenized, then `dupe_factor` passes of SPEC 1.3
@@ -30,7 +31,6 @@ import dataclasses
 import functools
 import hashlib
 import json
-import os
 from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
@@ -52,7 +52,7 @@ BLOCK_CHARACTERS = 128 * 1024
 
 @dataclasses.dataclass(frozen=True)
 class Unit:
-    """Consecutive corpus sources (`corpus.list_sources` order), built together."""
+    """Consecutive corpus parts (`corpus.plan_parts`, in corpus order), built together."""
     index: int
     sources: tuple[str, ...]
 
@@ -108,8 +108,9 @@ def build_unit(context: BuildContext, unit: Unit) -> dict[str, Any]:
 
     def train_documents() -> Iterator[list[str]]:
         for source in unit.sources:
-            source_name = os.path.basename(source.rstrip("/"))
-            for document_index, document in enumerate(corpus.read_documents(source, reading)):
+            source_name = corpus.part_name(source)
+            for document_index, document in enumerate(
+                    corpus.read_documents(source, settings.read_settings, reading)):
                 if _is_eval_document(source_name, document_index, settings.eval_fraction):
                     held_eval_documents.append(document)
                 else:

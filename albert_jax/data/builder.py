@@ -14,9 +14,10 @@ TensorFlow needed):
   tfds.builder_from_directory(dataset_settings.dataset_dir(config))
 
 One plan, two executors. The build is a list of units fixed by the config and the corpus alone,
-never by the number of workers: consecutive corpus files of about `data.unit_bytes` of text
-(a file is never split: a single huge file is one unit; the demo corpus and a TFDS source are one
-unit each). `build_unit.build_unit` builds one unit into its own shard files and a manifest; a
+never by the number of workers: consecutive corpus parts of about `data.unit_bytes` of text
+(`corpus.plan_parts`: a file, or a byte range of a larger uncompressed text or JSON Lines file,
+or a range of row groups of a larger Parquet file; a compressed file is whole; the demo corpus
+and each shard file of a TFDS split are one unit each). `build_unit.build_unit` builds one unit into its own shard files and a manifest; a
 local process pool (the default: one process per core, no Beam needed) or an Apache Beam
 pipeline (`beam_build.py`: Dataflow, Flink, Spark, or Beam's local FnApiRunner) runs it over the
 units, and this process finalizes: the units' shards renamed to TFDS's names in unit order, the
@@ -153,6 +154,9 @@ def build_from_config(config: ml_collections.ConfigDict, *, num_processes: int |
     if builder.is_prepared():
         _print_existing(builder)
         return builder.data_dir
+    # Before anything is written: a file without data.text_column is one line here.
+    parts = corpus.plan_parts(sources, builder.builder_config.read_settings,
+                              builder.builder_config.unit_bytes)
     dataset_dir = epath.Path(builder.data_dir)
     dataset_dir.mkdir(parents=True, exist_ok=True)
     lock = file_lock.acquire(
@@ -164,15 +168,15 @@ def build_from_config(config: ml_collections.ConfigDict, *, num_processes: int |
         if builder.is_prepared():  # finished by the build that held the lock before
             _print_existing(builder)
             return builder.data_dir
-        _build(builder, config, sources, beam_options, beam_pipeline_options)
+        _build(builder, config, parts, beam_options, beam_pipeline_options)
     finally:
         lock.release()
     return builder.data_dir
 
 
 def make_units(sources: list[tuple[str, int | None]], unit_bytes: int) -> list[build_unit.Unit]:
-    """Consecutive sources of about `unit_bytes` together (a unit closes once it holds that
-    many bytes); the demo corpus and TFDS sources (no size) each alone."""
+    """Consecutive sources (`corpus.plan_parts`) of about `unit_bytes` together (a unit closes
+    once it holds that many bytes); the demo corpus and TFDS parts (no size) each alone."""
     units: list[build_unit.Unit] = []
     group: list[str] = []
     group_bytes = 0
@@ -202,8 +206,7 @@ def _plan_digest(settings: DatasetSettings, units: list[build_unit.Unit], shard_
     settings and the corpus files' names and sizes), the units (by file name: a moved corpus
     is the same plan) and the shard size."""
     plan = {"dataset": settings.name, "version": DATASET_VERSION, "shard_bytes": shard_bytes,
-            "units": [[os.path.basename(source.rstrip("/")) for source in unit.sources]
-                      for unit in units]}
+            "units": [[corpus.part_name(source) for source in unit.sources] for unit in units]}
     return hashlib.sha256(json.dumps(plan).encode()).hexdigest()[:16]
 
 
@@ -225,10 +228,10 @@ def build_context(builder: AlbertPretraining, config: ml_collections.ConfigDict,
 
 
 def _build(builder: AlbertPretraining, config: ml_collections.ConfigDict,
-           sources: list[tuple[str, int | None]], beam_options: Any,
+           parts: list[tuple[str, int | None]], beam_options: Any,
            beam_pipeline_options: str | None) -> None:
     settings = builder.builder_config
-    units = make_units(sources, settings.unit_bytes)
+    units = make_units(parts, settings.unit_bytes)
     context = build_context(builder, config, units)
     _start_or_resume(context, units)
     manifests = _read_manifests(context, units)
@@ -324,11 +327,8 @@ def _finalize(builder: AlbertPretraining, context: build_unit.BuildContext,
     if missing:
         raise RuntimeError(f"units {missing} of {builder.data_dir} were not built (the runner "
                            f"reported success): run the build again")
-    built = [manifest for manifest in manifests if manifest is not None]  # every one of them
-    reading: collections.Counter[str] = collections.Counter()
-    for manifest in built:
-        reading.update(manifest["corpus"])
-    corpus_report = corpus.CorpusStats(**reading).report()
+    corpus_report = corpus.CorpusStats.merged(
+        manifest["corpus"] for manifest in manifests).report()
     splits = build_unit.SPLITS if settings.eval_fraction > 0 else ("train",)
     split_infos = []
     for split in splits:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib.metadata
 import os
 import platform
 from typing import Any
@@ -54,6 +55,15 @@ class DatasetSettings(tfds.core.BuilderConfig):
     reference_compat: bool = False
     eval_fraction: float = 0.01
     unit_bytes: int = 32 << 20  # corpus text per build unit (blocks and seeds are per unit)
+    # How the corpus's text becomes documents of sentences (`corpus.ReadSettings`).
+    text_column: str = "text"
+    documents: str = ""
+    sentences: str = ""
+    language: str = "en"
+    language_column: str = ""
+    # The segmenter's library and version where the build cuts sentences with it ("": it does
+    # not): another version may cut them otherwise, so it gets its own folder.
+    segmenter: str = ""
     seed: int = 12345
     file_format: str = "array_record"
 
@@ -64,6 +74,7 @@ class DatasetSettings(tfds.core.BuilderConfig):
         `sources`: `corpus.sized_sources(config.data.corpus)`, where the caller has it."""
         data = config.data
         _check_settings(config)
+        reading = corpus.ReadSettings.from_config(data)
         tokenizer_path = epath.Path(data.tokenizer)
         if not tokenizer_path.exists():
             raise FileNotFoundError(
@@ -83,13 +94,17 @@ class DatasetSettings(tfds.core.BuilderConfig):
             short_seq_prob=float(data.short_seq_prob), dupe_factor=int(data.dupe_factor),
             sentence_objective=str(data.sentence_objective),
             reference_compat=bool(data.reference_compat), eval_fraction=float(data.eval_fraction),
-            unit_bytes=int(data.unit_bytes),
+            unit_bytes=int(data.unit_bytes), **dataclasses.asdict(reading),
+            segmenter=_segmenter_identity(reading, sources),
             seed=int(config.seed if data.get("seed") is None else data.seed),
             file_format=str(data.format))
         # Paths are not part of the identity: a moved corpus or a copied tokenizer file (same
-        # names, sizes and bytes) gives the same data, so it finds the same folder.
+        # names, sizes and bytes) gives the same data, so it finds the same folder. Nor are the
+        # reading keys at their defaults: a text corpus keeps the folder it had before they were.
+        default_reading = dataclasses.asdict(corpus.ReadSettings()) | {"segmenter": ""}
         identity = {key: value for key, value in settings.items()
-                    if key not in ("corpus", "tokenizer")}
+                    if key not in ("corpus", "tokenizer")
+                    and not (key in default_reading and value == default_reading[key])}
         digest = hashlib.sha256(repr(sorted(identity.items())).encode()).hexdigest()[:12]
         name = (f"seq{settings['seq_len']}_pred{settings['max_predictions']}_"
                 f"dupe{settings['dupe_factor']}_{settings['sentence_objective']}_{digest}")
@@ -97,11 +112,18 @@ class DatasetSettings(tfds.core.BuilderConfig):
         # settings (every file's name and size) are in the metadata.
         description = f"{corpus.describe(data.corpus, sources)}; " + ", ".join(
             f"{key}={value!r}" for key, value in settings.items()
-            if key not in ("corpus", "corpus_signature", "tokenizer_sha256"))
+            if key not in ("corpus", "corpus_signature", "tokenizer_sha256")
+            and not (key in default_reading and value == default_reading[key]))
         return cls(name=name, description=description, **settings)
 
     def __repr__(self) -> str:  # (not the dataclass's: TFDS logs it, and a signature is long)
         return f"DatasetSettings({self.name}: {self.description})"
+
+    @property
+    def read_settings(self) -> corpus.ReadSettings:
+        """How the build reads the corpus."""
+        return corpus.ReadSettings(**{field.name: getattr(self, field.name)
+                                      for field in dataclasses.fields(corpus.ReadSettings)})
 
     def as_dict(self) -> dict[str, Any]:
         """The fields above in order (not TFDS's own: name, version, ...), as a build stores
@@ -154,6 +176,14 @@ def _check_settings(config: ml_collections.ConfigDict) -> None:
             raise ConfigError(
                 "config.data.format='tfrecord' needs TensorFlow: `pip install albert-jax[tf]`, or "
                 "keep the default 'array_record' (what the grain pipeline reads)") from None
+
+
+def _segmenter_identity(reading: corpus.ReadSettings,
+                        sources: list[tuple[str, int | None]]) -> str:
+    """The segmenter library and its version if any source's sentences are cut by it, else ""."""
+    if any(corpus.uses_segmenter(source, reading) for source, _ in sources):
+        return f"sentencex {importlib.metadata.version('sentencex')}"
+    return ""
 
 
 def _corpus_signature(sources: list[tuple[str, int | None]]) -> str:

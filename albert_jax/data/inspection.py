@@ -1,6 +1,11 @@
 """`albert-jax data inspect`: a few decoded examples and the statistics of a built dataset.
 
   albert-jax data inspect --config=configs/pretrain.py:runlocal --num_examples=3
+  albert-jax data inspect --config=configs/pretrain.py:runlocal --documents=5
+
+With --documents=N it prints instead the first N documents of the corpus as the build reads
+them (`print_documents`), before anything is built: one sentence per line, a blank line between
+documents (SPEC 1.2), so the output is a corpus in the 2018 BERT format too.
 
 An example prints as its two segments with every prediction shown as `[shown→original]`
 (`[[MASK]→word]` for the 80% [MASK] case, `[word→word]` kept, `[other→word]` random), and its
@@ -19,7 +24,7 @@ import numpy as np
 import tensorflow_datasets as tfds
 from etils import epath
 
-from albert_jax.data import dataset_settings, pipeline, shard_copy
+from albert_jax.data import corpus, dataset_settings, pipeline, shard_copy
 from albert_jax.data.tokenizer import Tokenizer
 
 STATISTICS_EXAMPLES = 20_000  # per split: enough for +-1% on every fraction below
@@ -148,6 +153,17 @@ def format_example(features: dict[str, np.ndarray], tokenizer: Tokenizer, *,
         meaning += ", or B from another document (SPEC 1.3.5a reference quirk)"
     return (f"  label {label}: {meaning}; {length} tokens, {len(originals)} predictions\n"
             f"  A: {' '.join(segments[0].split())}\n  B: {' '.join(segments[1].split())}")
+
+
+def print_documents(config: ml_collections.ConfigDict, num_documents: int) -> None:
+    """`albert-jax data inspect --documents=N`: the first `num_documents` documents of
+    config.data.corpus as the build reads them (data.documents, data.sentences, data.language,
+    ...), one sentence per line, a blank line between documents (SPEC 1.2), on stdout."""
+    settings = corpus.ReadSettings.from_config(config.data)
+    for index, document in enumerate(corpus.iter_documents(config.data.corpus, settings)):
+        if index == num_documents:
+            break
+        print(("\n" if index else "") + "\n".join(document))
 
 
 def inspect_from_config(config: ml_collections.ConfigDict, num_examples: int) -> None:

@@ -612,7 +612,9 @@ def train_from_config(config: ml_collections.ConfigDict) -> None:
 
     Trains on at most config.data.input_sentence_size sentences (default INPUT_SENTENCE_SIZE),
     read from the corpus's sources in an order drawn from config.seed until there are that many
-    (`corpus.sample_sentences`): a corpus of any size is read only that far. Skips (and says so)
+    (`corpus.sample_sentences`), documents and sentences made as the build makes them
+    (data.documents, data.sentences, data.language, ...): a corpus of any size, in any format,
+    is read only that far. Skips (and says so)
     when the file already exists, so the demo can be rerun.
     """
     model_path = config.data.tokenizer
@@ -622,13 +624,15 @@ def train_from_config(config: ml_collections.ConfigDict) -> None:
         print(f"tokenizer {model_path} exists; skipping training (delete it to retrain)")
         return
     sample_size = int(config.data.get("input_sentence_size", INPUT_SENTENCE_SIZE))
+    settings = corpus.ReadSettings.from_config(config.data)
     sources = corpus.list_sources(config.data.corpus)
     stats = corpus.CorpusStats()
     num_sentences = 0
 
     def sentences() -> Iterator[str]:
         nonlocal num_sentences
-        for sentence in corpus.sample_sentences(sources, sample_size, config.seed, stats):
+        for sentence in corpus.sample_sentences(sources, sample_size, config.seed, stats,
+                                                settings):
             num_sentences += 1
             yield sentence
 
