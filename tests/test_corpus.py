@@ -8,8 +8,15 @@ import pytest
 from etils import epath
 
 from albert_jax.data import corpus, dataset_settings
-from albert_jax.data.corpus import CorpusStats, demo, documents, iter_documents, lines, \
-    list_sources, read_documents
+from albert_jax.data.corpus import (
+    CorpusStats,
+    demo,
+    documents,
+    iter_documents,
+    lines,
+    list_sources,
+    read_documents,
+)
 
 
 def _write(path, data: bytes) -> str:

@@ -327,8 +327,8 @@ def _finalize(builder: AlbertPretraining, context: build_unit.BuildContext,
     if missing:
         raise RuntimeError(f"units {missing} of {builder.data_dir} were not built (the runner "
                            f"reported success): run the build again")
-    corpus_report = corpus.CorpusStats.merged(
-        manifest["corpus"] for manifest in manifests).report()
+    built = [manifest for manifest in manifests if manifest is not None]  # every one of them
+    corpus_report = corpus.CorpusStats.merged(manifest["corpus"] for manifest in built).report()
     splits = build_unit.SPLITS if settings.eval_fraction > 0 else ("train",)
     split_infos = []
     for split in splits:

@@ -25,6 +25,9 @@ from etils import epath
 
 from albert_jax.data import corpus
 from albert_jax.data import tokenizer as tokenizer_lib
+from albert_jax.data.corpus import (
+    ReadSettings,  # (the field `corpus` hides the module in the class)
+)
 from albert_jax.data.instances import SENTENCE_OBJECTIVES
 from albert_jax.errors import ConfigError
 
@@ -120,10 +123,10 @@ class DatasetSettings(tfds.core.BuilderConfig):
         return f"DatasetSettings({self.name}: {self.description})"
 
     @property
-    def read_settings(self) -> corpus.ReadSettings:
+    def read_settings(self) -> ReadSettings:
         """How the build reads the corpus."""
-        return corpus.ReadSettings(**{field.name: getattr(self, field.name)
-                                      for field in dataclasses.fields(corpus.ReadSettings)})
+        return ReadSettings(**{field.name: getattr(self, field.name)
+                               for field in dataclasses.fields(ReadSettings)})
 
     def as_dict(self) -> dict[str, Any]:
         """The fields above in order (not TFDS's own: name, version, ...), as a build stores
