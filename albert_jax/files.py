@@ -24,6 +24,7 @@ from google.api_core import exceptions
 # 30 s: an outage shorter than that costs a pause, not the run. (gcsfs, behind epath, retries
 # for about 30 s; tensorstore, behind Orbax, for minutes.)
 RETRY_SECONDS = 120
+RETRY_MAX_DELAY_SECONDS = 30.0
 
 
 def is_local(path: str | os.PathLike) -> bool:
@@ -123,8 +124,9 @@ def error_reason(error: BaseException) -> str:
 
 
 def retry_policy() -> Any:
-    """Backoff from 1 s to 30 s on a refused connection, a timeout, 429 and 5xx, for up to
-    RETRY_SECONDS: what every one of our Cloud Storage calls is given."""
+    """Backoff from 1 s to RETRY_MAX_DELAY_SECONDS on a refused connection, a timeout, 429 and
+    5xx, for up to RETRY_SECONDS: what every one of our Cloud Storage calls is given."""
     from google.cloud.storage import retry
 
-    return retry.DEFAULT_RETRY.with_delay(initial=1.0, maximum=30.0).with_timeout(RETRY_SECONDS)
+    return retry.DEFAULT_RETRY.with_delay(
+        initial=1.0, maximum=RETRY_MAX_DELAY_SECONDS).with_timeout(RETRY_SECONDS)

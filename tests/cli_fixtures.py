@@ -15,9 +15,11 @@ import multiprocessing
 import multiprocessing.forkserver
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Callable
 from unittest import mock
@@ -45,11 +47,17 @@ def cli(*arguments: str, timeout: int = 600,
 
 
 def start_cli(*arguments: str, environment: dict[str, str] | None = None,
-              **popen_options: Any) -> subprocess.Popen:
+              **popen_options: Any) -> subprocess.Popen | ForkedRun:
     """`albert-jax ARGUMENTS` started from the repository root and left running (to be killed,
-    or raced against another); as `cli`, on one CPU device unless `environment` says otherwise."""
-    return subprocess.Popen(CLI + list(arguments), cwd=REPO,
-                            env=environment or one_device_environment(), **popen_options)
+    or raced against another); as `cli`, on one CPU device unless `environment` says otherwise.
+
+    Forked from the server as `cli`'s runs are (a `ForkedRun`, killed as a process of its own
+    is) when `popen_options` only say where the output goes (`stdout`, `stderr`, `text`);
+    otherwise a `subprocess.Popen` of a fresh interpreter."""
+    environment = environment or one_device_environment()
+    if _forkable(environment) and set(popen_options) <= {"stdout", "stderr", "text"}:
+        return ForkedRun(list(arguments), environment, **popen_options)
+    return subprocess.Popen(CLI + list(arguments), cwd=REPO, env=environment, **popen_options)
 
 
 def one_device_environment() -> dict[str, str]:
@@ -122,17 +130,24 @@ def _forked(arguments: list[str], environment: dict[str, str],
         stderr_path.unlink(missing_ok=True)
 
 
-def _run_command_line(arguments: list[str], environment: dict[str, str], stdout_path: str,
-                      stderr_path: str) -> None:
-    """In the forked process: what `python -m albert_jax.cli ARGUMENTS` does, then what the
-    interpreter does at its exit (non-daemon threads joined, atexit functions run, output
-    flushed), and the exit with its status."""
+def _run_command_line(arguments: list[str], environment: dict[str, str],
+                      stdout: str | Connection, stderr: str | Connection) -> None:
+    """In the forked process: what `python -m albert_jax.cli ARGUMENTS` does, its output to the
+    file of that path or the pipe of that connection, then what the interpreter does at its exit
+    (non-daemon threads joined, atexit functions run, output flushed), and the exit with its
+    status."""
     os.environ.clear()
     os.environ.update(environment)
     os.chdir(REPO)
-    for descriptor, path in ((1, stdout_path), (2, stderr_path)):
-        with open(path, "wb") as file:
-            os.dup2(file.fileno(), descriptor)
+    for descriptor, target in ((1, stdout), (2, stderr)):
+        if isinstance(target, str):
+            with open(target, "wb") as file:
+                os.dup2(file.fileno(), descriptor)
+        else:
+            os.dup2(target.fileno(), descriptor)
+    for target in (stdout, stderr):
+        if isinstance(target, Connection) and not target.closed:
+            target.close()  # only 1 and 2 stay open onto the pipe, as in a Popen's child
     from albert_jax import cli as command_line
     sys.argv = [command_line.__file__, *arguments]
     status = 0
@@ -151,6 +166,81 @@ def _run_command_line(arguments: list[str], environment: dict[str, str], stdout_
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(status)
+
+
+class ForkedRun:
+    """A command-line run forked from the server and left running (`start_cli`): what tests use
+    of `subprocess.Popen` (pid, args, returncode, stdout, stderr, poll, wait, send_signal, kill,
+    terminate, communicate). `stdout` and `stderr` take None (this process's), PIPE, DEVNULL
+    and, for stderr, STDOUT, as Popen's do; a pipe is read as text when `text`."""
+
+    def __init__(self, arguments: list[str], environment: dict[str, str],
+                 stdout: int | None = None, stderr: int | None = None, text: bool = False):
+        self.args = CLI + arguments
+        self.returncode: int | None = None
+        self.stdout = self.stderr = None
+        ends: dict[str, Connection] = {}  # the child's end of each output
+        for name, option, own in (("stdout", stdout, 1), ("stderr", stderr, 2)):
+            if option == subprocess.STDOUT and name == "stderr":
+                ends[name] = ends["stdout"]
+            elif option == subprocess.PIPE:
+                read_end, write_end = os.pipe()
+                setattr(self, name, os.fdopen(read_end, "r" if text else "rb"))
+                ends[name] = Connection(write_end, readable=False)
+            elif option == subprocess.DEVNULL:
+                ends[name] = Connection(os.open(os.devnull, os.O_WRONLY), readable=False)
+            elif option is None:
+                ends[name] = Connection(os.dup(own), readable=False)
+            else:
+                raise ValueError(f"{name}={option!r}: a forked run takes None, PIPE, DEVNULL"
+                                 + (" or STDOUT" if name == "stderr" else ""))
+        self._process = _start_server().Process(
+            target=_run_command_line,
+            args=(arguments, environment, ends["stdout"], ends["stderr"]))
+        try:
+            self._process.start()
+        finally:
+            for end in {id(end): end for end in ends.values()}.values():
+                end.close()  # the child holds its own copies: a pipe ends when the child does
+        self.pid = self._process.pid
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = self._process.exitcode  # -N for a signal N, as Popen's
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        self._process.join(timeout)
+        if self.poll() is None:
+            raise subprocess.TimeoutExpired(self.args, timeout)
+        return self.returncode
+
+    def send_signal(self, signal_number: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, signal_number)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def communicate(self, timeout: float | None = None) -> tuple[Any, Any]:
+        """The rest of stdout and stderr (None where not a pipe), once the run has ended."""
+        outputs: dict[str, Any] = {}
+
+        def read_all(name: str, stream: Any) -> None:
+            outputs[name] = stream.read()
+
+        readers = [threading.Thread(target=read_all, args=(name, stream), daemon=True)
+                   for name, stream in (("stdout", self.stdout), ("stderr", self.stderr))
+                   if stream is not None]
+        for reader in readers:
+            reader.start()
+        self.wait(timeout)
+        for reader in readers:
+            reader.join()
+        return outputs.get("stdout"), outputs.get("stderr")
 
 
 def run_python_processes(scripts: list[str], environments: list[dict[str, str]],

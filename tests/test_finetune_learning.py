@@ -109,22 +109,24 @@ def finetune_from_scratch(config: str, workdir: Path, tokenizer: str, steps: int
 
 @pytest.mark.slow
 def test_pair_task_from_real_text_reaches_90_percent(spm_model, sentence_pools, tmp_path):
-    steps = 450
+    steps = 300
     data_path = write_clause_order_task(tmp_path, sentence_pools, num_train=steps * 32)
     best = finetune_from_scratch("configs/glue.py:task=mrpc,runlocal", tmp_path / "run",
                                  spm_model, steps, f"--config.data.path={data_path}")
-    assert best["accuracy"] > 0.90, best  # measured: 0.978 at step 450
+    # A 450-step run: 0.825 at step 150, 0.9725 at 200, 0.978 at 450.
+    assert best["accuracy"] > 0.90, best  # measured: 0.9775 at step 300
 
 
 @pytest.mark.slow
 def test_race_format_task_from_real_text_is_well_above_chance(spm_model, sentence_pools,
                                                               tmp_path):
-    steps = 300
+    steps = 100
     data_path = write_race_continuation_task(tmp_path, sentence_pools, num_train=steps * 32)
     best = finetune_from_scratch("configs/race.py:runlocal", tmp_path / "run", spm_model, steps,
                                  f"--config.data.path={data_path}", "--config.max_qa_length=32")
     # Chance is 25 %; ruling out the two first-half distractors alone gives 50 % (measured: 51.5 %).
-    # Measured at step 300: 0.555 (middle 0.57, high 0.54).
+    # A 300-step run was there by step 50 (0.54; 0.49-0.56 from then to step 300).
+    # Measured at step 100: 0.615 (middle 0.61, high 0.62).
     assert best["accuracy"] > 0.40, best
     assert min(best["accuracy_middle"], best["accuracy_high"]) > 0.35, best
     assert (tmp_path / "run" / "best" / str(best["step"])).is_dir()
