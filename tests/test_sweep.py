@@ -15,6 +15,7 @@ from unittest import mock
 
 import optuna
 import pytest
+from cli_fixtures import cli, start_cli
 
 from albert_jax.cli import check_command_line
 from albert_jax.data import tokenizer as tokenizer_lib
@@ -22,7 +23,6 @@ from albert_jax.errors import ConfigError
 from albert_jax.finetune.demo import demo_sentences
 from albert_jax.finetune.sweep import plan as plan_lib
 from albert_jax.finetune.sweep import study as study_lib
-from cli_fixtures import cli, start_cli
 
 GOOD_LR, OTHER_LR, BAD_LR = 3e-3, 1e-3, 1e-6
 TOTAL_STEPS = 40
@@ -239,6 +239,6 @@ def test_the_plan_grid_ranges_and_trial_flags(task_flags):
 
 
 def test_without_optuna_one_line_says_how_to_install_it():
-    with mock.patch.dict(sys.modules, {"optuna": None}):
-        with pytest.raises(ImportError, match=r"pip install 'albert-jax\[sweep\]'"):
-            study_lib.optuna_module()
+    with (mock.patch.dict(sys.modules, {"optuna": None}),
+          pytest.raises(ImportError, match=r"pip install 'albert-jax\[sweep\]'")):
+        study_lib.optuna_module()
