@@ -16,11 +16,13 @@ from unittest import mock
 import optuna
 import pytest
 from cli_fixtures import cli, start_cli
+from etils import epath
 
 from albert_jax.cli import check_command_line
 from albert_jax.data import tokenizer as tokenizer_lib
 from albert_jax.errors import ConfigError
 from albert_jax.finetune.demo import demo_sentences
+from albert_jax.finetune.sweep import pictures
 from albert_jax.finetune.sweep import plan as plan_lib
 from albert_jax.finetune.sweep import study as study_lib
 
@@ -242,3 +244,18 @@ def test_without_optuna_one_line_says_how_to_install_it():
     with (mock.patch.dict(sys.modules, {"optuna": None}),
           pytest.raises(ImportError, match=r"pip install 'albert-jax\[sweep\]'")):
         study_lib.optuna_module()
+
+
+def test_two_list_dimensions_make_a_heat_map(task_flags, tmp_path):
+    plan = _plan(task_flags, "--config.sweep.space={'optim.lr': [1e-5, 2e-5], 'batch_size': [8, 16]}")
+    rows = [{"params": {"optim.lr": lr, "batch_size": batch}, "folders": [],
+             "runs": [{"seed": 12345, "folder": "trials/0", "value": value, "step": 8}],
+             "objective": value}
+            for (lr, batch), value in zip([(1e-5, 8), (1e-5, 16), (2e-5, 8)], [0.5, 0.75, 0.25])]
+    written = pictures.write_pictures(plan, rows, epath.Path(tmp_path))
+    assert [Path(path).name for path in written] == [
+        "sweep_grid.png", "sweep_seeds.png", "sweep_curves.png"]
+    from matplotlib import image
+    heat = image.imread(tmp_path / "sweep_grid.png")[..., :3]
+    # a heat map with a colour bar: many colours, not a blank figure
+    assert heat.shape[0] > 100 and len({tuple(pixel) for pixel in heat.reshape(-1, 3)}) > 50
