@@ -5,6 +5,7 @@ median pruner stopping a learning rate that learns nothing; a diverging trial re
 the pictures; one line for each bad input, with nothing started."""
 import csv
 import json
+import os
 import random
 import signal
 import statistics
@@ -70,9 +71,9 @@ def _records(run_dir: Path) -> list[dict]:
             for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
-def _held_trial(workdir: Path, pid: int) -> Path | None:
-    """The folder of the trial that process `pid` runs, once it has saved a checkpoint and
-    is not yet done."""
+def _running_trial(workdir: Path) -> tuple[Path, int] | None:
+    """The folder of a trial that has saved a checkpoint and is not yet done, and the pid of
+    the worker that runs it."""
     for lock in workdir.glob("trials/*/trial.lock"):
         try:
             holder = json.loads(lock.read_text())["pid"]
@@ -81,8 +82,8 @@ def _held_trial(workdir: Path, pid: int) -> Path | None:
         folder = lock.parent
         steps = [int(path.name) for path in (folder / "checkpoints").glob("*")
                  if path.name.isdigit()]
-        if holder == pid and steps and max(steps) < TOTAL_STEPS:
-            return folder
+        if steps and max(steps) < TOTAL_STEPS:
+            return folder, holder
     return None
 
 
@@ -91,25 +92,26 @@ def test_two_workers_a_killed_one_and_a_rerun_run_every_grid_point_once(task_fla
     workdir = tmp_path / "sweep"
     sweep = ["sweep", *task_flags, f"--workdir={workdir}", "--config.sweep.seeds=2",
              f"--config.sweep.space={{'optim.lr': [{GOOD_LR}, {OTHER_LR}, {BAD_LR}]}}"]
-    logs = [open(tmp_path / f"worker{index}.log", "w") for index in range(2)]  # noqa: SIM115
-    workers = [start_cli(*sweep, stdout=log, stderr=log) for log in logs]
-    try:
-        deadline = time.monotonic() + 300
-        killed = None
-        while killed is None and time.monotonic() < deadline:
-            killed = _held_trial(workdir, workers[0].pid)
-            time.sleep(0.05)
-        assert killed is not None, (tmp_path / "worker0.log").read_text()[-3000:]
-        workers[0].send_signal(signal.SIGKILL)  # its finetune process dies with it
-        workers[0].wait()
-        steps_when_killed = max(record["step"] for record in _records(killed))
-        assert workers[1].wait(timeout=600) == 0, (tmp_path / "worker1.log").read_text()[-3000:]
-    finally:
-        for worker in workers:
-            worker.kill()
-            worker.wait()
-        for log in logs:
-            log.close()
+    with (tmp_path / "sweep.log").open("w") as log:
+        command = start_cli(*sweep, "--workers=2", stdout=log, stderr=log)
+        try:
+            deadline = time.monotonic() + 300
+            running = None
+            while running is None and time.monotonic() < deadline:
+                running = _running_trial(workdir)
+                time.sleep(0.05)
+            assert running is not None, (tmp_path / "sweep.log").read_text()[-3000:]
+            killed, worker = running
+            assert worker != command.pid  # a worker process of the command
+            os.kill(worker, signal.SIGKILL)  # its finetune process dies with it
+            steps_when_killed = max(record["step"] for record in _records(killed))
+            # The other worker runs the rest, the killed one's trial too; the command says
+            # that a worker stopped.
+            assert command.wait(timeout=900) == 1
+        finally:
+            command.kill()
+            command.wait()
+    assert "1 of 2 workers stopped" in (tmp_path / "sweep.log").read_text()
     assert steps_when_killed < TOTAL_STEPS
     rerun = cli(*sweep)
     assert rerun.returncode == 0, rerun.stderr[-3000:]

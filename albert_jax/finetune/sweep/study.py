@@ -23,6 +23,7 @@ import contextlib
 import fcntl
 import json
 import multiprocessing
+import multiprocessing.connection
 import os
 import re
 import time
@@ -57,7 +58,9 @@ def optuna_module() -> Any:
         import optuna
     except ImportError:
         raise ImportError("albert-jax sweep needs Optuna: pip install 'albert-jax[sweep]'") from None
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    # Errors only: the sweep prints a line per trial itself (Optuna would add a traceback to a
+    # diverged trial's).
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     return optuna
 
@@ -318,8 +321,14 @@ def run_sweep(config: ml_collections.ConfigDict, config_args: list[str], workdir
                      for _ in range(workers)]
         for process in processes:
             process.start()
-        for process in processes:
-            process.join()
+        running = list(processes)
+        while running:
+            # Each worker is joined as soon as it ends: a killed one must not linger as a
+            # zombie, whose pid would still look alive to the others' check of its trial lock.
+            ended = multiprocessing.connection.wait([process.sentinel for process in running])
+            for process in [process for process in running if process.sentinel in ended]:
+                process.join()
+                running.remove(process)
         failed = [process.exitcode for process in processes if process.exitcode]
         if failed:
             raise SweepStopped(f"{len(failed)} of {workers} workers stopped with an error "
