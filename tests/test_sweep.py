@@ -112,6 +112,7 @@ def test_two_workers_a_killed_one_and_a_rerun_run_every_grid_point_once(task_fla
             command.kill()
             command.wait()
     assert "1 of 2 workers stopped" in (tmp_path / "sweep.log").read_text()
+    assert (workdir / "sweep.md").exists()  # written before the command said so
     assert steps_when_killed < TOTAL_STEPS
     rerun = cli(*sweep)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
