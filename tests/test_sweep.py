@@ -230,6 +230,15 @@ def test_the_plan_grid_ranges_and_trial_flags(task_flags):
     assert (tpe.sampler, tpe.trials, tpe.dimensions[0].kind) == ("tpe", 5, "loguniform")
     assert plan_lib.trial_flags(tpe, {"optim.lr": 3e-5}) == [
         "--config.optim.lr=3e-05", "--config.seed=7", "--config.seeds=2"]
+    # The same command with another log interval or storage joins the same study; another
+    # grid or step count makes another.
+    same = [_plan(task_flags, "--config.sweep.space={'optim.lr': [1e-5, 2e-5]}", *flags).study_name
+            for flags in ([], ["--config.log_every_steps=3"],
+                          ["--config.sweep.storage=sqlite:////tmp/x.db"])]
+    other = [_plan(task_flags, "--config.sweep.space={'optim.lr': [1e-5, 3e-5]}").study_name,
+             _plan(task_flags, "--config.sweep.space={'optim.lr': [1e-5, 2e-5]}",
+                   "--config.total_steps=7").study_name]
+    assert len(set(same)) == 1 and not set(other) & set(same) and other[0] != other[1]
     for flags, message in (
             (["--config.sweep.space={'optim.lr': 'uniform:0:1'}"], "needs sweep.trials"),
             (["--config.sweep.space={'optim.lr': 'uniform:0:1'}", "--config.sweep.sampler=grid"],
