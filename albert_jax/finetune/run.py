@@ -153,13 +153,20 @@ def _shortest_first(features: dict[str, np.ndarray],
 
 
 def is_finetuning_workdir(path: str) -> bool:
-    """Whether `path` is a workdir of `albert-jax finetune` (its config.json names a task)."""
+    """Whether `path` is a workdir of `albert-jax finetune` (its config.json names a task), or
+    of `albert-jax sweep` (best_trial.json names its best run)."""
+    if (epath.Path(path) / workdir_names.BEST_TRIAL_FILE).exists():
+        return True
     config_path = epath.Path(path) / workdir_names.CONFIG_FILE
     return config_path.exists() and bool(json.loads(config_path.read_bytes()).get("task"))
 
 
 def _run_dir(workdir: epath.Path) -> epath.Path:
-    """The run to use: the workdir, or with several seeds the seed with the best dev score."""
+    """The run to use: the workdir, or with several seeds the seed with the best dev score;
+    of a sweep's workdir, the best run of its best configuration (best_trial.json)."""
+    best_trial = workdir / workdir_names.BEST_TRIAL_FILE
+    if best_trial.exists():
+        return _run_dir(workdir / json.loads(best_trial.read_bytes())["folder"])
     if not (workdir / workdir_names.CONFIG_FILE).exists():
         raise FileNotFoundError(
             f"{workdir / workdir_names.CONFIG_FILE} does not exist: --workdir must be a "
