@@ -22,6 +22,8 @@
                              (a finished run for serving: ONNX Runtime, or JAX alone)
   albert-jax ablate          --table=3|4|5|11|12 --workdir=DIR [--scale=demo|paper] [--seeds=N]
                              [--config.KEY=VALUE ...]   (a paper ablation table, every row)
+  albert-jax sweep           --config=configs/glue.py:task=rte --config.sweep.space="{...}"
+                             --workdir=DIR [--workers=N]   (a fine-tuning sweep on Optuna)
 """
 from __future__ import annotations
 
@@ -44,8 +46,8 @@ from albert_jax import ablation, config as config_lib, distributed, file_lock, p
 from albert_jax.convert import formats, serving, tokenizer_files
 from albert_jax.convert.huggingface import FinetunedHead
 from albert_jax.data import builder, dataset_settings, inspection, shard_copy, tokenizer
-from albert_jax.errors import ConfigError
-from albert_jax.finetune import registry, run as finetune_run
+from albert_jax.errors import ConfigError, SweepStopped
+from albert_jax.finetune import registry, run as finetune_run, sweep
 from albert_jax.finetune.squad import official_eval as squad_eval
 from albert_jax.train import checkpoint, integrity, loop, plan as plan_lib
 from albert_jax.train import sharding, workdir as workdir_names
@@ -306,6 +308,22 @@ def _ablate() -> None:
     ablation.run_table(configs, workdir, _SEEDS.value)
 
 
+_WORKERS = flags.DEFINE_integer("workers", 1, "sweep: worker processes started on this machine, "
+                                "each running one trial at a time (e.g. one per accelerator).",
+                                lower_bound=1)
+
+
+def _sweep() -> None:
+    """A study of fine-tuning runs (finetune/sweep/): every trial an `albert-jax finetune` of
+    the command line's config with the trial's values, in W/trials/<number>/."""
+    config, workdir = _need(_CONFIG, "sweep"), _need(_WORKDIR, "sweep")
+    config_flag = flags.FLAGS["config"]
+    config_args = [f"--config={config_flag.config_filename}"] + [
+        sweep.override_flag(key, value)
+        for key, value in config_flags.get_override_values(config_flag).items()]
+    sweep.run_sweep(config, config_args, workdir, _WORKERS.value)
+
+
 def _with_ablation_config(words: list[str], args: list[str]) -> list[str]:
     """`ablate` reads configs/ablation.py unless --config names another file, so that
     --config.KEY=VALUE overrides work without a --config flag."""
@@ -328,6 +346,7 @@ COMMANDS: dict[tuple[str, ...], Callable[[], None]] = {
     ("convert",): _convert,
     ("export",): _export,
     ("ablate",): _ablate,
+    ("sweep",): _sweep,
 }
 
 
@@ -349,6 +368,7 @@ COMMAND_FLAGS: dict[tuple[str, ...], tuple[str, ...]] = {
     ("convert",): ("from", "to", "path", "config_path", "output"),
     ("export",): ("workdir", "format", "output"),
     ("ablate",): ("config", "table", "scale", "seeds", "workdir"),
+    ("sweep",): ("config", "workdir", "workers"),
 }
 
 
@@ -480,7 +500,7 @@ def _run(command: Callable[[], None], name: str) -> None:
         command()
     except (ConfigError, loop.TrainingDiverged, ValueError, OSError,  # OSError: disk, paths
             ImportError,  # an extra that is not installed: the message names it
-            file_lock.LockHeld) as error:
+            file_lock.LockHeld, SweepStopped) as error:
         if os.environ.get("ALBERT_JAX_TRACEBACK"):
             raise
         sys.exit(f"albert-jax {name}: error: {error}\n"

@@ -174,7 +174,28 @@ def finetune_config(args: ml_collections.ConfigDict) -> ml_collections.ConfigDic
     config.checkpoint_every_steps = 100
     config.keep_checkpoints = 2
     add_watching(config)
+    config.sweep = sweep_settings()
     return config
+
+
+def sweep_settings() -> ml_collections.ConfigDict:
+    """The `sweep` block of every fine-tuning config: what `albert-jax sweep` searches
+    (docs/sweeps.md; finetune/sweep/). A plain `finetune` ignores it."""
+    sweep = ml_collections.ConfigDict()
+    # A dict (as Python or JSON text) of config key -> a list of values (a grid) or a range
+    # "loguniform:LOW:HIGH", "uniform:LOW:HIGH", "int:LOW:HIGH", e.g.
+    # "{'optim.lr': [1e-5, 2e-5, 3e-5], 'batch_size': [16, 32]}".
+    sweep.space = ""
+    sweep.seeds = 1  # every configuration runs with seeds seed .. seed+seeds-1
+    sweep.sampler = ""  # grid | tpe | random; "": grid when every dimension is a list, else tpe
+    sweep.trials = 0  # tpe, random: the configurations to try (grid: the whole grid)
+    sweep.pruner = "none"  # none | median | hyperband: fed the dev metric at every evaluation
+    sweep.metric = ""  # a dev metric as `evaluate` reports it; "": the task's selection metric
+    sweep.objective = "median"  # median | mean over the seeds of a configuration
+    # "": an Optuna journal file in the sweep's workdir (one machine); or a database URL
+    # (postgresql://user:password@host/db) that workers on many machines share.
+    sweep.storage = ""
+    return sweep
 
 
 def shrink_finetune_config(config: ml_collections.ConfigDict) -> None:

@@ -7,3 +7,7 @@ so every message names the file, key or value at fault and says what to do.
 
 class ConfigError(ValueError):
     """A config value that cannot work; the message names the key and the value."""
+
+
+class SweepStopped(RuntimeError):
+    """Workers of `albert-jax sweep` stopped with an error; rerunning the command continues."""

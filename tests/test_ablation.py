@@ -94,7 +94,7 @@ def test_demo_row_parameter_count(table: int, row: str) -> None:
 
 
 def _flat(config) -> dict:
-    return {key: value for key, value in loop._flatten(json.loads(config_lib.to_json(config))).items()
+    return {key: value for key, value in loop.flatten(json.loads(config_lib.to_json(config))).items()
             if not key.startswith("ablation.")}
 
 

@@ -157,7 +157,11 @@ def is_finetuning_workdir(path: str) -> bool:
 
 
 def _run_dir(workdir: epath.Path) -> epath.Path:
-    """The run to use: the workdir, or with several seeds the seed with the best dev score."""
+    """The run to use: the workdir, or with several seeds the seed with the best dev score;
+    of a sweep's workdir, the best run of its best configuration (best_trial.json)."""
+    best_trial = workdir / workdir_names.BEST_TRIAL_FILE
+    if best_trial.exists():
+        return _run_dir(workdir / json.loads(best_trial.read_bytes())["folder"])
     if not (workdir / workdir_names.CONFIG_FILE).exists():
         raise FileNotFoundError(
             f"{workdir / workdir_names.CONFIG_FILE} does not exist: --workdir must be a "

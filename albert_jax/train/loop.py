@@ -37,18 +37,19 @@ RESUMABLE_CHANGES = ("total_steps", "mesh", "log_every_steps", "eval_every_steps
                      "eval_batch_size", "checkpoint_every_steps", "keep_checkpoints",
                      "compute_dtype", "num_microbatches", "init_from", "data.prefetch",
                      "data.local_dir", "length_buckets", "model_overrides.attention_impl",
-                     "report_to", "mlflow", "wandb", "profile")
+                     "report_to", "mlflow", "wandb", "profile", "sweep")
 
 
 class TrainingDiverged(RuntimeError):
     """The loss became NaN or Inf; the last good checkpoint is kept."""
 
 
-def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested dict as one level of dotted keys: {"optim": {"lr": x}} -> {"optim.lr": x}."""
     flat = {}
     for key, value in tree.items():
         if isinstance(value, dict):
-            flat.update(_flatten(value, f"{prefix}{key}."))
+            flat.update(flatten(value, f"{prefix}{key}."))
         else:
             flat[f"{prefix}{key}"] = value
     return flat
@@ -61,8 +62,8 @@ def check_workdir_config(config: ml_collections.ConfigDict, workdir: epath.Path)
     path = workdir / workdir_names.CONFIG_FILE
     if not path.exists():
         return
-    old_flat = _flatten(json.loads(path.read_text()))
-    new_flat = _flatten(json.loads(config_lib.to_json(config)))
+    old_flat = flatten(json.loads(path.read_text()))
+    new_flat = flatten(json.loads(config_lib.to_json(config)))
     changed = sorted(
         key for key in set(old_flat) | set(new_flat)
         if old_flat.get(key) != new_flat.get(key)
@@ -238,7 +239,7 @@ def _train(config: ml_collections.ConfigDict, workdir: epath.Path,
         total_steps=config.total_steps, batch_size=config.batch_size,
         peak_flops=flops.peak_flops_per_device(config.compute_dtype) * jax.device_count())
     writer = reporting.open_writer(config, workdir, progress, step, task.console_line,
-                                   hparams=_flatten(config.to_dict()))  # after the truncation
+                                   hparams=flatten(config.to_dict()))  # after the truncation
     profiler = reporting.StepProfiler(config, workdir, start_step=step)
 
     # --- Loop ---

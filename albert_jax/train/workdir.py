@@ -22,6 +22,8 @@
   <workdir>/wandb/               report_to=wandb, local workdir: W&B's run folders
   <workdir>/predictions/<split>/ `albert-jax evaluate`: prediction files and metrics.json
   <workdir>/run.lock             held while a run uses the workdir (train/workdir_lock.py)
+  <workdir>/best_trial.json      `albert-jax sweep`: the best configuration and the folder of its
+                                 best run (trials/<n>/), which evaluate, predict and export use
 """
 from __future__ import annotations
 
@@ -46,6 +48,7 @@ WANDB_SUBDIR = "wandb"
 PREDICTIONS_SUBDIR = "predictions"
 SCORES_FILE = "metrics.json"  # in predictions/<split>/: the scores of one evaluate or predict
 LOCK_FILE = "run.lock"
+BEST_TRIAL_FILE = "best_trial.json"
 
 
 def seed_dir(workdir: str | epath.Path, seed: int) -> epath.Path:
