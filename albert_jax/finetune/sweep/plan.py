@@ -26,6 +26,9 @@ RANGES = ("loguniform", "uniform", "int")
 SEED = "seed"  # the grid's seed dimension (a grid trial is one configuration x one seed)
 # Keys a trial's values may not set: the sweep sets the seeds, and the sweep block is its own.
 _RESERVED = ("seed", "seeds", "sweep")
+# Sweep settings that do not change what the trials compute: machines that differ in them join
+# the same study.
+_HOW_A_SWEEP_RUNS = ("sweep.storage", "sweep.heartbeat_seconds")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,7 +55,8 @@ class SweepPlan:
     """The checked sweep: its dimensions, the seeds every configuration runs with, the
     sampler, `trials` (configurations: a grid's size, or sweep.trials), the pruner, the dev
     `metric` (on `split`) that `objective` (median | mean over seeds) is taken of, the storage
-    URL ("" = a journal file in the workdir) and the study's name."""
+    URL ("" = a journal file in the workdir), a database's `heartbeat_seconds` and the study's
+    name."""
     dimensions: tuple[Dimension, ...]
     seeds: tuple[int, ...]
     sampler: str
@@ -62,6 +66,7 @@ class SweepPlan:
     split: str
     objective: str
     storage: str
+    heartbeat_seconds: int
     study_name: str
     eval_every_steps: int
     total_steps: int
@@ -163,7 +168,7 @@ def study_name(config: ml_collections.ConfigDict) -> str:
     again, or on another machine, joins the same study."""
     flat = loop.flatten(config.to_dict())
     kept = {key: value for key, value in flat.items()
-            if key.startswith("sweep.") and key != "sweep.storage"
+            if key.startswith("sweep.") and key not in _HOW_A_SWEEP_RUNS
             or not any(key == skip or key.startswith(skip + ".")
                        for skip in loop.RESUMABLE_CHANGES)}
     digest = hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()
@@ -205,6 +210,9 @@ def read_plan(config: ml_collections.ConfigDict) -> SweepPlan:
     if settings.pruner not in PRUNERS:
         raise ConfigError(f"config sweep.pruner={settings.pruner!r}: choose one of "
                           f"{', '.join(PRUNERS)}")
+    if settings.heartbeat_seconds < 1:
+        raise ConfigError(f"config sweep.heartbeat_seconds={settings.heartbeat_seconds}: give 1 "
+                          "or more (seconds between a database worker's heartbeats)")
     if settings.objective not in OBJECTIVES:
         raise ConfigError(f"config sweep.objective={settings.objective!r}: choose one of "
                           f"{', '.join(OBJECTIVES)}")
@@ -220,7 +228,8 @@ def read_plan(config: ml_collections.ConfigDict) -> SweepPlan:
         dimensions=dimensions, seeds=tuple(range(config.seed, config.seed + settings.seeds)),
         sampler=sampler, trials=trials, pruner=settings.pruner, metric=metric,
         split=selection.split if selection is not None else "dev",
-        objective=settings.objective, storage=settings.storage, study_name=study_name(config),
+        objective=settings.objective, storage=settings.storage,
+        heartbeat_seconds=settings.heartbeat_seconds, study_name=study_name(config),
         eval_every_steps=config.eval_every_steps, total_steps=config.total_steps)
 
 

@@ -3,8 +3,8 @@ decides which trial a worker runs and finds the trials of workers that died.
 
 Storage: `sweep.storage` empty -> an Optuna journal file, W/sweep.journal (one machine); else a
 database URL (RDBStorage) that workers on several machines share, with Optuna's heartbeat: a
-trial whose worker stopped beating for GRACE_SECONDS is failed and queued again by Optuna's
-RetryHeartbeatStaleTrialCallback. A journal file has no heartbeat, so the sweep keeps its own
+trial whose worker missed BEATS_MISSED beats (config sweep.heartbeat_seconds) is failed and
+queued again by Optuna's RetryHeartbeatStaleTrialCallback. A journal file has no heartbeat, so the sweep keeps its own
 books there: the worker running a trial holds the lock file W/trials/<n>/trial.lock
 (file_lock.py: taken over when its holder is gone), and every worker takes the next trial under
 W/sweep.lock (an OS file lock, released by the kernel when its holder dies) until it holds the
@@ -43,8 +43,7 @@ SECTION_LOCK_FILE = "sweep.lock"
 RECORD_FILE = "sweep.json"  # the study's name and storage, so a rerun joins the same study
 TRIALS_SUBDIR = "trials"
 TRIAL_LOCK_FILE = "trial.lock"
-HEARTBEAT_SECONDS = 60  # a database's heartbeat (Optuna); a trial is stale after GRACE_SECONDS
-GRACE_SECONDS = 180
+BEATS_MISSED = 3  # a database's trial is stale when its worker missed this many heartbeats
 MAX_RETRIES = 3
 POLL_SECONDS = 2.0  # a worker with nothing to start looks again for stale trials this often
 
@@ -77,7 +76,8 @@ def open_storage(plan: SweepPlan, workdir: str) -> Any:
         return optuna.storages.JournalStorage(backend)
     try:
         return optuna.storages.RDBStorage(
-            plan.storage, heartbeat_interval=HEARTBEAT_SECONDS, grace_period=GRACE_SECONDS,
+            plan.storage, heartbeat_interval=plan.heartbeat_seconds,
+            grace_period=BEATS_MISSED * plan.heartbeat_seconds,
             heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(
                 max_retry=MAX_RETRIES))
     except Exception as error:  # noqa: BLE001 - SQLAlchemy's and the drivers' errors are many
