@@ -90,6 +90,11 @@ def _number(value: Any) -> str:
     return "" if value is None else f"{value:.4f}" if isinstance(value, float) else str(value)
 
 
+def _value(value: Any) -> str:
+    """A configuration's value as written in the space (1e-05, not 0.0000)."""
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
 def _csv(plan: SweepPlan, rows: list[dict[str, Any]]) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
@@ -115,7 +120,7 @@ def _markdown(plan: SweepPlan, rows: list[dict[str, Any]]) -> str:
     for index, row in enumerate(rows):
         mark = " **best**" if index == 0 and "objective" in row else ""
         lines.append("| " + " | ".join([
-            *(_number(row["params"][key]) for key in keys), f"{len(row['runs'])}{mark}",
+            *(_value(row["params"][key]) for key in keys), f"{len(row['runs'])}{mark}",
             *(_number(row.get(stat)) for stat in STATS), _number(row.get("best_step")),
             str(row["failed"]), str(row["pruned"]), ", ".join(row["folders"])]) + " |")
     failures = [failure for row in rows for failure in row["failures"]]

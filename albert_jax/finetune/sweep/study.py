@@ -252,12 +252,16 @@ def _objective(plan: SweepPlan, config_args: list[str], workdir: str, journal: b
         folder.mkdir(parents=True, exist_ok=True)
         lock = _take_trial_lock(folder / TRIAL_LOCK_FILE, journal)
         section.release()
+        values = ", ".join(f"{key}={value}" for key, value in params.items())
+        print(f"trial {trial.number} ({values}) in {TRIALS_SUBDIR}/{number}", flush=True)
         try:
             trial.set_user_attr("folder", f"{TRIALS_SUBDIR}/{number}")
             runs = trial_lib.run_trial(trial, plan, config_args, params, folder, workdir)
         finally:
             lock.release()
-        return results.objective_value(plan, [run["value"] for run in runs])
+        value = results.objective_value(plan, [run["value"] for run in runs])
+        print(f"trial {trial.number} ({values}): dev {plan.metric} {value:.4f}", flush=True)
+        return value
 
     return objective
 

@@ -117,6 +117,8 @@ def run_trial(trial: Any, plan: SweepPlan, config_args: list[str], params: dict[
                     if not finished and trial.should_prune():
                         process.send_signal(signal.SIGTERM)  # a checkpoint, then the end
                         process.wait()
+                        print(f"trial {trial.number}: pruned at step {step} (dev {plan.metric} "
+                              f"{value:.4f})", flush=True)
                         raise optuna.TrialPruned(f"dev {plan.metric} {value:.4f} at step {step}")
             if finished:
                 break
@@ -129,6 +131,7 @@ def run_trial(trial: Any, plan: SweepPlan, config_args: list[str], params: dict[
     if process.returncode != 0:
         reason = output.reason()
         trial.set_user_attr("failure", reason)
+        print(f"trial {trial.number}: failed: {reason}", flush=True)
         raise TrialFailed(reason)
     runs = trial_runs(plan, folder, workdir)
     trial.set_user_attr("runs", runs)
