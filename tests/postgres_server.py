@@ -99,7 +99,7 @@ class PostgresServer:
                   f"--username={SUPERUSER}", name)
         return self.url(name)
 
-    def __enter__(self) -> "PostgresServer":
+    def __enter__(self) -> PostgresServer:
         self.start()
         return self
 
@@ -123,7 +123,8 @@ class PostgresServer:
         if self._user is not None:
             command = ["runuser", "-u", self._user.pw_name, "--", *command]
         # The server's user may not be able to enter the caller's folder.
-        done = subprocess.run(command, cwd=self._root or "/", capture_output=True, text=True)
+        done = subprocess.run(command, cwd=self._root or "/", capture_output=True, text=True,
+                              check=False)
         if check and done.returncode != 0:
             raise RuntimeError(f"{program} failed ({done.returncode}): {done.stderr.strip()}")
         return done
