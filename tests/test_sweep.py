@@ -14,13 +14,20 @@ from unittest import mock
 
 import optuna
 import pytest
+from cli_fixtures import cli, start_cli
+from etils import epath
+from sweep_fixtures import (
+    TOTAL_STEPS,
+    classification_task_flags,
+    held_trial,
+    run_records,
+)
 
 from albert_jax.cli import check_command_line
 from albert_jax.errors import ConfigError
+from albert_jax.finetune.sweep import pictures
 from albert_jax.finetune.sweep import plan as plan_lib
 from albert_jax.finetune.sweep import study as study_lib
-from cli_fixtures import cli, start_cli
-from sweep_fixtures import TOTAL_STEPS, classification_task_flags, held_trial, run_records
 
 GOOD_LR, OTHER_LR, BAD_LR = 3e-3, 1e-3, 1e-6
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -114,7 +121,8 @@ def test_two_workers_a_killed_one_and_a_rerun_run_every_grid_point_once(task_fla
     assert result.returncode == 0, result.stderr[-3000:]
     scores = json.loads((workdir / "predictions/dev/metrics.json").read_text())
     best_run = json.loads((workdir / best["folder"] / "best.json").read_text())
-    assert scores["dev"]["accuracy"] == pytest.approx(best_run["accuracy"])
+    assert (scores["step"], scores["accuracy"]) == (best_run["step"],
+                                                    pytest.approx(best_run["accuracy"]))
 
 
 @pytest.mark.slow
@@ -193,6 +201,21 @@ def test_the_plan_grid_ranges_and_trial_flags(task_flags):
 
 
 def test_without_optuna_one_line_says_how_to_install_it():
-    with mock.patch.dict(sys.modules, {"optuna": None}):
-        with pytest.raises(ImportError, match=r"pip install 'albert-jax\[sweep\]'"):
-            study_lib.optuna_module()
+    with (mock.patch.dict(sys.modules, {"optuna": None}),
+          pytest.raises(ImportError, match=r"pip install 'albert-jax\[sweep\]'")):
+        study_lib.optuna_module()
+
+
+def test_two_list_dimensions_make_a_heat_map(task_flags, tmp_path):
+    plan = _plan(task_flags, "--config.sweep.space={'optim.lr': [1e-5, 2e-5], 'batch_size': [8, 16]}")
+    rows = [{"params": {"optim.lr": lr, "batch_size": batch}, "folders": [],
+             "runs": [{"seed": 12345, "folder": "trials/0", "value": value, "step": 8}],
+             "objective": value}
+            for (lr, batch), value in zip([(1e-5, 8), (1e-5, 16), (2e-5, 8)], [0.5, 0.75, 0.25])]
+    written = pictures.write_pictures(plan, rows, epath.Path(tmp_path))
+    assert [Path(path).name for path in written] == [
+        "sweep_grid.png", "sweep_seeds.png", "sweep_curves.png"]
+    from matplotlib import image
+    heat = image.imread(tmp_path / "sweep_grid.png")[..., :3]
+    # a heat map with a colour bar: many colours, not a blank figure
+    assert heat.shape[0] > 100 and len({tuple(pixel) for pixel in heat.reshape(-1, 3)}) > 50

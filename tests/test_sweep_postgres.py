@@ -11,10 +11,15 @@ import time
 
 import optuna
 import pytest
+from cli_fixtures import start_cli
+from sweep_fixtures import (
+    TOTAL_STEPS,
+    classification_task_flags,
+    held_trial,
+    run_records,
+)
 
 from albert_jax.finetune.sweep import study as study_lib
-from cli_fixtures import start_cli
-from sweep_fixtures import TOTAL_STEPS, classification_task_flags, held_trial, run_records
 
 
 def test_two_processes_share_one_study_on_the_server(postgres_url):

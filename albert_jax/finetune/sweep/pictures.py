@@ -117,7 +117,7 @@ def _curves(pyplot: Any, plan: SweepPlan, rows: list[dict[str, Any]], root: epat
     axes.set_xlabel("step")
     axes.set_ylabel(f"dev {plan.metric}")
     axes.set_title("dev curves of every trial")
-    if len(axes.lines) <= 12:
+    if 0 < len(axes.lines) <= 12:
         axes.legend(fontsize="x-small")
     return figure
 

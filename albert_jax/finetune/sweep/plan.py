@@ -17,6 +17,7 @@ import ml_collections
 
 from albert_jax.errors import ConfigError
 from albert_jax.finetune.core import registry
+from albert_jax.finetune.core.task import FinetuneTask
 from albert_jax.train import loop
 
 SAMPLERS = ("grid", "tpe", "random")
@@ -216,7 +217,7 @@ def read_plan(config: ml_collections.ConfigDict) -> SweepPlan:
     if settings.objective not in OBJECTIVES:
         raise ConfigError(f"config sweep.objective={settings.objective!r}: choose one of "
                           f"{', '.join(OBJECTIVES)}")
-    task_class = registry.get(config.task)
+    task_class: type[FinetuneTask] = registry.get(config.task)
     task_class.validate_config(config)  # e.g. the data: one line now, not one per trial
     metric = settings.metric or task_class.selection_metric(config)
     names = task_class.metric_names(config)

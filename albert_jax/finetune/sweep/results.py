@@ -110,10 +110,10 @@ def _csv(plan: SweepPlan, rows: list[dict[str, Any]]) -> str:
 
 def _markdown(plan: SweepPlan, rows: list[dict[str, Any]]) -> str:
     keys = [dimension.key for dimension in plan.dimensions]
-    lines = [f"# Sweep {plan.study_name}", "",
-             f"Dev {plan.metric} ({plan.split}) of each configuration over seeds "
-             f"{', '.join(map(str, plan.seeds))}; the best by the {plan.objective}. Sampler "
-             f"{plan.sampler}, pruner {plan.pruner}.", "",
+    seeds = ", ".join(map(str, plan.seeds))
+    summary = (f"Dev {plan.metric} ({plan.split}) of each configuration over seeds {seeds}; "
+               f"the best by the {plan.objective}. Sampler {plan.sampler}, pruner {plan.pruner}.")
+    lines = [f"# Sweep {plan.study_name}", "", summary, "",
              "| " + " | ".join([*keys, "runs", *STATS, "best step", "failed", "pruned",
                                 "folders"]) + " |",
              "|" + "---|" * (len(keys) + len(STATS) + 5)]

@@ -27,7 +27,8 @@ import os
 import re
 import time
 import warnings
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import ml_collections
 from etils import epath
@@ -35,7 +36,8 @@ from etils import epath
 from albert_jax import file_lock, files
 from albert_jax.errors import ConfigError, SweepStopped
 from albert_jax.finetune.sweep import plan as plan_lib
-from albert_jax.finetune.sweep import results, trial as trial_lib
+from albert_jax.finetune.sweep import results
+from albert_jax.finetune.sweep import trial as trial_lib
 from albert_jax.finetune.sweep.plan import SweepPlan
 
 JOURNAL_FILE = "sweep.journal"

@@ -16,7 +16,8 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from etils import epath
 
