@@ -2,6 +2,7 @@
 127.0.0.1), as workers on several machines do."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import signal
 import subprocess
@@ -11,7 +12,7 @@ import time
 
 import optuna
 import pytest
-from cli_fixtures import start_cli
+from cli_fixtures import REPO, start_cli
 from sweep_fixtures import (
     TOTAL_STEPS,
     classification_task_flags,
@@ -22,26 +23,40 @@ from sweep_fixtures import (
 from albert_jax.finetune.sweep import study as study_lib
 
 
-def test_two_processes_share_one_study_on_the_server(postgres_url):
-    """The server as Optuna's RDB storage: a study made here, trials added by two processes."""
-    optuna.create_study(study_name="shared", storage=postgres_url, direction="minimize")
+@pytest.mark.slow
+def test_workers_open_a_new_database_at_once_and_share_one_study(postgres_url, tmp_path):
+    """The server as the sweep's storage (study.open_storage: Optuna's RDBStorage): three
+    processes open the empty database at the same moment (each creates Optuna's tables, which
+    PostgreSQL refuses to all but one) and add trials to one study."""
+    plan = study_lib.SweepPlan(
+        dimensions=(), seeds=(0,), sampler="random", trials=6, pruner="none", metric="accuracy",
+        split="dev", objective="median", storage=postgres_url, heartbeat_seconds=1,
+        study_name="shared", eval_every_steps=1, total_steps=1)
     worker = textwrap.dedent(f"""
-        import os, optuna
-        study = optuna.load_study(study_name="shared", storage={postgres_url!r})
+        import os, pathlib, time, optuna
+        from albert_jax.finetune.sweep import study as study_lib
+        ready = pathlib.Path({str(tmp_path)!r})
+        (ready / f"ready-{{os.getpid()}}").touch()
+        while len(list(ready.glob("ready-*"))) < 3:  # the three open the database together
+            time.sleep(0.01)
+        storage = study_lib.open_storage(study_lib.SweepPlan(**{dataclasses.asdict(plan)!r}),
+                                         {str(tmp_path)!r})
+        study = optuna.create_study(study_name="shared", storage=storage, load_if_exists=True)
         def objective(trial):
             trial.set_user_attr("pid", os.getpid())
             return trial.suggest_float("x", -1.0, 1.0) ** 2
-        study.optimize(objective, n_trials=3)
+        study.optimize(objective, n_trials=2)
     """)
-    workers = [subprocess.Popen([sys.executable, "-c", worker]) for _ in range(2)]
-    assert [process.wait(timeout=120) for process in workers] == [0, 0]
+    workers = [subprocess.Popen([sys.executable, "-c", worker], cwd=REPO, stderr=subprocess.PIPE,
+                                text=True) for _ in range(3)]
+    errors = [process.communicate(timeout=120)[1] for process in workers]
+    assert [process.returncode for process in workers] == [0, 0, 0], errors
 
     trials = optuna.load_study(study_name="shared", storage=postgres_url).get_trials()
     assert sorted(trial.number for trial in trials) == list(range(6))
     assert all(trial.state == optuna.trial.TrialState.COMPLETE for trial in trials)
     assert {trial.user_attrs["pid"] for trial in trials} == {process.pid for process in workers}
     assert all(trial.value == trial.params["x"] ** 2 for trial in trials)
-
 
 
 @pytest.fixture(scope="module")

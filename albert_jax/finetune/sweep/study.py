@@ -47,6 +47,7 @@ TRIALS_SUBDIR = "trials"
 TRIAL_LOCK_FILE = "trial.lock"
 BEATS_MISSED = 3  # a database's trial is stale when its worker missed this many heartbeats
 MAX_RETRIES = 3
+OPEN_ATTEMPTS = 3  # a new database opened by several machines at once (open_storage)
 POLL_SECONDS = 2.0  # a worker with nothing to start looks again for stale trials this often
 
 
@@ -77,16 +78,35 @@ def open_storage(plan: SweepPlan, workdir: str) -> Any:
         backend = optuna.storages.journal.JournalFileBackend(os.path.join(workdir, JOURNAL_FILE))
         return optuna.storages.JournalStorage(backend)
     try:
-        return optuna.storages.RDBStorage(
-            plan.storage, heartbeat_interval=plan.heartbeat_seconds,
-            grace_period=BEATS_MISSED * plan.heartbeat_seconds,
-            heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(
-                max_retry=MAX_RETRIES))
+        return _open_database(plan)
     except Exception as error:  # noqa: BLE001 - SQLAlchemy's and the drivers' errors are many
         reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
         raise ConfigError(f"config sweep.storage={redacted(plan.storage)} cannot be opened "
                           f"({reason}); check the URL, that the server runs and that its "
                           "driver is installed") from None
+
+
+def _open_database(plan: SweepPlan) -> Any:
+    """Optuna's RDBStorage of `plan.storage`, with its heartbeat."""
+    optuna = optuna_module()
+    import sqlalchemy  # Optuna's own dependency
+
+    def open_once() -> Any:
+        return optuna.storages.RDBStorage(
+            plan.storage, heartbeat_interval=plan.heartbeat_seconds,
+            grace_period=BEATS_MISSED * plan.heartbeat_seconds,
+            heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(
+                max_retry=MAX_RETRIES))
+
+    for wait_seconds in range(1, OPEN_ATTEMPTS):
+        try:
+            return open_once()
+        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError):
+            # Machines that open a new database at once all create Optuna's tables, and
+            # PostgreSQL refuses all CREATE TABLEs but one (a duplicate key in pg_type, or the
+            # table exists): the tables are there now, and opening again finds them.
+            time.sleep(wait_seconds)
+    return open_once()
 
 
 def load_study(plan: SweepPlan, storage: Any) -> Any:
