@@ -40,11 +40,11 @@ XLNET_LEARNING_RATES = (2e-5, 5e-5)
 SWEEP_SEEDS = 5  # RoBERTa's five; the median is the sweep's default objective
 
 
-def sweep_grid(settings: glue.HyperParameters) -> dict[str, list]:
-    """The `sweep=grid` space of a task: config key -> its values, the task's own among them."""
-    learning_rates = {settings.lr, *BERT_LEARNING_RATES, *ROBERTA_LEARNING_RATES,
-                      *XLNET_LEARNING_RATES}
-    batch_sizes = {settings.batch_size, *BERT_BATCH_SIZES, *ROBERTA_BATCH_SIZES}
+def sweep_grid(lr: float, batch_size: int) -> dict[str, list]:
+    """The `sweep=grid` space of a task whose reference settings are `lr` and `batch_size`:
+    config key -> its values, the task's own among them."""
+    learning_rates = {lr, *BERT_LEARNING_RATES, *ROBERTA_LEARNING_RATES, *XLNET_LEARNING_RATES}
+    batch_sizes = {batch_size, *BERT_BATCH_SIZES, *ROBERTA_BATCH_SIZES}
     return {"optim.lr": sorted(learning_rates), "batch_size": sorted(batch_sizes)}
 
 
@@ -65,7 +65,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.dropout, config.eval_every_steps = settings.dropout, settings.eval_every_steps
     config.checkpoint_every_steps = config.eval_every_steps
     if args.sweep == "grid":
-        config.sweep.space = repr(sweep_grid(settings))
+        config.sweep.space = repr(sweep_grid(config.optim.lr, config.batch_size))
         config.sweep.sampler, config.sweep.seeds = "grid", SWEEP_SEEDS
         config.sweep.objective = "median"
     if args.runlocal:
