@@ -1,6 +1,6 @@
 """What the sweep tests share (test_sweep.py on a journal file, test_sweep_postgres.py on a
 PostgreSQL server): a tiny classification task that a good learning rate learns in a few steps,
-a running trial found by its worker's pid, and a run's records without their timing."""
+the trials running and their workers, and a run's records without their timing."""
 from __future__ import annotations
 
 import csv
@@ -45,18 +45,19 @@ def run_records(run_dir: Path) -> list[dict]:
             for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
-def held_trial(workdir: Path, pid: int) -> Path | None:
-    """The folder of the trial that process `pid` runs, once it has saved a checkpoint and
-    is not yet done."""
+def running_trials(workdir: Path) -> dict[Path, int]:
+    """The trials that have saved a checkpoint and are not yet done: their folder -> the pid of
+    the worker that runs them (its trial.lock's)."""
+    running = {}
     for lock in workdir.glob("trials/*/trial.lock"):
         try:
             holder = json.loads(lock.read_text())["pid"]
         except (OSError, ValueError):
-            continue
+            continue  # being written or released
         folder = lock.parent
         # A finished checkpoint's folder is its step; Orbax writes it as STEP.orbax-checkpoint-tmp.
-        steps = [int(path.name) for path in (folder / "checkpoints").glob("[0-9]*")
+        steps = [int(path.name) for path in (folder / "checkpoints").glob("*")
                  if path.name.isdigit()]
-        if holder == pid and steps and max(steps) < TOTAL_STEPS:
-            return folder
-    return None
+        if steps and max(steps) < TOTAL_STEPS:
+            running[folder] = holder
+    return running

@@ -5,6 +5,7 @@ median pruner stopping a learning rate that learns nothing; a diverging trial re
 the pictures; one line for each bad input, with nothing started."""
 import csv
 import json
+import os
 import signal
 import statistics
 import sys
@@ -19,8 +20,8 @@ from etils import epath
 from sweep_fixtures import (
     TOTAL_STEPS,
     classification_task_flags,
-    held_trial,
     run_records,
+    running_trials,
 )
 
 from albert_jax.cli import check_command_line
@@ -51,25 +52,27 @@ def test_two_workers_a_killed_one_and_a_rerun_run_every_grid_point_once(task_fla
     workdir = tmp_path / "sweep"
     sweep = ["sweep", *task_flags, f"--workdir={workdir}", "--config.sweep.seeds=2",
              f"--config.sweep.space={{'optim.lr': [{GOOD_LR}, {OTHER_LR}, {BAD_LR}]}}"]
-    logs = [open(tmp_path / f"worker{index}.log", "w") for index in range(2)]  # noqa: SIM115
-    workers = [start_cli(*sweep, stdout=log, stderr=log) for log in logs]
-    try:
-        deadline = time.monotonic() + 300
-        killed = None
-        while killed is None and time.monotonic() < deadline:
-            killed = held_trial(workdir, workers[0].pid)
-            time.sleep(0.05)
-        assert killed is not None, (tmp_path / "worker0.log").read_text()[-3000:]
-        workers[0].send_signal(signal.SIGKILL)  # its finetune process dies with it
-        workers[0].wait()
-        steps_when_killed = max(record["step"] for record in run_records(killed))
-        assert workers[1].wait(timeout=600) == 0, (tmp_path / "worker1.log").read_text()[-3000:]
-    finally:
-        for worker in workers:
-            worker.kill()
-            worker.wait()
-        for log in logs:
-            log.close()
+    with (tmp_path / "sweep.log").open("w") as log:
+        command = start_cli(*sweep, "--workers=2", stdout=log, stderr=log)
+        try:
+            deadline = time.monotonic() + 300
+            running = None
+            while running is None and time.monotonic() < deadline:
+                running = next(iter(running_trials(workdir).items()), None)
+                time.sleep(0.05)
+            assert running is not None, (tmp_path / "sweep.log").read_text()[-3000:]
+            killed, worker = running
+            assert worker != command.pid  # a worker process of the command
+            os.kill(worker, signal.SIGKILL)  # its finetune process dies with it
+            steps_when_killed = max(record["step"] for record in run_records(killed))
+            # The other worker runs the rest, the killed one's trial too; the command says
+            # that a worker stopped.
+            assert command.wait(timeout=900) == 1
+        finally:
+            command.kill()
+            command.wait()
+    assert "1 of 2 workers stopped" in (tmp_path / "sweep.log").read_text()
+    assert (workdir / "sweep.md").exists()  # written before the command said so
     assert steps_when_killed < TOTAL_STEPS
     rerun = cli(*sweep)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
@@ -187,6 +190,15 @@ def test_the_plan_grid_ranges_and_trial_flags(task_flags):
     assert (tpe.sampler, tpe.trials, tpe.dimensions[0].kind) == ("tpe", 5, "loguniform")
     assert plan_lib.trial_flags(tpe, {"optim.lr": 3e-5}) == [
         "--config.optim.lr=3e-05", "--config.seed=7", "--config.seeds=2"]
+    # The same command with another log interval or storage joins the same study; another
+    # grid or step count makes another.
+    same = [_plan(task_flags, "--config.sweep.space={'optim.lr': [1e-5, 2e-5]}", *flags).study_name
+            for flags in ([], ["--config.log_every_steps=3"],
+                          ["--config.sweep.storage=sqlite:////tmp/x.db"])]
+    other = [_plan(task_flags, "--config.sweep.space={'optim.lr': [1e-5, 3e-5]}").study_name,
+             _plan(task_flags, "--config.sweep.space={'optim.lr': [1e-5, 2e-5]}",
+                   "--config.total_steps=7").study_name]
+    assert len(set(same)) == 1 and not set(other) & set(same) and other[0] != other[1]
     for flags, message in (
             (["--config.sweep.space={'optim.lr': 'uniform:0:1'}"], "needs sweep.trials"),
             (["--config.sweep.space={'optim.lr': 'uniform:0:1'}", "--config.sweep.sampler=grid"],

@@ -16,8 +16,8 @@ from cli_fixtures import REPO, start_cli
 from sweep_fixtures import (
     TOTAL_STEPS,
     classification_task_flags,
-    held_trial,
     run_records,
+    running_trials,
 )
 
 from albert_jax.finetune.sweep import study as study_lib
@@ -83,7 +83,8 @@ def test_two_machines_share_a_sweep_and_a_killed_ones_trial_is_rerun(task_flags,
         deadline = time.monotonic() + 300
         killed = None
         while killed is None and time.monotonic() < deadline and machine_b.poll() is None:
-            killed = held_trial(workdir, machine_b.pid)
+            killed = next((folder for folder, worker in running_trials(workdir).items()
+                           if worker == machine_b.pid), None)
             time.sleep(0.05)
         assert killed is not None, (tmp_path / "machine_b.log").read_text()[-3000:]
         machine_b.send_signal(signal.SIGKILL)  # its finetune process dies with it

@@ -151,7 +151,10 @@ def _shortest_first(features: dict[str, np.ndarray],
 
 
 def is_finetuning_workdir(path: str) -> bool:
-    """Whether `path` is a workdir of `albert-jax finetune` (its config.json names a task)."""
+    """Whether `path` is a workdir of `albert-jax finetune` (its config.json names a task), or
+    of `albert-jax sweep` (best_trial.json names its best run)."""
+    if (epath.Path(path) / workdir_names.BEST_TRIAL_FILE).exists():
+        return True
     config_path = epath.Path(path) / workdir_names.CONFIG_FILE
     return config_path.exists() and bool(json.loads(config_path.read_bytes()).get("task"))
 

@@ -27,9 +27,6 @@ RANGES = ("loguniform", "uniform", "int")
 SEED = "seed"  # the grid's seed dimension (a grid trial is one configuration x one seed)
 # Keys a trial's values may not set: the sweep sets the seeds, and the sweep block is its own.
 _RESERVED = ("seed", "seeds", "sweep")
-# Sweep settings that do not change what the trials compute: machines that differ in them join
-# the same study.
-_HOW_A_SWEEP_RUNS = ("sweep.storage", "sweep.heartbeat_seconds")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -163,15 +160,23 @@ def _check_values(config: ml_collections.ConfigDict, dimensions: tuple[Dimension
             set_value(trial, dimension.key, value)
 
 
+# Keys that leave a study as it is: how its runs are run, not what they compute (the mesh,
+# logging and reporting, checkpoint cadence, eval batch, data loading, length buckets), and
+# where the study is stored. A rerun on another machine may change them and join the study.
+_NOT_THE_STUDY = ("mesh", "log_every_steps", "checkpoint_every_steps", "keep_checkpoints",
+                  "eval_batch_size", "num_microbatches", "data.prefetch", "data.local_dir",
+                  "length_buckets", "model_overrides.attention_impl",
+                  "compilation_cache", "report_to", "mlflow", "wandb", "profile",
+                  "sweep.storage", "sweep.heartbeat_seconds")
+
+
 def study_name(config: ml_collections.ConfigDict) -> str:
-    """The study's name: the task and a hash of what the trials compute (not of how they are
-    run, loop.RESUMABLE_CHANGES, nor where the study is stored), so that the same command run
-    again, or on another machine, joins the same study."""
+    """The study's name: the task and a hash of what the trials compute and how they are
+    searched, so that the same command run again, or on another machine, joins the same
+    study."""
     flat = loop.flatten(config.to_dict())
     kept = {key: value for key, value in flat.items()
-            if key.startswith("sweep.") and key not in _HOW_A_SWEEP_RUNS
-            or not any(key == skip or key.startswith(skip + ".")
-                       for skip in loop.RESUMABLE_CHANGES)}
+            if not any(key == skip or key.startswith(skip + ".") for skip in _NOT_THE_STUDY)}
     digest = hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()
     task = str(config.task).replace("/", "_").replace(":", "_")
     return f"albert-jax-{task}-{digest[:12]}"

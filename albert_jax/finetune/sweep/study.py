@@ -23,6 +23,7 @@ import contextlib
 import fcntl
 import json
 import multiprocessing
+import multiprocessing.connection
 import os
 import re
 import time
@@ -57,7 +58,9 @@ def optuna_module() -> Any:
         import optuna
     except ImportError:
         raise ImportError("albert-jax sweep needs Optuna: pip install 'albert-jax[sweep]'") from None
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    # Errors only: the sweep prints a line per trial itself (Optuna would add a traceback to a
+    # diverged trial's).
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     return optuna
 
@@ -317,6 +320,24 @@ def _worker_process(plan: SweepPlan, config_args: list[str], workdir: str) -> No
     work(plan, config_args, workdir)
 
 
+def _run_workers(plan: SweepPlan, config_args: list[str], workdir: str, workers: int) -> int:
+    """`workers` worker processes until each ends; returns how many ended with an error."""
+    context = multiprocessing.get_context("spawn")
+    processes = [context.Process(target=_worker_process, args=(plan, config_args, workdir))
+                 for _ in range(workers)]
+    for process in processes:
+        process.start()
+    running = list(processes)
+    while running:
+        # Each worker is joined as soon as it ends: a killed one must not linger as a zombie,
+        # whose pid would still look alive to the others' check of its trial lock.
+        ended = multiprocessing.connection.wait([process.sentinel for process in running])
+        for process in [process for process in running if process.sentinel in ended]:
+            process.join()
+            running.remove(process)
+    return sum(process.exitcode != 0 for process in processes)
+
+
 def run_sweep(config: ml_collections.ConfigDict, config_args: list[str], workdir: str,
               workers: int) -> None:
     """`albert-jax sweep`: every setting and the storage checked (nothing is started on bad
@@ -330,20 +351,14 @@ def run_sweep(config: ml_collections.ConfigDict, config_args: list[str], workdir
           f"seed(s), sampler {plan.sampler}, pruner {plan.pruner}, dev {plan.metric}; "
           f"{workers} worker(s) here, trials in {epath.Path(workdir) / TRIALS_SUBDIR}.",
           flush=True)
+    failed = 0
     if workers == 1:
         work(plan, config_args, workdir)
     else:
-        context = multiprocessing.get_context("spawn")
-        processes = [context.Process(target=_worker_process, args=(plan, config_args, workdir))
-                     for _ in range(workers)]
-        for process in processes:
-            process.start()
-        for process in processes:
-            process.join()
-        failed = [process.exitcode for process in processes if process.exitcode]
-        if failed:
-            raise SweepStopped(f"{len(failed)} of {workers} workers stopped with an error "
-                               "(see above); rerun the same command to continue the sweep")
+        failed = _run_workers(plan, config_args, workdir, workers)
     study = load_study(plan, storage)
     for path in results.write_results(plan, study.get_trials(deepcopy=False), workdir):
         print(f"wrote {path}", flush=True)
+    if failed:
+        raise SweepStopped(f"{failed} of {workers} workers stopped with an error (see above); "
+                           "rerun the same command to finish what they left")
