@@ -14,7 +14,7 @@ VENV ?= .venv
 DEMO_CONFIG ?= configs/pretrain.py:runlocal
 DEMO_WORKDIR ?= runs/demo
 
-.PHONY: demo test lint install
+.PHONY: demo test lint install postgresql
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -39,7 +39,16 @@ demo: $(VENV)/.installed-core
 	$(VENV)/bin/albert-jax predict --workdir=$(DEMO_WORKDIR)-paraphrase/pretrained \
 		--input=$(DEMO_WORKDIR)-paraphrase/new_pairs.jsonl --output=-
 
-test: $(VENV)/.installed-test
+# The sweep tests start a PostgreSQL server on 127.0.0.1 (tests/postgres_server.py); pip cannot
+# install one, so Debian's is installed where initdb is missing (as root, or through sudo).
+postgresql:
+	@if ! command -v initdb >/dev/null && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
+		sudo_=$$( [ "$$(id -u)" -eq 0 ] || echo sudo ); \
+		$$sudo_ apt-get update -q && \
+		$$sudo_ env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends postgresql; \
+	fi
+
+test: $(VENV)/.installed-test postgresql
 	$(VENV)/bin/python -m pytest -q -n 2 --dist loadfile tests
 
 lint: $(VENV)/.installed-test

@@ -195,6 +195,9 @@ def sweep_settings() -> ml_collections.ConfigDict:
     # "": an Optuna journal file in the sweep's workdir (one machine); or a database URL
     # (postgresql://user:password@host/db) that workers on many machines share.
     sweep.storage = ""
+    # A database's heartbeat: each worker beats this often, and a trial whose worker missed
+    # three beats (a machine lost, a killed process) is failed and run again by another worker.
+    sweep.heartbeat_seconds = 60
     return sweep
 
 

@@ -19,7 +19,7 @@ create: a TPU VM, or with --queued a queued resource of the same name that creat
   there is capacity. --runtime_version defaults to the JAX runtime of the accelerator's
   generation.
 setup: on every worker, clones --repo into ~/albert_jax and checks out --branch (a later setup
-  updates it; without --repo, the checkout there is used), then installs it with the [tf,tpu]
+  updates it; without --repo, the checkout there is used), then installs it with the [tf,tpu,sweep]
   extras into ~/albert_jax/.venv, made by uv with Python 3.12 (the TPU images' Python 3.10 is
   too old for jax). Workers get the code from git, so push what they should run first.
   --gcsfuse=BUCKET:/mnt/PATH also installs Cloud Storage FUSE and mounts the bucket there on

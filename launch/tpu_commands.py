@@ -25,7 +25,9 @@ DEFAULT_BRANCH = "main"
 # jax>=0.10.2 needs Python 3.11+, and the TPU images ship Ubuntu 22.04's Python 3.10: uv (from
 # PyPI) brings a managed Python of this version into the virtualenv.
 PYTHON_VERSION = "3.12"
-PIP_EXTRAS = "tf,tpu"  # tf: reading TFRecord corpora; tpu: jax[tpu] with libtpu
+# tf: reading TFRecord corpora; tpu: jax[tpu] with libtpu; sweep: Optuna and the PostgreSQL
+# driver of a sweep that several TPU VMs share (docs/sweeps.md)
+PIP_EXTRAS = "tf,tpu,sweep"
 
 # The TPU software version ("runtime") for JAX, per generation (the accelerator type's prefix),
 # as https://cloud.google.com/tpu/docs/runtimes lists them.

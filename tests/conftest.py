@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli_fixtures import demo_pretraining_settings, made_once, pretrain_tiny
+from tests.postgres_server import PostgresServer
 from tests.storage_emulator import StorageEmulator
 
 # LLVM's optimisations of the CPU code cost much of a tiny program's compile and save little of
@@ -77,6 +78,22 @@ def storage_emulator(tmp_path_factory):
 def bucket(storage_emulator) -> str:
     """A fresh folder of the emulator's bucket for one test: `gs://<bucket>/<unique name>`."""
     return f"gs://{storage_emulator.bucket}/{uuid.uuid4().hex[:12]}"
+
+
+# ---------------------------------------------------------------------------------------------
+# A PostgreSQL server on the loopback, for the sweeps that workers on several machines share:
+# one per pytest process that asks for it, a fresh database per test.
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    with PostgresServer() as server:
+        yield server
+
+
+@pytest.fixture
+def postgres_url(postgres_server) -> str:
+    """A new empty database for one test: `postgresql://postgres@127.0.0.1:PORT/<name>`."""
+    return postgres_server.create_database()
 
 
 # ---------------------------------------------------------------------------------------------

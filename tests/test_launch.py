@@ -179,7 +179,7 @@ def test_tpu_setup_clones_the_repo_and_branch_as_single_words(capsys):
     assert tpu_commands.setup_command(None) == (
         "cd ~/albert_jax && python3 -m pip install --user --upgrade uv && "
         "~/.local/bin/uv venv --allow-existing --python=3.12 .venv && "
-        "~/.local/bin/uv pip install --python=.venv/bin/python -e '.[tf,tpu]'")
+        "~/.local/bin/uv pip install --python=.venv/bin/python -e '.[tf,tpu,sweep]'")
 
 
 def test_tpu_setup_gcsfuse_steps_in_bash_mount_the_bucket_once(tmp_path):

@@ -6,7 +6,6 @@ the pictures; one line for each bad input, with nothing started."""
 import csv
 import json
 import os
-import random
 import signal
 import statistics
 import sys
@@ -17,45 +16,28 @@ from unittest import mock
 import optuna
 import pytest
 from etils import epath
+from sweep_fixtures import (
+    TOTAL_STEPS,
+    classification_task_flags,
+    run_records,
+    running_trials,
+)
 
 from albert_jax.cli import check_command_line
-from albert_jax.data import tokenizer as tokenizer_lib
 from albert_jax.errors import ConfigError
-from albert_jax.finetune.demo import demo_sentences
 from albert_jax.finetune.sweep import pictures
 from albert_jax.finetune.sweep import plan as plan_lib
 from albert_jax.finetune.sweep import study as study_lib
 from cli_fixtures import cli, start_cli
 
 GOOD_LR, OTHER_LR, BAD_LR = 3e-3, 1e-3, 1e-6
-TOTAL_STEPS = 40
-# The loop's timing fields: the only ones a resumed run may differ in.
-TIMING = {"steps_per_second", "examples_per_second", "tokens_per_second", "mfu", "eta_seconds"}
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.fixture(scope="module")
 def task_flags(tmp_path_factory) -> list[str]:
-    """The config flags of a tiny classification task on CSV files (from scratch: the tiny
-    model and a 200-piece SentencePiece model)."""
-    root = tmp_path_factory.mktemp("sweep_data")
-    sentences = demo_sentences()
-    spm = tokenizer_lib.train(sentences, str(root / "spm.model"), vocab_size=200)
-    rng = random.Random(0)
-    for name, count in (("train", 64), ("dev", 16)):
-        with (root / f"{name}.csv").open("w", newline="") as file:
-            writer = csv.DictWriter(file, fieldnames=["text", "label"])
-            writer.writeheader()
-            for _ in range(count):
-                label = rng.choice(["good", "bad"])
-                writer.writerow({"text": f"{label} {rng.choice(sentences)}", "label": label})
-    return ["--config=configs/custom.py:kind=classification,runlocal",
-            f"--config.tokenizer={spm}", f"--config.data.train_file={root / 'train.csv'}",
-            f"--config.data.dev_file={root / 'dev.csv'}", "--config.seq_len=32",
-            "--config.batch_size=8", "--config.eval_batch_size=16",
-            f"--config.total_steps={TOTAL_STEPS}", "--config.eval_every_steps=8",
-            "--config.checkpoint_every_steps=8", "--config.log_every_steps=8",
-            "--config.optim.warmup_steps=2"]
+    """The config flags of a tiny classification task on CSV files (sweep_fixtures.py)."""
+    return classification_task_flags(tmp_path_factory.mktemp("sweep_data"))
 
 
 def _study(workdir: Path) -> optuna.Study:
@@ -63,28 +45,6 @@ def _study(workdir: Path) -> optuna.Study:
         optuna.storages.journal.JournalFileBackend(str(workdir / study_lib.JOURNAL_FILE)))
     name = json.loads((workdir / study_lib.RECORD_FILE).read_text())["study_name"]
     return optuna.load_study(study_name=name, storage=storage)
-
-
-def _records(run_dir: Path) -> list[dict]:
-    """metrics.jsonl without the timing fields."""
-    return [{key: value for key, value in json.loads(line).items() if key not in TIMING}
-            for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-
-
-def _running_trial(workdir: Path) -> tuple[Path, int] | None:
-    """The folder of a trial that has saved a checkpoint and is not yet done, and the pid of
-    the worker that runs it."""
-    for lock in workdir.glob("trials/*/trial.lock"):
-        try:
-            holder = json.loads(lock.read_text())["pid"]
-        except (OSError, ValueError):
-            continue
-        folder = lock.parent
-        steps = [int(path.name) for path in (folder / "checkpoints").glob("*")
-                 if path.name.isdigit()]
-        if steps and max(steps) < TOTAL_STEPS:
-            return folder, holder
-    return None
 
 
 @pytest.mark.slow
@@ -98,13 +58,13 @@ def test_two_workers_a_killed_one_and_a_rerun_run_every_grid_point_once(task_fla
             deadline = time.monotonic() + 300
             running = None
             while running is None and time.monotonic() < deadline:
-                running = _running_trial(workdir)
+                running = next(iter(running_trials(workdir).items()), None)
                 time.sleep(0.05)
             assert running is not None, (tmp_path / "sweep.log").read_text()[-3000:]
             killed, worker = running
             assert worker != command.pid  # a worker process of the command
             os.kill(worker, signal.SIGKILL)  # its finetune process dies with it
-            steps_when_killed = max(record["step"] for record in _records(killed))
+            steps_when_killed = max(record["step"] for record in run_records(killed))
             # The other worker runs the rest, the killed one's trial too; the command says
             # that a worker stopped.
             assert command.wait(timeout=900) == 1
@@ -129,7 +89,7 @@ def test_two_workers_a_killed_one_and_a_rerun_run_every_grid_point_once(task_fla
     assert len(folders) == 6 and f"trials/{killed.name}" in folders
     assert [trial.state for trial in trials].count(optuna.trial.TrialState.FAIL) == 1  # the killed
     for folder in folders:
-        records = _records(workdir / folder)
+        records = run_records(workdir / folder)
         train_steps = [record["step"] for record in records if "split" not in record]
         assert train_steps == list(range(8, TOTAL_STEPS + 1, 8)), folder
         resumed = (workdir / folder / "output.log").read_text().count("Resuming from the checkpoint")
@@ -142,7 +102,7 @@ def test_two_workers_a_killed_one_and_a_rerun_run_every_grid_point_once(task_fla
     result = cli("finetune", *task_flags, f"--config.optim.lr={killed_trial.params['optim.lr']}",
                  f"--config.seed={killed_trial.params['seed']}", f"--workdir={reference}")
     assert result.returncode == 0, result.stderr[-3000:]
-    assert _records(killed) == _records(reference)
+    assert run_records(killed) == run_records(reference)
 
     # The table's statistics are the trials' own best dev accuracies.
     with (workdir / "sweep.csv").open() as file:
@@ -181,7 +141,7 @@ def test_the_median_pruner_stops_a_bad_learning_rate_and_a_diverged_trial_fails(
     states = optuna.trial.TrialState
     assert trials[GOOD_LR].state == states.COMPLETE
     assert trials[BAD_LR].state == states.PRUNED
-    pruned_steps = [record["step"] for record in _records(
+    pruned_steps = [record["step"] for record in run_records(
         workdir / trials[BAD_LR].user_attrs["folder"])]
     assert max(pruned_steps) < TOTAL_STEPS  # stopped early
     assert trials[1e30].state == states.FAIL

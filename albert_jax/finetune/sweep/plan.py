@@ -53,7 +53,8 @@ class SweepPlan:
     """The checked sweep: its dimensions, the seeds every configuration runs with, the
     sampler, `trials` (configurations: a grid's size, or sweep.trials), the pruner, the dev
     `metric` (on `split`) that `objective` (median | mean over seeds) is taken of, the storage
-    URL ("" = a journal file in the workdir) and the study's name."""
+    URL ("" = a journal file in the workdir), a database's `heartbeat_seconds` and the study's
+    name."""
     dimensions: tuple[Dimension, ...]
     seeds: tuple[int, ...]
     sampler: str
@@ -63,6 +64,7 @@ class SweepPlan:
     split: str
     objective: str
     storage: str
+    heartbeat_seconds: int
     study_name: str
     eval_every_steps: int
     total_steps: int
@@ -165,7 +167,7 @@ _NOT_THE_STUDY = ("mesh", "log_every_steps", "checkpoint_every_steps", "keep_che
                   "eval_batch_size", "num_microbatches", "data.prefetch", "data.local_dir",
                   "length_buckets", "model_overrides.attention_impl",
                   "compilation_cache", "report_to", "mlflow", "wandb", "profile",
-                  "sweep.storage")
+                  "sweep.storage", "sweep.heartbeat_seconds")
 
 
 def study_name(config: ml_collections.ConfigDict) -> str:
@@ -214,6 +216,9 @@ def read_plan(config: ml_collections.ConfigDict) -> SweepPlan:
     if settings.pruner not in PRUNERS:
         raise ConfigError(f"config sweep.pruner={settings.pruner!r}: choose one of "
                           f"{', '.join(PRUNERS)}")
+    if settings.heartbeat_seconds < 1:
+        raise ConfigError(f"config sweep.heartbeat_seconds={settings.heartbeat_seconds}: give 1 "
+                          "or more (seconds between a database worker's heartbeats)")
     if settings.objective not in OBJECTIVES:
         raise ConfigError(f"config sweep.objective={settings.objective!r}: choose one of "
                           f"{', '.join(OBJECTIVES)}")
@@ -229,7 +234,8 @@ def read_plan(config: ml_collections.ConfigDict) -> SweepPlan:
         dimensions=dimensions, seeds=tuple(range(config.seed, config.seed + settings.seeds)),
         sampler=sampler, trials=trials, pruner=settings.pruner, metric=metric,
         split=selection.split if selection is not None else "dev",
-        objective=settings.objective, storage=settings.storage, study_name=study_name(config),
+        objective=settings.objective, storage=settings.storage,
+        heartbeat_seconds=settings.heartbeat_seconds, study_name=study_name(config),
         eval_every_steps=config.eval_every_steps, total_steps=config.total_steps)
 
 

@@ -3,8 +3,8 @@ decides which trial a worker runs and finds the trials of workers that died.
 
 Storage: `sweep.storage` empty -> an Optuna journal file, W/sweep.journal (one machine); else a
 database URL (RDBStorage) that workers on several machines share, with Optuna's heartbeat: a
-trial whose worker stopped beating for GRACE_SECONDS is failed and queued again by Optuna's
-RetryHeartbeatStaleTrialCallback. A journal file has no heartbeat, so the sweep keeps its own
+trial whose worker missed BEATS_MISSED beats (config sweep.heartbeat_seconds) is failed and
+queued again by Optuna's RetryHeartbeatStaleTrialCallback. A journal file has no heartbeat, so the sweep keeps its own
 books there: the worker running a trial holds the lock file W/trials/<n>/trial.lock
 (file_lock.py: taken over when its holder is gone), and every worker takes the next trial under
 W/sweep.lock (an OS file lock, released by the kernel when its holder dies) until it holds the
@@ -46,9 +46,9 @@ SECTION_LOCK_FILE = "sweep.lock"
 RECORD_FILE = "sweep.json"  # the study's name and storage, so a rerun joins the same study
 TRIALS_SUBDIR = "trials"
 TRIAL_LOCK_FILE = "trial.lock"
-HEARTBEAT_SECONDS = 60  # a database's heartbeat (Optuna); a trial is stale after GRACE_SECONDS
-GRACE_SECONDS = 180
+BEATS_MISSED = 3  # a database's trial is stale when its worker missed this many heartbeats
 MAX_RETRIES = 3
+OPEN_ATTEMPTS = 3  # a new database opened by several machines at once (open_storage)
 POLL_SECONDS = 2.0  # a worker with nothing to start looks again for stale trials this often
 
 
@@ -81,15 +81,35 @@ def open_storage(plan: SweepPlan, workdir: str) -> Any:
         backend = optuna.storages.journal.JournalFileBackend(os.path.join(workdir, JOURNAL_FILE))
         return optuna.storages.JournalStorage(backend)
     try:
-        return optuna.storages.RDBStorage(
-            plan.storage, heartbeat_interval=HEARTBEAT_SECONDS, grace_period=GRACE_SECONDS,
-            heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(
-                max_retry=MAX_RETRIES))
+        return _open_database(plan)
     except Exception as error:  # noqa: BLE001 - SQLAlchemy's and the drivers' errors are many
         reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
         raise ConfigError(f"config sweep.storage={redacted(plan.storage)} cannot be opened "
                           f"({reason}); check the URL, that the server runs and that its "
                           "driver is installed") from None
+
+
+def _open_database(plan: SweepPlan) -> Any:
+    """Optuna's RDBStorage of `plan.storage`, with its heartbeat."""
+    optuna = optuna_module()
+    import sqlalchemy  # Optuna's own dependency
+
+    def open_once() -> Any:
+        return optuna.storages.RDBStorage(
+            plan.storage, heartbeat_interval=plan.heartbeat_seconds,
+            grace_period=BEATS_MISSED * plan.heartbeat_seconds,
+            heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(
+                max_retry=MAX_RETRIES))
+
+    for wait_seconds in range(1, OPEN_ATTEMPTS):
+        try:
+            return open_once()
+        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError):
+            # Machines that open a new database at once all create Optuna's tables, and
+            # PostgreSQL refuses all CREATE TABLEs but one (a duplicate key in pg_type, or the
+            # table exists): the tables are there now, and opening again finds them.
+            time.sleep(wait_seconds)
+    return open_once()
 
 
 def load_study(plan: SweepPlan, storage: Any) -> Any:
