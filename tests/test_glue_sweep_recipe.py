@@ -2,12 +2,12 @@
 (google-research/albert run_glue.sh) one point of a grid over BERT's, RoBERTa's and XLNet's
 learning rates and batch sizes, five seeds, their median."""
 import pytest
-from finetune_fixtures import write_glue_task
 
 from albert_jax.errors import ConfigError
 from albert_jax.finetune.glue import data as glue
 from albert_jax.finetune.sweep import plan as sweep_plan
 from configs import glue as glue_config
+from finetune_fixtures import write_glue_task
 
 # run_glue.sh's `run_task TASK warmup lr steps save_every batch` lines, typed from the script
 # (WNLI has none: the paper's Table 14 row, SPEC 8.2).

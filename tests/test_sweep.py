@@ -16,12 +16,6 @@ from unittest import mock
 import optuna
 import pytest
 from etils import epath
-from sweep_fixtures import (
-    TOTAL_STEPS,
-    classification_task_flags,
-    run_records,
-    running_trials,
-)
 
 from albert_jax.cli import check_command_line
 from albert_jax.errors import ConfigError
@@ -29,6 +23,12 @@ from albert_jax.finetune.sweep import pictures
 from albert_jax.finetune.sweep import plan as plan_lib
 from albert_jax.finetune.sweep import study as study_lib
 from cli_fixtures import cli, start_cli
+from sweep_fixtures import (
+    TOTAL_STEPS,
+    classification_task_flags,
+    run_records,
+    running_trials,
+)
 
 GOOD_LR, OTHER_LR, BAD_LR = 3e-3, 1e-3, 1e-6
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

@@ -12,6 +12,8 @@ import time
 
 import optuna
 import pytest
+
+from albert_jax.finetune.sweep import study as study_lib
 from cli_fixtures import REPO, start_cli
 from sweep_fixtures import (
     TOTAL_STEPS,
@@ -19,8 +21,6 @@ from sweep_fixtures import (
     run_records,
     running_trials,
 )
-
-from albert_jax.finetune.sweep import study as study_lib
 
 
 @pytest.mark.slow
