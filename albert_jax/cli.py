@@ -336,9 +336,12 @@ def _sweep() -> None:
     the command line's config with the trial's values, in W/trials/<number>/."""
     config, workdir = _need(_CONFIG, "sweep"), _need(_WORKDIR, "sweep")
     config_flag = flags.FLAGS["config"]
+    # The trials' command lines (written to their output.log) leave the storage out: a
+    # database URL may hold a password, and a trial's run never opens the study.
     config_args = [f"--config={config_flags.get_config_filename(config_flag)}"] + [
         sweep.override_flag(key, value)
-        for key, value in config_flags.get_override_values(config_flag).items()]
+        for key, value in config_flags.get_override_values(config_flag).items()
+        if key != "sweep.storage"]
     sweep.run_sweep(config, config_args, workdir, _WORKERS.value)
 
 

@@ -212,6 +212,17 @@ def test_the_plan_grid_ranges_and_trial_flags(task_flags):
             _plan(task_flags, *flags)
 
 
+def test_workers_get_equal_shares_of_the_gpus_and_no_more_workers_than_gpus(monkeypatch):
+    assert study_lib.gpu_shares(4, [str(gpu) for gpu in range(8)]) == ["0,1", "2,3", "4,5", "6,7"]
+    assert study_lib.gpu_shares(2, ["3", "5", "6"]) == ["3", "5"]  # the odd one left unused
+    assert study_lib.gpu_shares(3, []) == [None, None, None]  # CPU or TPU: the environment as is
+    with pytest.raises(ConfigError, match=r"--workers=3 is more than the 2 GPU\(s\).*at most "
+                                          r"--workers=2"):
+        study_lib.gpu_shares(3, ["0", "1"])
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2, 7")
+    assert study_lib.visible_gpus() == ["2", "7"]
+
+
 def test_without_optuna_one_line_says_how_to_install_it():
     with (mock.patch.dict(sys.modules, {"optuna": None}),
           pytest.raises(ImportError, match=r"pip install 'albert-jax\[sweep\]'")):

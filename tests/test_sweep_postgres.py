@@ -115,3 +115,7 @@ def test_two_machines_share_a_sweep_and_a_killed_ones_trial_is_rerun(task_flags,
     assert (killed / "output.log").read_text().count("Resuming from the checkpoint") == 1
     train_steps = [record["step"] for record in run_records(killed) if "split" not in record]
     assert train_steps == list(range(8, TOTAL_STEPS + 1, 8))  # each step once: resumed, not redone
+    # The database URL (a password, where it has one) is in no trial's command line or config.
+    for folder in (workdir / "trials").iterdir():
+        assert postgres_url not in (folder / "output.log").read_text()
+        assert postgres_url not in (folder / "config.json").read_text()

@@ -314,17 +314,49 @@ def work(plan: SweepPlan, config_args: list[str], workdir: str) -> None:
             optuna.storages.fail_stale_trials(study)
 
 
-def _worker_process(plan: SweepPlan, config_args: list[str], workdir: str) -> None:
-    """A worker of `--workers=N`, in a process of its own that ends with the sweep command."""
+def visible_gpus() -> list[str]:
+    """The NVIDIA GPUs this process may use: CUDA_VISIBLE_DEVICES where it is set, else the
+    machine's /dev/nvidia<N> devices (found without starting a JAX backend)."""
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None:
+        return [device.strip() for device in listed.split(",") if device.strip()]
+    numbers = [int(match.group(1)) for name in sorted(os.listdir("/dev")) if
+               (match := re.fullmatch(r"nvidia(\d+)", name))] if os.path.isdir("/dev") else []
+    return [str(number) for number in sorted(numbers)]
+
+
+def gpu_shares(workers: int, gpus: list[str]) -> list[str | None]:
+    """CUDA_VISIBLE_DEVICES of each of `workers` workers: the GPUs dealt out in equal,
+    consecutive shares (8 GPUs, 4 workers: "0,1", "2,3", ...), so that no two workers' trials
+    allocate memory on one GPU; None each on a machine without GPUs (CPU, TPU: one worker a
+    host there, docs/sweeps.md). More workers than GPUs: a ConfigError, nothing started."""
+    if not gpus:
+        return [None] * workers
+    if workers > len(gpus):
+        raise ConfigError(f"--workers={workers} is more than the {len(gpus)} GPU(s) visible here "
+                          f"({','.join(gpus)}): give at most --workers={len(gpus)}, one GPU or "
+                          "more for each worker")
+    share = len(gpus) // workers
+    return [",".join(gpus[index * share:(index + 1) * share]) for index in range(workers)]
+
+
+def _worker_process(plan: SweepPlan, config_args: list[str], workdir: str,
+                    gpus: str | None) -> None:
+    """A worker of `--workers=N`, in a process of its own that ends with the sweep command; its
+    trials' runs see only its share of the GPUs."""
     trial_lib.die_with_parent()
+    if gpus is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = gpus
     work(plan, config_args, workdir)
 
 
-def _run_workers(plan: SweepPlan, config_args: list[str], workdir: str, workers: int) -> int:
+def _run_workers(plan: SweepPlan, config_args: list[str], workdir: str, workers: int,
+                 shares: list[str | None]) -> int:
     """`workers` worker processes until each ends; returns how many ended with an error."""
     context = multiprocessing.get_context("spawn")
-    processes = [context.Process(target=_worker_process, args=(plan, config_args, workdir))
-                 for _ in range(workers)]
+    processes = [context.Process(target=_worker_process,
+                                 args=(plan, config_args, workdir, shares[index]))
+                 for index in range(workers)]
     for process in processes:
         process.start()
     running = list(processes)
@@ -344,6 +376,7 @@ def run_sweep(config: ml_collections.ConfigDict, config_args: list[str], workdir
     input), the study created or joined, `workers` workers here until no trial is left, then
     the results (results.py, pictures.py) from everything the study holds."""
     plan = plan_lib.read_plan(config)
+    shares = gpu_shares(workers, visible_gpus()) if workers > 1 else [None]
     storage = open_storage(plan, workdir)
     _check_record(plan, workdir)
     load_study(plan, storage)
@@ -355,7 +388,7 @@ def run_sweep(config: ml_collections.ConfigDict, config_args: list[str], workdir
     if workers == 1:
         work(plan, config_args, workdir)
     else:
-        failed = _run_workers(plan, config_args, workdir, workers)
+        failed = _run_workers(plan, config_args, workdir, workers, shares)
     study = load_study(plan, storage)
     for path in results.write_results(plan, study.get_trials(deepcopy=False), workdir):
         print(f"wrote {path}", flush=True)
