@@ -1,4 +1,5 @@
 """The TFDS builder: SPEC 1 statistics of a real build, determinism, TFDS loading, bad input."""
+import glob
 import importlib.util
 import os
 import pathlib
@@ -275,6 +276,22 @@ def test_data_changing_settings_get_their_own_folder(built):
     changed.seed = 1
     folders.add(dataset_settings.dataset_dir(changed))
     assert len(folders) == 10
+
+
+def test_a_file_cut_into_byte_ranges_gets_a_folder_of_its_own(built, monkeypatch):
+    # Before files were cut, a text file larger than unit_bytes was one unit: a build of the same
+    # settings that cuts it writes other examples, so it must not find (or resume) that folder.
+    _, config = built
+    sizes = [os.path.getsize(path) for path in glob.glob(config.data.corpus)]
+    whole = small_config(pathlib.Path(config.data.dir).parent, config.data.corpus,
+                         config.data.tokenizer, unit_bytes=max(sizes))
+    cut = small_config(pathlib.Path(config.data.dir).parent, config.data.corpus,
+                       config.data.tokenizer, unit_bytes=max(sizes) - 1)
+    assert not dataset_settings.DatasetSettings.from_run_config(whole).byte_ranges
+    cut_settings = dataset_settings.DatasetSettings.from_run_config(cut)
+    assert cut_settings.byte_ranges and "byte_ranges=True" in cut_settings.description
+    monkeypatch.setattr(corpus, "cut_into_byte_ranges", lambda *args: False)
+    assert dataset_settings.DatasetSettings.from_run_config(cut).name != cut_settings.name
 
 
 def test_second_build_reports_existing_dataset(built, capsys):

@@ -67,6 +67,10 @@ class DatasetSettings(tfds.core.BuilderConfig):
     # The segmenter's library and version where the build cuts sentences with it ("": it does
     # not): another version may cut them otherwise, so it gets its own folder.
     segmenter: str = ""
+    # Whether a text or JSON Lines file is cut into byte ranges (parts.cut_into_byte_ranges):
+    # such a file was one unit in builds before files were cut, and its examples differ, so
+    # its build gets a folder of its own (a resumed old build never mixes with new units).
+    byte_ranges: bool = False
     seed: int = 12345
     file_format: str = "array_record"
 
@@ -99,12 +103,15 @@ class DatasetSettings(tfds.core.BuilderConfig):
             reference_compat=bool(data.reference_compat), eval_fraction=float(data.eval_fraction),
             unit_bytes=int(data.unit_bytes), **dataclasses.asdict(reading),
             segmenter=_segmenter_identity(reading, sources),
+            byte_ranges=any(corpus.cut_into_byte_ranges(source, size, int(data.unit_bytes))
+                            for source, size in sources),
             seed=int(config.seed if data.get("seed") is None else data.seed),
             file_format=str(data.format))
         # Paths are not part of the identity: a moved corpus or a copied tokenizer file (same
         # names, sizes and bytes) gives the same data, so it finds the same folder. Nor are the
         # reading keys at their defaults: a text corpus keeps the folder it had before they were.
-        default_reading = dataclasses.asdict(corpus.ReadSettings()) | {"segmenter": ""}
+        default_reading = (dataclasses.asdict(corpus.ReadSettings())
+                           | {"segmenter": "", "byte_ranges": False})
         identity = {key: value for key, value in settings.items()
                     if key not in ("corpus", "tokenizer")
                     and not (key in default_reading and value == default_reading[key])}

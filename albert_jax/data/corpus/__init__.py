@@ -16,7 +16,7 @@ documents of sentences), `parts.py` (the units a format offers), `reading.py` (a
 documents), `stats.py` (what reading saw: bad input is counted, never a crash).
 """
 from albert_jax.data.corpus.demo import demo_documents
-from albert_jax.data.corpus.parts import part_name, plan_parts
+from albert_jax.data.corpus.parts import cut_into_byte_ranges, part_name, plan_parts
 from albert_jax.data.corpus.reading import (
     iter_documents,
     read_documents,
@@ -36,5 +36,5 @@ from albert_jax.data.corpus.sources import (
 from albert_jax.data.corpus.stats import CorpusStats
 
 __all__ = ["CorpusStats", "DEMO", "ReadSettings", "TFDS_PREFIX", "demo_documents", "describe",
-           "is_file_source", "iter_documents", "list_sources", "part_name", "plan_parts",
+           "cut_into_byte_ranges", "is_file_source", "iter_documents", "list_sources", "part_name", "plan_parts",
            "read_documents", "sample_sentences", "sized_sources", "source_size", "uses_segmenter"]

@@ -60,10 +60,19 @@ def _source_parts(source: str, size: int | None, settings: ReadSettings,
         records.check_arrow_columns(source, settings)
     elif file_format == "jsonl":
         records.check_jsonl_columns(source, compression, settings)
-    if compression or file_format == "arrow" or size <= unit_bytes:
+    if not cut_into_byte_ranges(source, size, unit_bytes):
         return [(source, size)]
     return [(f"{source}#bytes={start}-{min(start + unit_bytes, size)}",
              min(start + unit_bytes, size) - start) for start in range(0, size, unit_bytes)]
+
+
+def cut_into_byte_ranges(source: str, size: int | None, unit_bytes: int) -> bool:
+    """Whether a file is read as several byte ranges: an uncompressed text or JSON Lines file
+    larger than `unit_bytes` (a compressed stream cannot be entered in its middle)."""
+    if size is None:
+        return False
+    file_format, compression = sources.file_format(source)
+    return file_format in ("text", "jsonl") and not compression and size > unit_bytes
 
 
 def _parquet_parts(source: str, size: int, settings: ReadSettings,
