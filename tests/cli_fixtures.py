@@ -21,7 +21,7 @@ import sys
 import threading
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any, Callable
+from typing import IO, Any, Callable
 from unittest import mock
 
 from albert_jax.data import corpus
@@ -172,10 +172,11 @@ class ForkedRun:
     """A command-line run forked from the server and left running (`start_cli`): what tests use
     of `subprocess.Popen` (pid, args, returncode, stdout, stderr, poll, wait, send_signal, kill,
     terminate, communicate). `stdout` and `stderr` take None (this process's), PIPE, DEVNULL
-    and, for stderr, STDOUT, as Popen's do; a pipe is read as text when `text`."""
+    an open file and, for stderr, STDOUT, as Popen's do; a pipe is read as text when `text`."""
 
     def __init__(self, arguments: list[str], environment: dict[str, str],
-                 stdout: int | None = None, stderr: int | None = None, text: bool = False):
+                 stdout: int | IO[Any] | None = None, stderr: int | IO[Any] | None = None,
+                 text: bool = False):
         self.args = CLI + arguments
         self.returncode: int | None = None
         self.stdout = self.stderr = None
@@ -191,8 +192,10 @@ class ForkedRun:
                 ends[name] = Connection(os.open(os.devnull, os.O_WRONLY), readable=False)
             elif option is None:
                 ends[name] = Connection(os.dup(own), readable=False)
+            elif hasattr(option, "fileno"):  # an open file, as Popen takes one
+                ends[name] = Connection(os.dup(option.fileno()), readable=False)
             else:
-                raise ValueError(f"{name}={option!r}: a forked run takes None, PIPE, DEVNULL"
+                raise ValueError(f"{name}={option!r}: a forked run takes None, PIPE, DEVNULL, a file"
                                  + (" or STDOUT" if name == "stderr" else ""))
         self._process = _start_server().Process(
             target=_run_command_line,

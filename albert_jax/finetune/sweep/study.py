@@ -376,7 +376,7 @@ def run_sweep(config: ml_collections.ConfigDict, config_args: list[str], workdir
     input), the study created or joined, `workers` workers here until no trial is left, then
     the results (results.py, pictures.py) from everything the study holds."""
     plan = plan_lib.read_plan(config)
-    shares = gpu_shares(workers, visible_gpus()) if workers > 1 else [None]
+    shares: list[str | None] = gpu_shares(workers, visible_gpus()) if workers > 1 else [None]
     storage = open_storage(plan, workdir)
     _check_record(plan, workdir)
     load_study(plan, storage)
