@@ -25,7 +25,8 @@ compiler's): each replica differentiates the loss of its own rows into a partial
 the sum over layers, microbatches and uses adds up locally, and one `psum` over "data" per step
 adds the replicas' partial sums, each device putting in its fsdp shard (the all-reduce over the
 slices, when "data" spans them). Inside a replica the fsdp reduction is still the compiler's
-(within a slice). With dropout each replica draws its masks from the step's key folded with its
+(within a slice). Not where the model runs splash attention and fsdp or tensor splits a
+replica (`_reduces_per_replica` says why). With dropout each replica draws its masks from the step's key folded with its
 replica index, so the draws (not their distribution) depend on mesh.data, as they depend on
 num_microbatches; without dropout the losses are those of the whole-batch step.
 """
@@ -109,7 +110,8 @@ def make_train_step(task: Task, optimizer: optax.GradientTransformation,
 
     `state` has `.step`, `.params`, `.opt_state` and `.replace` (train/state.py TrainState);
     `batch` holds [batch_size, ...] arrays. `mesh`: the mesh the step is jitted for (the module
-    docstring says why it matters); the values computed are the same with or without it.
+    docstring says why it matters); the values computed are the same with or without it
+    (with dropout, not the masks drawn: module docstring).
     """
 
     def train_step(state: Any, batch: Batch, rng: jax.Array) -> tuple[Any, Metrics]:
