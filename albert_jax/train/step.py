@@ -25,8 +25,8 @@ compiler's): each replica differentiates the loss of its own rows into a partial
 the sum over layers, microbatches and uses adds up locally, and one `psum` over "data" per step
 adds the replicas' partial sums, each device putting in its fsdp shard (the all-reduce over the
 slices, when "data" spans them). Inside a replica the fsdp reduction is still the compiler's
-(within a slice). Not where the model runs splash attention and fsdp or tensor splits a
-replica (`_reduces_per_replica` says why). With dropout each replica draws its masks from the step's key folded with its
+(within a slice). Not with tensor parallelism, nor where the model runs splash attention and
+fsdp splits a replica (`_reduces_per_replica` says why). With dropout each replica draws its masks from the step's key folded with its
 replica index, so the draws (not their distribution) depend on mesh.data, as they depend on
 num_microbatches; without dropout the losses are those of the whole-batch step.
 """
@@ -87,15 +87,15 @@ def _split_microbatches(batch: Batch, num_microbatches: int,
 
 def _reduces_per_replica(task: Task, mesh: jax.sharding.Mesh | None) -> bool:
     """Whether the step sums the gradient per data replica (module docstring): with a mesh of
-    more than one replica, except where the model runs splash attention and fsdp or tensor
-    splits a replica: splash's own shard_map then nests in the replica's, and libtpu 0.0.42.1's
-    partitioner aborts the process (a failed CHECK on manual subgroups) once two layers run it
-    (base, data=2 x fsdp=4 on 2 x v5e:2x2). There the compiler's reduction stays."""
-    if mesh is None or mesh.shape[sharding.REPLICA_AXIS] == 1:
+    more than one replica, no tensor parallelism, and fsdp only where the model does not run
+    splash attention. Two XLA partitioners abort the process (a failed CHECK) otherwise: the
+    CPU one with tensor > 1 (tiny at seq 128 on data=2 x fsdp=2 x tensor=2, jax 0.10.2), and
+    libtpu 0.0.42.1's where splash's own shard_map nests in the replica's with fsdp > 1 and two
+    layers run it (base, data=2 x fsdp=4 on 2 x v5e:2x2). There the compiler's reduction stays."""
+    if mesh is None or mesh.shape[sharding.REPLICA_AXIS] == 1 or mesh.shape["tensor"] > 1:
         return False
-    platform = mesh.devices.flat[0].platform
-    splash = attention.resolve(task.model_config, platform) == "splash"
-    return not splash or all(mesh.shape[axis] == 1 for axis in ("fsdp", "tensor"))
+    splash = attention.resolve(task.model_config, mesh.devices.flat[0].platform) == "splash"
+    return not (splash and mesh.shape["fsdp"] > 1)
 
 
 def _activation_context(mesh: jax.sharding.Mesh | None) -> contextlib.AbstractContextManager:
