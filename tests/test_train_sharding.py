@@ -10,9 +10,12 @@ import ml_collections
 import numpy as np
 import pytest
 
+from albert_jax import pretraining
+from albert_jax.model import get_config
 from albert_jax.train import optim, sharding
 from albert_jax.train import state as state_lib
 from albert_jax.train import step as step_lib
+from configs import pretrain as pretrain_config
 from test_step import pretraining_task, synthetic_batch
 
 pytestmark = pytest.mark.slow  # the train step compiled for seven meshes: 50 s
@@ -122,3 +125,45 @@ def test_steps_with_the_mesh_bound_compute_the_same_losses():
         jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5,
                                                              err_msg=setting),
                      params, reference_params)
+
+
+@pytest.mark.parametrize("sharing, num_microbatches, remat_policy", [
+    ("all", 1, "none"), ("attention", 2, "full"), ("none", 1, "dots")])
+def test_per_replica_gradient_gives_the_losses_of_the_compilers_reduction(
+        sharing, num_microbatches, remat_policy):
+    """data=2 x fsdp=4, 20 steps: the step bound to the mesh (each data replica sums its own
+    gradient, one psum a step) against the same step with the reduction left to the compiler
+    (no mesh bound), in this process: the same losses and parameters."""
+    config = pretrain_config.get_config("model=tiny")
+    config.seq_len, config.data.max_predictions = 16, 4
+    task = pretraining.PretrainingTask(
+        config, get_config("tiny", sharing=sharing, remat_policy=remat_policy))
+    optim_config = ml_collections.ConfigDict(dict(
+        name="lamb", lr=1e-2, warmup_steps=1, schedule="reference", power=1.0,
+        weight_decay=0.01, beta_1=0.9, beta_2=0.999, epsilon=1e-6, clip_norm=1.0))
+    optimizer, lr_fn = optim.make_optimizer(optim_config, total_steps=20)
+    batches = [synthetic_batch(np.random.default_rng(i), 16, 16, 4, 128) for i in range(4)]
+    mesh = sharding.make_mesh(ml_collections.ConfigDict(dict(data=2, fsdp=4, tensor=1)))
+    _, shardings = state_lib.abstract_train_state(task.model, optimizer, mesh, task.init_inputs())
+    batch_sharding, replicated = sharding.batch_sharding(mesh), sharding.replicated(mesh)
+
+    def run(bind_mesh):
+        state = state_lib.init_train_state(task.model, optimizer, mesh, jax.random.PRNGKey(0),
+                                           task.init_inputs())
+        train_step = jax.jit(
+            step_lib.make_train_step(task, optimizer, lr_fn, num_microbatches=num_microbatches,
+                                     mesh=mesh if bind_mesh else None),
+            in_shardings=(shardings, batch_sharding, replicated),
+            out_shardings=(shardings, replicated), donate_argnums=(0,))
+        losses = []
+        for index in range(20):
+            batch = jax.device_put(batches[index % len(batches)], batch_sharding)
+            state, metrics = train_step(state, batch, jax.random.PRNGKey(1))
+            losses.append(float(metrics["loss"]))
+        return losses, jax.device_get(state.params)
+
+    (losses, params), (reference_losses, reference_params) = run(True), run(False)
+    assert reference_losses[-1] < reference_losses[0] - 0.2, reference_losses  # it learns
+    np.testing.assert_allclose(losses, reference_losses, rtol=1e-5, atol=1e-5)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5),
+                 params, reference_params)

@@ -210,6 +210,11 @@ def microbatch_sharding(mesh: jax.sharding.Mesh) -> NamedSharding:
     return NamedSharding(mesh, PartitionSpec(None, BATCH_AXES))
 
 
+def replica_microbatch_spec() -> PartitionSpec:
+    """`microbatch_sharding` inside one data replica (see `replica_activation_sharding`)."""
+    return PartitionSpec(None, REPLICA_BATCH_AXES)
+
+
 @contextlib.contextmanager
 def activation_sharding(mesh: jax.sharding.Mesh) -> Iterator[None]:
     """While a step is traced in this context, the model's activation constraints
@@ -218,6 +223,22 @@ def activation_sharding(mesh: jax.sharding.Mesh) -> Iterator[None]:
     An abstract mesh, because `jax.set_mesh` may not be entered inside `jax.jit`.
     """
     with jax.sharding.use_abstract_mesh(mesh.abstract_mesh), nn.logical_axis_rules(LOGICAL_RULES):
+        yield
+
+
+# Inside one data replica (train/step.py runs the gradient per replica, "data" a manual axis):
+# the replica's rows are split over fsdp alone, and no constraint may name the manual axis.
+REPLICA_AXIS = "data"
+REPLICA_BATCH_AXES = tuple(axis for axis in BATCH_AXES if axis != REPLICA_AXIS)
+REPLICA_RULES = tuple((name, REPLICA_BATCH_AXES if axes == BATCH_AXES else axes)
+                      for name, axes in LOGICAL_RULES)
+
+
+@contextlib.contextmanager
+def replica_activation_sharding() -> Iterator[None]:
+    """`activation_sharding` inside a function that `jax.shard_map` runs once per data replica
+    (the abstract mesh is shard_map's, with "data" manual): the batch is split over fsdp."""
+    with nn.logical_axis_rules(REPLICA_RULES):
         yield
 
 

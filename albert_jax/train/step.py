@@ -10,6 +10,25 @@ Given the `mesh` the step is jitted for, the step is traced under `sharding.acti
 every microbatch is split over all the data x fsdp devices, so M microbatches hold 1/M of the
 activations at a time; without the mesh, the compiler alone picks those layouts (see the
 train/sharding.py docstring for what that costs under fsdp).
+
+The gradient crosses data replicas once per step (given the mesh, with mesh.data > 1). Left to
+the compiler, every use of a parameter gets its own all-reduce over the batch devices: the
+weight gradient of each use is a matmul over the batch rows, which are split over data x fsdp,
+and the partitioner reduces its result right there, before the uses' gradients are added. A
+shared ALBERT layer used L times was so reduced L times per step (and the tied word embeddings
+twice: the lookup's and the MLM output's), each time at the parameter's full size on CPU, where
+XLA has no pass that moves the reduction past the sum (the TPU compiler reassociates unrolled
+layers). Over several slices that is what crossed the data-center network: albert-base, data=2
+over 2 slices x fsdp=4, 343.6 MB per device per step for 11.8 MB of parameters. So the
+gradient is computed under `jax.shard_map` with "data" a manual axis (fsdp and tensor stay the
+compiler's): each replica differentiates the loss of its own rows into a partial gradient, which
+the sum over layers, microbatches and uses adds up locally, and one `psum` over "data" per step
+adds the replicas' partial sums, each device putting in its fsdp shard (the all-reduce over the
+slices, when "data" spans them). Inside a replica the fsdp reduction is still the compiler's
+(within a slice). Not with tensor parallelism, nor where the model runs splash attention and
+fsdp splits a replica (`_reduces_per_replica` says why). With dropout each replica draws its masks from the step's key folded with its
+replica index, so the draws (not their distribution) depend on mesh.data, as they depend on
+num_microbatches; without dropout the losses are those of the whole-batch step.
 """
 from __future__ import annotations
 
@@ -20,8 +39,10 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 import optax
+from jax.sharding import PartitionSpec
 
 from albert_jax.errors import ConfigError
+from albert_jax.model import attention
 from albert_jax.train import sharding
 from albert_jax.train.task import Batch, Task
 
@@ -48,23 +69,33 @@ def check_microbatches(batch_size: int, num_microbatches: int, batch_devices: in
 
 
 def _split_microbatches(batch: Batch, num_microbatches: int,
-                        mesh: jax.sharding.Mesh | None) -> Batch:
-    """[batch, ...] -> [num_microbatches, batch / num_microbatches, ...], each microbatch split
-    over the data x fsdp devices of `mesh` (see `check_microbatches`)."""
+                        layout: jax.sharding.Sharding | jax.sharding.PartitionSpec | None) -> Batch:
+    """[batch, ...] -> [num_microbatches, batch / num_microbatches, ...], each microbatch laid
+    out by `layout` (split over the batch devices; None: the compiler's choice)."""
     batch_size = jax.tree_util.tree_leaves(batch)[0].shape[0]
-    batch_devices = 1 if mesh is None else math.prod(
-        mesh.shape[axis] for axis in sharding.BATCH_AXES)
-    check_microbatches(batch_size, num_microbatches, batch_devices)
     microbatch_size = batch_size // num_microbatches
 
     def split(x: jax.Array) -> jax.Array:
         x = x.reshape(num_microbatches, microbatch_size, *x.shape[1:])
-        if mesh is None:
+        if layout is None:
             return x
         # Without this the compiler gathers the batch and splits each microbatch only
         # data x fsdp / M ways: every scan iteration then does the whole per-device work.
-        return jax.lax.with_sharding_constraint(x, sharding.microbatch_sharding(mesh))
+        return jax.lax.with_sharding_constraint(x, layout)
     return jax.tree_util.tree_map(split, batch)
+
+
+def _reduces_per_replica(task: Task, mesh: jax.sharding.Mesh | None) -> bool:
+    """Whether the step sums the gradient per data replica (module docstring): with a mesh of
+    more than one replica, no tensor parallelism, and fsdp only where the model does not run
+    splash attention. Two XLA partitioners abort the process (a failed CHECK) otherwise: the
+    CPU one with tensor > 1 (tiny at seq 128 on data=2 x fsdp=2 x tensor=2, jax 0.10.2), and
+    libtpu 0.0.42.1's where splash's own shard_map nests in the replica's with fsdp > 1 and two
+    layers run it (base, data=2 x fsdp=4 on 2 x v5e:2x2). There the compiler's reduction stays."""
+    if mesh is None or mesh.shape[sharding.REPLICA_AXIS] == 1 or mesh.shape["tensor"] > 1:
+        return False
+    splash = attention.resolve(task.model_config, mesh.devices.flat[0].platform) == "splash"
+    return not (splash and mesh.shape["fsdp"] > 1)
 
 
 def _activation_context(mesh: jax.sharding.Mesh | None) -> contextlib.AbstractContextManager:
@@ -79,17 +110,17 @@ def make_train_step(task: Task, optimizer: optax.GradientTransformation,
 
     `state` has `.step`, `.params`, `.opt_state` and `.replace` (train/state.py TrainState);
     `batch` holds [batch_size, ...] arrays. `mesh`: the mesh the step is jitted for (the module
-    docstring says why it matters); the values computed are the same with or without it.
+    docstring says why it matters); the values computed are the same with or without it
+    (with dropout, not the masks drawn: module docstring).
     """
 
     def train_step(state: Any, batch: Batch, rng: jax.Array) -> tuple[Any, Metrics]:
         with _activation_context(mesh):
             return _train_step(state, batch, rng)
 
-    def _train_step(state: Any, batch: Batch, rng: jax.Array) -> tuple[Any, Metrics]:
-        dropout_rng = jax.random.fold_in(rng, state.step)
-        # Whole-batch denominators, fixed before the microbatch split (module docstring).
-        denominators = task.denominators(batch)
+    def gradients(params: Any, batch: Batch, dropout_rng: jax.Array, denominators: Any,
+                  microbatch_layout: Any) -> tuple[Any, Metrics]:
+        """(gradient, loss sums) of the rows of `batch`, summed over its microbatches."""
 
         def microbatch_loss(params: Any, microbatch: Batch, index: jax.Array):
             outputs = task.apply(params, microbatch, train=True,
@@ -99,24 +130,52 @@ def make_train_step(task: Task, optimizer: optax.GradientTransformation,
 
         grad_fn = jax.value_and_grad(microbatch_loss, has_aux=True)
         if num_microbatches == 1:
-            (_, sums), grads = grad_fn(state.params, batch, jnp.int32(0))
+            (_, sums), grads = grad_fn(params, batch, jnp.int32(0))
+            return grads, sums
+        microbatches = _split_microbatches(batch, num_microbatches, microbatch_layout)
+
+        def accumulate(carry, inputs):
+            grads_sum, sums_sum = carry
+            index, microbatch = inputs
+            (_, sums), grads = grad_fn(params, microbatch, index)
+            return (jax.tree_util.tree_map(jnp.add, grads_sum, grads),
+                    jax.tree_util.tree_map(jnp.add, sums_sum, sums)), None
+
+        zeros_grads = jax.tree_util.tree_map(jnp.zeros_like, params)
+        first = jax.tree_util.tree_map(lambda x: x[0], microbatches)
+        sums_shape = jax.eval_shape(grad_fn, params, first, jnp.int32(0))[0][1]
+        zeros_sums = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), sums_shape)
+        (grads, sums), _ = jax.lax.scan(accumulate, (zeros_grads, zeros_sums),
+                                        (jnp.arange(num_microbatches), microbatches))
+        return grads, sums
+
+    def replica_gradients(params: Any, batch: Batch, dropout_rng: jax.Array,
+                          denominators: Any) -> tuple[Any, Metrics]:
+        """Run by shard_map once per data replica on its rows: the replica's partial gradient
+        and sums, then their one sum over the replicas (module docstring)."""
+        replica_rng = jax.random.fold_in(dropout_rng, jax.lax.axis_index(sharding.REPLICA_AXIS))
+        with sharding.replica_activation_sharding():
+            partial = gradients(params, batch, replica_rng, denominators,
+                                sharding.replica_microbatch_spec())
+        return jax.lax.psum(partial, sharding.REPLICA_AXIS)
+
+    def _train_step(state: Any, batch: Batch, rng: jax.Array) -> tuple[Any, Metrics]:
+        dropout_rng = jax.random.fold_in(rng, state.step)
+        # Whole-batch denominators, fixed before the microbatch split (module docstring).
+        denominators = task.denominators(batch)
+        batch_size = jax.tree_util.tree_leaves(batch)[0].shape[0]
+        if num_microbatches > 1:
+            check_microbatches(batch_size, num_microbatches, 1 if mesh is None else math.prod(
+                mesh.shape[axis] for axis in sharding.BATCH_AXES))
+        if not _reduces_per_replica(task, mesh):
+            grads, sums = gradients(state.params, batch, dropout_rng, denominators,
+                                    None if mesh is None else sharding.microbatch_sharding(mesh))
         else:
-            microbatches = _split_microbatches(batch, num_microbatches, mesh)
-
-            def accumulate(carry, inputs):
-                grads_sum, sums_sum = carry
-                index, microbatch = inputs
-                (_, sums), grads = grad_fn(state.params, microbatch, index)
-                return (jax.tree_util.tree_map(jnp.add, grads_sum, grads),
-                        jax.tree_util.tree_map(jnp.add, sums_sum, sums)), None
-
-            zeros_grads = jax.tree_util.tree_map(jnp.zeros_like, state.params)
-            first = jax.tree_util.tree_map(lambda x: x[0], microbatches)
-            sums_shape = jax.eval_shape(grad_fn, state.params, first, jnp.int32(0))[0][1]
-            zeros_sums = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), sums_shape)
-            (grads, sums), _ = jax.lax.scan(
-                accumulate, (zeros_grads, zeros_sums),
-                (jnp.arange(num_microbatches), microbatches))
+            replicated, rows = PartitionSpec(), PartitionSpec(sharding.REPLICA_AXIS)
+            grads, sums = jax.shard_map(
+                replica_gradients, mesh=mesh, in_specs=(replicated, rows, replicated, replicated),
+                out_specs=replicated, axis_names={sharding.REPLICA_AXIS}, check_vma=False,
+            )(state.params, batch, dropout_rng, denominators)
 
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
