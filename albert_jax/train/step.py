@@ -91,7 +91,9 @@ def _reduces_per_replica(task: Task, mesh: jax.sharding.Mesh | None) -> bool:
     splash attention. Two XLA partitioners abort the process (a failed CHECK) otherwise: the
     CPU one with tensor > 1 (tiny at seq 128 on data=2 x fsdp=2 x tensor=2, jax 0.10.2), and
     libtpu 0.0.42.1's where splash's own shard_map nests in the replica's with fsdp > 1 and two
-    layers run it (base, data=2 x fsdp=4 on 2 x v5e:2x2). There the compiler's reduction stays."""
+    layers run it (base, data=2 x fsdp=4 on 2 x v5e:2x2). There the compiler's reduction stays
+    (libtpu then adds the uses' gradients before they cross slices, the tied word embeddings'
+    too since the lookup's gradient is a matmul: model/albert.py `_rows_with_matmul_gradient`)."""
     if mesh is None or mesh.shape[sharding.REPLICA_AXIS] == 1 or mesh.shape["tensor"] > 1:
         return False
     splash = attention.resolve(task.model_config, mesh.devices.flat[0].platform) == "splash"
