@@ -36,7 +36,6 @@ import argparse
 import collections
 import functools
 import glob
-import gzip
 import json
 import os
 import re
@@ -60,6 +59,7 @@ from bench_data_build import (  # noqa: E402  (this script's folder is on sys.pa
     _rss_reporting,
     _text_sources,
     measured,
+    source_paragraphs,
 )
 
 from albert_jax.data import corpus, segmenter, tokenizer  # noqa: E402
@@ -75,13 +75,8 @@ UNIT_BYTES = 32 << 20
 
 def _file_documents(path: str) -> list[list[str]]:
     """One source file's documents, each a list of paragraphs (one line each)."""
-    try:
-        with (gzip.open(path) if path.endswith(".gz") else open(path, "rb")) as file:
-            text = file.read().decode("utf-8", errors="replace")
-    except (OSError, EOFError):
-        return []
     documents, document, characters = [], [], 0
-    for block in re.split(r"\n\s*\n", text):
+    for block in source_paragraphs(path):
         paragraph = " ".join(block.split())
         if not paragraph:
             continue

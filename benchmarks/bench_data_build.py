@@ -97,16 +97,22 @@ def _sentences(paragraph: str) -> list[str]:
     return sentences
 
 
-def _documents(path: str) -> list[list[str]]:
-    """The documents of one file: its sentences, cut into documents past DOCUMENT_CHARACTERS
-    (at a paragraph end where one comes within 2x that)."""
+def source_paragraphs(path: str) -> list[str]:
+    """The blank-line-separated blocks of one source file (.gz decompressed); none for a file
+    that cannot be read."""
     try:
         with (gzip.open(path) if path.endswith(".gz") else open(path, "rb")) as file:
             text = file.read().decode("utf-8", errors="replace")
     except (OSError, EOFError):
         return []
+    return re.split(r"\n\s*\n", text)
+
+
+def _documents(path: str) -> list[list[str]]:
+    """The documents of one file: its sentences, cut into documents past DOCUMENT_CHARACTERS
+    (at a paragraph end where one comes within 2x that)."""
     documents, document, characters = [], [], 0
-    for paragraph in re.split(r"\n\s*\n", text):
+    for paragraph in source_paragraphs(path):
         for sentence in _sentences(paragraph):
             document.append(sentence)
             characters += len(sentence)
