@@ -85,36 +85,46 @@ def test_losses_after_3_steps_match_on_every_mesh(tmp_path):
         assert run[3] >= expected_devices[mesh], (mesh, run[3])
 
 
+LAMB = ml_collections.ConfigDict(dict(
+    name="lamb", lr=1e-2, warmup_steps=1, schedule="reference", power=1.0,
+    weight_decay=0.01, beta_1=0.9, beta_2=0.999, epsilon=1e-6, clip_norm=1.0))
+
+
+def train_on_mesh(task, optimizer, lr_fn, mesh, batches, steps, num_microbatches, bind_mesh):
+    """`steps` jitted train steps of `task` on `mesh` over `batches` (cycled), from the same
+    initial state; `bind_mesh` hands the mesh to make_train_step (its activation constraints,
+    microbatch split and per-replica gradient), else the compiler alone lays the step out.
+    Returns (the losses, the final parameters on the host)."""
+    _, shardings = state_lib.abstract_train_state(task.model, optimizer, mesh, task.init_inputs())
+    state = state_lib.init_train_state(task.model, optimizer, mesh, jax.random.PRNGKey(0),
+                                       task.init_inputs())
+    batch_sharding, replicated = sharding.batch_sharding(mesh), sharding.replicated(mesh)
+    train_step = jax.jit(
+        step_lib.make_train_step(task, optimizer, lr_fn, num_microbatches=num_microbatches,
+                                 mesh=mesh if bind_mesh else None),
+        in_shardings=(shardings, batch_sharding, replicated),
+        out_shardings=(shardings, replicated), donate_argnums=(0,))
+    losses = []
+    for index in range(steps):
+        batch = jax.device_put(batches[index % len(batches)], batch_sharding)
+        state, metrics = train_step(state, batch, jax.random.PRNGKey(1))
+        losses.append(float(metrics["loss"]))
+    return losses, jax.device_get(state.params)
+
+
 def test_steps_with_the_mesh_bound_compute_the_same_losses():
     """make_train_step(mesh=...) binds the activation constraints and splits every microbatch
     over the batch devices: layouts change, the losses and parameters do not."""
     task = pretraining_task(seq_len=16, max_predictions=4)
-    optim_config = ml_collections.ConfigDict(dict(
-        name="lamb", lr=1e-2, warmup_steps=1, schedule="reference", power=1.0,
-        weight_decay=0.01, beta_1=0.9, beta_2=0.999, epsilon=1e-6, clip_norm=1.0))
-    optimizer, lr_fn = optim.make_optimizer(optim_config, total_steps=10)
+    optimizer, lr_fn = optim.make_optimizer(LAMB, total_steps=10)
     batches = [synthetic_batch(np.random.default_rng(i), 16, 16, 4, 128) for i in range(2)]
 
     def run(data, fsdp, tensor, num_microbatches, bind_mesh):
         mesh = sharding.make_mesh(ml_collections.ConfigDict(dict(data=data, fsdp=fsdp,
                                                                  tensor=tensor)),
                                   devices=jax.devices()[:data * fsdp * tensor])
-        _, shardings = state_lib.abstract_train_state(task.model, optimizer, mesh,
-                                                      task.init_inputs())
-        state = state_lib.init_train_state(task.model, optimizer, mesh, jax.random.PRNGKey(0),
-                                           task.init_inputs())
-        batch_sharding, replicated = sharding.batch_sharding(mesh), sharding.replicated(mesh)
-        train_step = jax.jit(
-            step_lib.make_train_step(task, optimizer, lr_fn, num_microbatches=num_microbatches,
-                                     mesh=mesh if bind_mesh else None),
-            in_shardings=(shardings, batch_sharding, replicated),
-            out_shardings=(shardings, replicated), donate_argnums=(0,))
-        losses = []
-        for batch in batches:
-            state, metrics = train_step(state, jax.device_put(batch, batch_sharding),
-                                        jax.random.PRNGKey(1))
-            losses.append(float(metrics["loss"]))
-        return losses, jax.device_get(state.params)
+        return train_on_mesh(task, optimizer, lr_fn, mesh, batches, len(batches),
+                             num_microbatches, bind_mesh)
 
     reference_losses, reference_params = run(1, 1, 1, 1, bind_mesh=False)
     for data, fsdp, tensor, num_microbatches in [(1, 8, 1, 2), (2, 2, 2, 1), (4, 2, 1, 2)]:
@@ -138,29 +148,13 @@ def test_per_replica_gradient_gives_the_losses_of_the_compilers_reduction(
     config.seq_len, config.data.max_predictions = 16, 4
     task = pretraining.PretrainingTask(
         config, get_config("tiny", sharing=sharing, remat_policy=remat_policy))
-    optim_config = ml_collections.ConfigDict(dict(
-        name="lamb", lr=1e-2, warmup_steps=1, schedule="reference", power=1.0,
-        weight_decay=0.01, beta_1=0.9, beta_2=0.999, epsilon=1e-6, clip_norm=1.0))
-    optimizer, lr_fn = optim.make_optimizer(optim_config, total_steps=20)
+    optimizer, lr_fn = optim.make_optimizer(LAMB, total_steps=20)
     batches = [synthetic_batch(np.random.default_rng(i), 16, 16, 4, 128) for i in range(4)]
     mesh = sharding.make_mesh(ml_collections.ConfigDict(dict(data=2, fsdp=4, tensor=1)))
-    _, shardings = state_lib.abstract_train_state(task.model, optimizer, mesh, task.init_inputs())
-    batch_sharding, replicated = sharding.batch_sharding(mesh), sharding.replicated(mesh)
 
     def run(bind_mesh):
-        state = state_lib.init_train_state(task.model, optimizer, mesh, jax.random.PRNGKey(0),
-                                           task.init_inputs())
-        train_step = jax.jit(
-            step_lib.make_train_step(task, optimizer, lr_fn, num_microbatches=num_microbatches,
-                                     mesh=mesh if bind_mesh else None),
-            in_shardings=(shardings, batch_sharding, replicated),
-            out_shardings=(shardings, replicated), donate_argnums=(0,))
-        losses = []
-        for index in range(20):
-            batch = jax.device_put(batches[index % len(batches)], batch_sharding)
-            state, metrics = train_step(state, batch, jax.random.PRNGKey(1))
-            losses.append(float(metrics["loss"]))
-        return losses, jax.device_get(state.params)
+        return train_on_mesh(task, optimizer, lr_fn, mesh, batches, 20, num_microbatches,
+                             bind_mesh)
 
     (losses, params), (reference_losses, reference_params) = run(True), run(False)
     assert reference_losses[-1] < reference_losses[0] - 0.2, reference_losses  # it learns
