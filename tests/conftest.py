@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli_fixtures import demo_pretraining_settings, made_once, pretrain_tiny
+from tests.file_order import file_seconds, longest_first
 from tests.postgres_server import PostgresServer
 from tests.storage_emulator import StorageEmulator
 
@@ -112,3 +113,19 @@ def pretrained_tiny(tmp_path_factory, demo_pretraining_data) -> Path:
     """A pretraining workdir of the tiny model, 6 steps on `demo_pretraining_data`."""
     return Path(made_once("pretrained_tiny", tmp_path_factory,
                           lambda root: str(pretrain_tiny(root, demo_pretraining_data))))
+
+
+# ---------------------------------------------------------------------------------------------
+# The longest files first (tests/file_order.py): xdist hands out files in collection order once
+# its own reordering, by the number of tests in a file, is off.
+
+def pytest_configure(config):
+    if hasattr(config.option, "loadscopereorder"):  # pytest-xdist is loaded
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(config, items):
+    names = list(dict.fromkeys(item.path.name for item in items))
+    rank = {name: position for position, name in enumerate(longest_first(names, file_seconds()))}
+    items.sort(key=lambda item: rank[item.path.name])  # stable: a file's own order is kept
+
