@@ -210,23 +210,19 @@ def _kill_after_first_unit(process: subprocess.Popen, units_dir: Path) -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("executor", ["beam", "local"])
-def test_a_killed_build_resumes_to_the_same_bytes(executor, corpus_settings, local_build,
-                                                  tmp_path):
+def test_a_killed_build_resumes_to_the_same_bytes(corpus_settings, local_build, tmp_path):
+    # On the process pool; on Beam: test_corpus_formats.py's
+    # test_cut_files_build_the_same_bytes_on_every_runner_and_after_a_kill.
     settings = {**corpus_settings, "data.dir": str(tmp_path / "data")}
-    beam_flags = [f"--beam_pipeline_options={BEAM_LOCAL}"] if executor == "beam" else []
     folder = Path(dataset_settings.dataset_dir(run_config(settings)))
-    process = start_cli("data", "build", *config_flags(settings), *beam_flags,
-                        start_new_session=True, stdout=subprocess.DEVNULL,
-                        stderr=subprocess.DEVNULL)
+    process = start_cli("data", "build", *config_flags(settings), start_new_session=True,
+                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     built_before = _kill_after_first_unit(process, folder / build_unit.UNITS_DIR)
     assert 1 <= built_before < NUM_FILES, "the kill came after the build had finished"
     assert not (folder / "dataset_info.json").exists()
-    again = cli("data", "build", *config_flags(settings), *beam_flags)
+    again = cli("data", "build", *config_flags(settings))
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"{built_before} built before" in again.stdout  # only the other units were built
-    if executor == "beam":
-        assert f"{NUM_FILES - built_before} to build with Apache Beam" in again.stdout
     assert digests(os.fspath(folder)) == local_build
     loaded = tfds.builder_from_directory(os.fspath(folder))
     metadata = json.loads((folder / "metadata.json").read_text())

@@ -342,8 +342,10 @@ def test_cut_files_build_the_same_bytes_on_every_runner_and_after_a_kill(
                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     built_before = _kill_after_first_unit(process, folder_of_beam / "_units")
     assert 1 <= built_before < num_units
+    assert not (folder_of_beam / "dataset_info.json").exists()
     again = cli("data", "build", *config_flags(beam_settings),
                 f"--beam_pipeline_options={BEAM_LOCAL}")
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"{built_before} built before" in again.stdout
+    assert f"{num_units - built_before} to build with Apache Beam" in again.stdout
     assert digests(os.fspath(folder_of_beam)) == expected

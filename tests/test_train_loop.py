@@ -1,9 +1,12 @@
 """`albert-jax pretrain` end to end through the real CLI, on a small real-text dataset.
 
 Exact resume after SIGKILL, a clean stop on SIGTERM, the NaN guard, the workdir config check,
-and a finished run that reports it is done.
+and a finished run that reports it is done. The runs have the settings of test_reliability.py's
+tiny pretraining run (24 steps, a checkpoint every 4), and its uninterrupted run, made once per
+test run, is the one the resumed run is compared with and the finished run.
 """
 import json
+import shutil
 import signal
 import subprocess
 import time
@@ -12,25 +15,18 @@ from pathlib import Path
 import pytest
 from etils import epath
 
+import test_reliability
 from albert_jax import config as config_lib
 from albert_jax.train import loop
-from cli_fixtures import cli, config_flags, start_cli
+from cli_fixtures import cli, start_cli
 from configs import pretrain as pretrain_config
+from test_reliability import TRAIN_KEYS, pretrain_flags
 
-
-@pytest.fixture(scope="module")
-def data_flags(demo_pretraining_data) -> list[str]:
-    return config_flags(demo_pretraining_data)
-
-
-def run_flags(data_flags: list[str], workdir: Path, **overrides) -> list[str]:
-    settings = dict(model="tiny", batch_size=8, total_steps=30, log_every_steps=1,
-                    checkpoint_every_steps=10, eval_every_steps=1000, eval_steps=2,
-                    eval_batch_size=8, **{"optim.schedule": "constant", "optim.warmup_steps": 5,
-                                           "optim.lr": 5e-3})
-    settings.update(overrides)
-    return (["pretrain"] + data_flags + [f"--workdir={workdir}"]
-            + [f"--config.{key}={value}" for key, value in settings.items()])
+# That file's module fixtures (data, environment, the straight run), made again for this module;
+# bound by assignment, which the tests' arguments of the same names do not redefine.
+data_flags = test_reliability.data_flags
+environment = test_reliability.environment
+straight = test_reliability.straight
 
 
 def pretrain(flags: list[str], timeout: int = 600) -> subprocess.CompletedProcess:
@@ -60,38 +56,36 @@ def start_and_wait(flags: list[str], workdir: Path, until_step: int,
 
 
 @pytest.mark.slow
-def test_sigkill_then_resume_gives_the_losses_of_an_uninterrupted_run(data_flags, tmp_path):
-    straight = pretrain(run_flags(data_flags, tmp_path / "straight"))
-    assert straight.returncode == 0, straight.stderr[-3000:]
-    expected = logged(tmp_path / "straight")
-    assert sorted(expected) == list(range(1, 31))
+def test_sigkill_then_resume_gives_the_losses_of_an_uninterrupted_run(straight, data_flags,
+                                                                      tmp_path):
+    expected = logged(straight)
+    assert sorted(expected) == list(range(1, 25))
 
     workdir = tmp_path / "killed"
-    # A long run (the constant schedule does not depend on total_steps), killed past step 12
-    # once the async checkpoint of step 10 is complete.
-    process = start_and_wait(run_flags(data_flags, workdir, total_steps=1000), workdir, 12,
-                             until_checkpoint=10)
+    # A long run (the constant schedule does not depend on total_steps), killed past step 10
+    # once the async checkpoint of step 8 is complete.
+    process = start_and_wait(pretrain_flags(data_flags, workdir, total_steps=1000), workdir, 10,
+                             until_checkpoint=8)
     process.send_signal(signal.SIGKILL)
     process.wait()
     assert process.returncode == -signal.SIGKILL
-    resumed = pretrain(run_flags(data_flags, workdir))
+    resumed = pretrain(pretrain_flags(data_flags, workdir))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "Resuming from the checkpoint at step" in resumed.stdout
     resumed_from = int(resumed.stdout.split("Resuming from the checkpoint at step")[1].split()[0])
-    assert 10 <= resumed_from < 30
+    assert 8 <= resumed_from < 24
     got = logged(workdir)
-    assert sorted(got) == list(range(1, 31))  # records of the lost steps were replaced
-    for step in range(1, 31):
-        for key in ("loss", "masked_lm_loss", "sentence_order_loss", "masked_lm_accuracy",
-                    "sentence_order_accuracy", "learning_rate"):
+    assert sorted(got) == list(range(1, 25))  # records of the lost steps were replaced
+    for step in range(1, 25):
+        for key in TRAIN_KEYS:
             assert got[step][key] == expected[step][key], (step, key)  # bit-exact on CPU
 
 
 @pytest.mark.slow
 def test_sigterm_saves_a_checkpoint_and_exits_cleanly(data_flags, tmp_path):
     workdir = tmp_path / "preempted"
-    process = start_and_wait(run_flags(data_flags, workdir, total_steps=1000,
-                                       checkpoint_every_steps=500), workdir, 3)
+    process = start_and_wait(pretrain_flags(data_flags, workdir, total_steps=1000,
+                                            checkpoint_every_steps=500), workdir, 3)
     process.send_signal(signal.SIGTERM)
     output, _ = process.communicate(timeout=300)
     assert process.returncode == 0, output[-3000:]
@@ -105,8 +99,8 @@ def test_nan_guard_stops_with_a_clear_message_and_keeps_the_last_good_checkpoint
     workdir = tmp_path / "diverged"
     # Warmup makes step 1 harmless (lr 0); then an absurd rate: LAMB moves each weight by
     # lr * ||w||, so the weights overflow within a step or two.
-    result = pretrain(run_flags(data_flags, workdir, total_steps=10, checkpoint_every_steps=1,
-                                **{"optim.lr": 1e38, "optim.warmup_steps": 3}))
+    result = pretrain(pretrain_flags(data_flags, workdir, total_steps=10, checkpoint_every_steps=1,
+                                     **{"optim.lr": 1e38, "optim.warmup_steps": 3}))
     assert result.returncode != 0
     assert "non-finite" in result.stderr and "last good checkpoint is kept" in result.stderr
     assert "Traceback" not in result.stderr
@@ -116,16 +110,16 @@ def test_nan_guard_stops_with_a_clear_message_and_keeps_the_last_good_checkpoint
     assert saved and all(step < diverged_at for step in saved), (saved, diverged_at)
 
 
-def test_finished_run_reports_done_and_incompatible_config_is_refused(data_flags, tmp_path):
+def test_finished_run_reports_done_and_incompatible_config_is_refused(straight, data_flags,
+                                                                       tmp_path):
     workdir = tmp_path / "done"
-    first = pretrain(run_flags(data_flags, workdir, total_steps=3, checkpoint_every_steps=3))
-    assert first.returncode == 0, first.stderr[-3000:]
-    assert json.loads((workdir / "config.json").read_text())["total_steps"] == 3
+    shutil.copytree(straight, workdir)  # a finished run: its last step has its checkpoint
+    assert json.loads((workdir / "config.json").read_text())["total_steps"] == 24
     assert (workdir / "tensorboard").is_dir() and any((workdir / "tensorboard").iterdir())
-    again = pretrain(run_flags(data_flags, workdir, total_steps=3, checkpoint_every_steps=3))
+    again = pretrain(pretrain_flags(data_flags, workdir))
     assert again.returncode == 0
     assert "Training is done" in again.stdout
-    changed = pretrain(run_flags(data_flags, workdir, total_steps=3, batch_size=16))
+    changed = pretrain(pretrain_flags(data_flags, workdir, batch_size=16))
     assert changed.returncode != 0
     assert "incompatible config" in changed.stderr and "batch_size" in changed.stderr
 

@@ -147,34 +147,29 @@ def test_mlflow_and_tensorboard_have_every_step_once_after_a_sigkill_and_resume(
 
 
 @pytest.mark.slow
-def test_wandb_offline_continues_the_same_run(task_files, tmp_path):
-    workdir = tmp_path / "run"
-    environment = {**one_device_environment(), "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
-    for steps in (2, 4):  # a finished run, then the same workdir trained further
+def test_wandb_offline_continues_the_same_run_and_an_explicit_wandb_dir_wins(task_files, tmp_path):
+    workdir, elsewhere = tmp_path / "run", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    offline = {**one_device_environment(), "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+
+    def train(steps: int, environment: dict[str, str]) -> None:
         result = cli(*_finetune_arguments(task_files, workdir, steps, "--config.report_to=wandb",
                                           "--config.wandb.tags=(demo,)"), environment=environment)
         assert result.returncode == 0, result.stderr[-3000:]
         assert WARNING not in result.stderr
+
+    # A finished run with WANDB_DIR set: W&B's files go there, the id stays with the run.
+    train(2, {**offline, "WANDB_DIR": str(elsewhere)})
     run_id = (workdir / workdir_names.WANDB_RUN_FILE).read_text()
-    runs = sorted((workdir / workdir_names.WANDB_SUBDIR).glob("offline-run-*"))
-    assert len(runs) == 2 and all(run.name.endswith(f"-{run_id}") for run in runs)
-    assert all((run / f"run-{run_id}.wandb").stat().st_size > 0 for run in runs)
-    assert not (workdir / workdir_names.TENSORBOARD_SUBDIR).exists()  # not asked for
-
-
-@pytest.mark.slow
-def test_an_explicit_wandb_dir_wins_over_the_workdir(task_files, tmp_path):
-    workdir, elsewhere = tmp_path / "run", tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    environment = {**one_device_environment(), "WANDB_MODE": "offline", "WANDB_SILENT": "true",
-                   "WANDB_DIR": str(elsewhere)}
-    result = cli(*_finetune_arguments(task_files, workdir, 2, "--config.report_to=wandb"),
-                 environment=environment)
-    assert result.returncode == 0, result.stderr[-3000:]
-    run_id = (workdir / workdir_names.WANDB_RUN_FILE).read_text()  # the id stays with the run
     (run,) = (elsewhere / "wandb").glob("offline-run-*")
     assert run.name.endswith(f"-{run_id}") and (run / f"run-{run_id}.wandb").stat().st_size > 0
     assert not (workdir / workdir_names.WANDB_SUBDIR).exists()
+    # The same workdir trained further without WANDB_DIR: the same run, its files in the workdir.
+    train(4, offline)
+    runs = [run, *(workdir / workdir_names.WANDB_SUBDIR).glob("offline-run-*")]
+    assert len(runs) == 2 and all(run.name.endswith(f"-{run_id}") for run in runs)
+    assert all((run / f"run-{run_id}.wandb").stat().st_size > 0 for run in runs)
+    assert not (workdir / workdir_names.TENSORBOARD_SUBDIR).exists()  # not asked for
 
 
 FAILING_WANDB = '''

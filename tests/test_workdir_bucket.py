@@ -312,6 +312,12 @@ def test_a_run_killed_during_a_checkpoint_upload_resumes_bit_identical_to_a_loca
     reader = threading.Thread(target=collect_lines, args=(process.stdout, output), daemon=True)
     reader.start()
     deadline = time.time() + 300
+    # The bucket is listed from step 1 on (the first checkpoint is step 4's), not while the run
+    # starts: each listing costs the test and the storage emulator CPU the run would use.
+    while not any(line.startswith("step       1/") for line in list(output)):
+        assert process.poll() is None, "".join(output)[-3000:]
+        assert time.time() < deadline, "the run did not reach step 1 in time"
+        time.sleep(0.02)
     killed_at = None
     while killed_at is None:
         assert process.poll() is None, "".join(output)[-3000:]  # never caught an upload
