@@ -35,31 +35,37 @@ def padded_inputs(batch: int, vocab: int) -> dict[str, np.ndarray]:
             "input_mask": input_mask}
 
 
-def forward_and_gradients(config_fields: dict, impl: str, mesh_shape: tuple[int, int, int]):
-    """(sequence output, pooled output, parameter gradients) of AlbertModel under a mesh, the
-    activation constraints bound as the train step binds them."""
-    config = get_config("tiny", attention_impl=impl, max_position_embeddings=SEQ, **config_fields)
-    model = AlbertModel(config)
-    inputs = padded_inputs(8, config.vocab_size)
-    params = sharding.unbox(model.init(jax.random.PRNGKey(0), **inputs))
+def forward_and_gradients(config_fields: dict, mesh_shape: tuple[int, int, int]) -> dict:
+    """{"xla": ..., "splash": ...}: (sequence output, pooled output, parameter gradients) of
+    AlbertModel under a mesh with each kernel, the activation constraints bound as the train step
+    binds them, from one init (the parameter tree does not depend on the kernel: the last test
+    of this file)."""
+    configs = {impl: get_config("tiny", attention_impl=impl, max_position_embeddings=SEQ,
+                                **config_fields) for impl in ("xla", "splash")}
+    inputs = padded_inputs(8, configs["xla"].vocab_size)
+    params = sharding.unbox(AlbertModel(configs["xla"]).init(jax.random.PRNGKey(0), **inputs))
     data, fsdp, tensor = mesh_shape
     mesh = sharding.make_mesh(ml_collections.ConfigDict(dict(data=data, fsdp=fsdp, tensor=tensor)),
                               devices=jax.devices()[:data * fsdp * tensor])
-    weights = jax.random.normal(jax.random.PRNGKey(1), (8, SEQ, config.hidden_size))
-
-    def loss(params, inputs):
-        sequence, pooled = model.apply(params, **inputs)
-        return jnp.sum(sequence.astype(jnp.float32) * weights), (sequence, pooled)
-
-    def step(params, inputs):
-        with sharding.activation_sharding(mesh):
-            (_, (sequence, pooled)), grads = jax.value_and_grad(loss, has_aux=True)(params,
-                                                                                    inputs)
-        return sequence, pooled, grads
-
+    weights = jax.random.normal(jax.random.PRNGKey(1), (8, SEQ, configs["xla"].hidden_size))
     inputs = jax.device_put(inputs, sharding.batch_sharding(mesh))
     params = jax.device_put(params, sharding.replicated(mesh))
-    return jax.device_get(jax.jit(step)(params, inputs))
+
+    def forward_and_gradients_with(model: AlbertModel):
+        def loss(params, inputs):
+            sequence, pooled = model.apply(params, **inputs)
+            return jnp.sum(sequence.astype(jnp.float32) * weights), (sequence, pooled)
+
+        def step(params, inputs):
+            with sharding.activation_sharding(mesh):
+                (_, (sequence, pooled)), grads = jax.value_and_grad(loss, has_aux=True)(params,
+                                                                                        inputs)
+            return sequence, pooled, grads
+
+        return jax.device_get(jax.jit(step)(params, inputs))
+
+    return {impl: forward_and_gradients_with(AlbertModel(config))
+            for impl, config in configs.items()}
 
 
 def assert_trees_close(actual, expected, rtol, what):
@@ -83,8 +89,8 @@ def assert_trees_close(actual, expected, rtol, what):
 ])
 @pytest.mark.slow
 def test_splash_equals_xla_forward_and_gradients(fields, mesh_shape, tolerance):
-    expected = forward_and_gradients(fields, "xla", mesh_shape)
-    actual = forward_and_gradients(fields, "splash", mesh_shape)
+    results = forward_and_gradients(fields, mesh_shape)
+    expected, actual = results["xla"], results["splash"]
     assert_trees_close(actual[:2], expected[:2], tolerance, "outputs")
     assert_trees_close(actual[2], expected[2], tolerance, "gradients")
 
@@ -118,15 +124,24 @@ def test_a_sharded_train_step_with_splash_equals_xla():
     batches = [synthetic_batch(np.random.default_rng(i), 8, SEQ, 4, 128) for i in range(2)]
     mesh = sharding.make_mesh(ml_collections.ConfigDict(dict(data=2, fsdp=2, tensor=2)))
 
-    def run(impl):
+    def task_of(impl):
         config = pretrain_config.get_config("model=tiny")
         config.seq_len, config.data.max_predictions = SEQ, 4
-        task = pretraining.PretrainingTask(
+        return pretraining.PretrainingTask(
             config, get_config("tiny", attention_impl=impl, max_position_embeddings=SEQ))
-        _, shardings = state_lib.abstract_train_state(task.model, optimizer, mesh,
-                                                      task.init_inputs())
-        state = state_lib.init_train_state(task.model, optimizer, mesh, jax.random.PRNGKey(0),
-                                           task.init_inputs())
+
+    # One initial state for both kernels (the same parameter tree: the last test of this file),
+    # kept on the host since each run's step donates the state it is given.
+    xla_task = task_of("xla")
+    _, shardings = state_lib.abstract_train_state(xla_task.model, optimizer, mesh,
+                                                  xla_task.init_inputs())
+    initial_state = jax.device_get(state_lib.init_train_state(
+        xla_task.model, optimizer, mesh, jax.random.PRNGKey(0), xla_task.init_inputs(),
+        shardings))
+
+    def run(impl):
+        task = task_of(impl)
+        state = jax.device_put(initial_state, shardings)
         batch_sharding = sharding.batch_sharding(mesh)
         train_step = step_lib.jit_train_step(task, optimizer, lr_fn, mesh, shardings)
         losses = []

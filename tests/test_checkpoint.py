@@ -132,17 +132,18 @@ def test_restore_onto_a_different_mesh(saved_run):
 
 
 @pytest.mark.slow
-def test_a_two_slice_checkpoint_restores_on_one_slice_and_back(tmp_path):
+def test_a_two_slice_checkpoint_restores_on_one_slice_and_back(tmp_path, saved_run):
     """A run on 2 slices (data=4 over them, fsdp=2 inside each; 8 CPU devices as 2 slices of 4)
     loses a slice and resumes on one (data=2, fsdp=4), then goes back to 2: bit-identical."""
-    config = run_config()
-    model = AlbertForPreTraining(config_lib.model_config(config))
-    optimizer, _ = optim.make_optimizer(config.optim, total_steps=100)
+    _, config, model, optimizer, trained, _ = saved_run
     init_inputs = pretraining.init_inputs(SEQ_LEN, MAX_PREDICTIONS)
     two_slices = sharding.make_mesh(ml_collections.ConfigDict(
         dict(data=4, fsdp=2, tensor=1, num_slices=2, dcn_data=2, dcn_fsdp=1)))
     one_slice = mesh_of(2, 4, 1)
-    state = trained_state(two_slices, model, optimizer)
+    abstract, shardings = state_lib.abstract_train_state(model, optimizer, two_slices,
+                                                         init_inputs)
+    # The module's trained state, laid out as the two-slice run holds it.
+    state = jax.device_put(trained, shardings)
     checkpointer = checkpoint.Checkpointer(tmp_path, max_to_keep=3)
     assert checkpointer.save(2, state, None, config_lib.to_json(config))
     checkpointer.wait_until_finished()
@@ -151,8 +152,6 @@ def test_a_two_slice_checkpoint_restores_on_one_slice_and_back(tmp_path):
     assert_trees_identical(on_one, state)
     assert checkpointer.save(3, on_one, None, config_lib.to_json(config))
     checkpointer.wait_until_finished()
-    abstract, shardings = state_lib.abstract_train_state(model, optimizer, two_slices,
-                                                         init_inputs)
     back, _ = checkpointer.restore(3, abstract)
     checkpointer.close()
     assert_trees_identical(back, state)

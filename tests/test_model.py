@@ -739,8 +739,10 @@ def test_bfloat16_compute_keeps_float32_params_and_logits() -> None:
         jnp.dtype(jnp.float32)}
     batch = make_batch(config32)
     params = random_params(config32, seed=12)
-    outputs16 = run_pretraining(config16, params, batch)
-    outputs32 = run_pretraining(config32, params, batch)
+    # One jitted program for both forwards: eager, every op of each compiled on its own.
+    outputs16, outputs32 = jax.jit(lambda params, batch: (
+        run_pretraining(config16, params, batch), run_pretraining(config32, params, batch)))(
+            params, batch)
     assert outputs16["mlm_logits"].dtype == jnp.float32
     assert outputs16["sop_logits"].dtype == jnp.float32
     assert outputs16["sequence_output"].dtype == jnp.bfloat16
@@ -759,10 +761,12 @@ def test_bfloat16_gradients_follow_float32_and_run_bfloat16_dots() -> None:
     batch = make_batch(config32)
     params = random_params(config32, seed=12)
 
-    def gradients(config: ModelConfig) -> Params:
+    def gradients(config: ModelConfig, params: Params) -> Params:
         return jax.grad(lambda p: run_pretraining(config, p, batch)["mlm_logits"].std())(params)
 
-    grads32, grads16 = gradients(config32), gradients(config16)
+    # One jitted program for both gradients: eager, every op of each compiled on its own.
+    grads32, grads16 = jax.jit(lambda params: (gradients(config32, params),
+                                               gradients(config16, params)))(params)
     assert {leaf.dtype for leaf in jax.tree.leaves(grads16)} == {jnp.dtype(jnp.float32)}
     flat32, flat16 = (np.concatenate([np.ravel(leaf) for leaf in jax.tree.leaves(tree)])
                       for tree in (grads32, grads16))
@@ -771,8 +775,7 @@ def test_bfloat16_gradients_follow_float32_and_run_bfloat16_dots() -> None:
     # Every Dense's backward dots take bf16 operands (layers.matmul). A float32 operand is left
     # only in the backward of the attention scores and context einsums: 2 einsums x 2 operands
     # per layer (38 such dots with plain autodiff, which the step paid for in float32).
-    jaxpr = jax.make_jaxpr(lambda p: jax.grad(
-        lambda q: run_pretraining(config16, q, batch)["mlm_logits"].std())(p))(params)
+    jaxpr = jax.make_jaxpr(functools.partial(gradients, config16))(params)
     with_float32 = [equation for equation in _all_equations(jaxpr.jaxpr)
                     if equation.primitive.name == "dot_general"
                     and any(var.aval.dtype == jnp.float32 for var in equation.invars)]

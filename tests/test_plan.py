@@ -33,7 +33,7 @@ def measured():
     """(data, fsdp, num_microbatches) -> Measurement on 8 CPU devices."""
     target = plan.cpu_target(8, hbm_gib=16, peak_tflops=197)
     return {setting: plan.measure(pretrain_config(*setting), _plan_task, target)
-            for setting in [(8, 1, 1), (4, 2, 1), (2, 4, 1), (1, 8, 1), (8, 1, 4)]}
+            for setting in [(8, 1, 1), (2, 4, 1), (1, 8, 1), (8, 1, 4)]}
 
 
 def state_bytes(measurement):
@@ -49,7 +49,7 @@ def test_fsdp_keeps_activations_split_by_batch(measured):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fsdp", [2, 4, 8])
+@pytest.mark.parametrize("fsdp", [4, 8])
 def test_fsdp_divides_the_train_state_and_does_not_grow_temporaries(measured, fsdp):
     one, split = measured[(8, 1, 1)], measured[(8 // fsdp, fsdp, 1)]
     # Parameters and both Adam moments (embedding tables included) fall as 1/fsdp.
@@ -347,11 +347,10 @@ def test_fsdp_across_slices_warns_and_names_the_lever(two_slices):
 
 
 @pytest.mark.slow
-def test_one_slice_moves_nothing_across_slices():
-    target = plan.cpu_target(8, hbm_gib=16, peak_tflops=197)
-    measured = plan.measure(pretrain_config(8, 1, batch_size=16), _plan_task, target)
-    assert (measured.dcn_bytes_per_step_per_device, measured.dcn_collectives,
-            measured.dcn_warning) == (0, [], "")
+def test_one_slice_moves_nothing_across_slices(measured):
+    one_slice = measured[(8, 1, 1)]  # the module's plan on 8 CPU devices as one slice
+    assert (one_slice.dcn_bytes_per_step_per_device, one_slice.dcn_collectives,
+            one_slice.dcn_warning) == (0, [], "")
 
 
 def test_slice_counts_must_agree():
