@@ -21,6 +21,7 @@ import pytest
 
 from tests.cli_fixtures import demo_pretraining_settings, made_once, pretrain_tiny
 from tests.file_order import file_seconds, longest_first
+from tests.finetune_fixtures import finetune_mnli
 from tests.postgres_server import PostgresServer
 from tests.storage_emulator import StorageEmulator
 
@@ -115,6 +116,15 @@ def pretrained_tiny(tmp_path_factory, demo_pretraining_data) -> Path:
                           lambda root: str(pretrain_tiny(root, demo_pretraining_data))))
 
 
+@pytest.fixture(scope="session")
+def finetuned_mnli(tmp_path_factory, pretrained_tiny) -> dict[str, Path]:
+    """MNLI fine-tuned from `pretrained_tiny` (4 steps; `finetune_fixtures.finetune_mnli`):
+    {"workdir": the run, "data_path": its MNLI folder}."""
+    made = made_once("finetuned_mnli", tmp_path_factory,
+                     lambda root: finetune_mnli(root, pretrained_tiny))
+    return {name: Path(path) for name, path in made.items()}
+
+
 # ---------------------------------------------------------------------------------------------
 # The longest files first (tests/file_order.py): xdist hands out files in collection order once
 # its own reordering, by the number of tests in a file, is off.
@@ -128,4 +138,3 @@ def pytest_collection_modifyitems(config, items):
     names = list(dict.fromkeys(item.path.name for item in items))
     rank = {name: position for position, name in enumerate(longest_first(names, file_seconds()))}
     items.sort(key=lambda item: rank[item.path.name])  # stable: a file's own order is kept
-

@@ -1,9 +1,11 @@
-"""Writers of tiny GLUE and RACE datasets in the layouts of the official downloads, for tests.
+"""Writers of tiny GLUE and RACE datasets in the layouts of the official downloads, for tests,
+and the fine-tuned MNLI run that several files share.
 
   data_path = write_glue_task(tmp_path, "mnli", num_train=8, num_dev=4, num_test=4, seed=0)
   # tmp_path/MNLI/{train,dev_matched,dev_mismatched,test_matched,test_mismatched}.tsv and
   # tmp_path/diagnostic/diagnostic.tsv, as download_glue_data.py leaves them; returns tmp_path/MNLI
   race_path = write_race(tmp_path, articles_per_level=2, questions_per_article=3, seed=0)
+  run = finetune_mnli(root, pretrained_workdir)   # conftest.py's `finetuned_mnli`
 
 The files follow the official ones byte for byte in form: UTF-8, tab-separated, "\\n" line ends,
 the same header lines and columns (CoLA train/dev without a header), no quoting (some sentences
@@ -14,6 +16,9 @@ from __future__ import annotations
 import json
 import os
 import random
+from pathlib import Path
+
+from cli_fixtures import cli
 
 WORDS = ("the a man woman child dog cat bird city river house road car train book letter song "
          "teacher doctor farmer market garden window door table morning evening night summer "
@@ -209,3 +214,21 @@ def write_race(directory: str, articles_per_level: int = 2, questions_per_articl
                 with open(os.path.join(folder, f"{number}.txt"), "w", encoding="utf-8") as file:
                     file.write(json.dumps(article))
     return data_path
+
+
+def finetune_mnli(root: Path, pretrained: Path) -> dict[str, str]:
+    """MNLI (12 train rows, 6 of each dev set, 5 of each test set and of AX) fine-tuned by
+    `albert-jax finetune` from the pretraining workdir `pretrained` for 4 steps of batch 8 at
+    seq_len 32, evaluated and checkpointed every 2: {"workdir": root/run, "data_path": its
+    MNLI folder}."""
+    data_path = write_glue_task(str(root / "glue_data"), "mnli", num_train=12, num_dev=6,
+                                num_test=5, seed=1)
+    workdir = root / "run"
+    result = cli("finetune", "--config=configs/glue.py:task=mnli,runlocal",
+                 f"--config.data.path={data_path}", f"--config.init_from={pretrained}",
+                 "--config.seq_len=32", "--config.batch_size=8", "--config.eval_batch_size=8",
+                 "--config.total_steps=4", "--config.eval_every_steps=2",
+                 "--config.checkpoint_every_steps=2", "--config.log_every_steps=2",
+                 f"--workdir={workdir}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    return {"workdir": str(workdir), "data_path": data_path}

@@ -50,15 +50,13 @@ def eval_records(workdir: Path, split: str = "dev") -> dict[int, dict]:
 
 
 @pytest.mark.slow
-def test_glue_mnli_from_a_pretraining_workdir(pretrained_tiny, tmp_path):
-    """One GLUE task end to end (MNLI: two dev sets, three test sets with AX); every task's
-    reader, labels, metrics, selection metric and submission file have their unit tests
+def test_glue_mnli_from_a_pretraining_workdir(finetuned_mnli, tmp_path):
+    """One GLUE task end to end (MNLI: two dev sets, three test sets with AX; the shared run of
+    conftest.py, copied here since evaluate writes into its workdir); every task's reader,
+    labels, metrics, selection metric and submission file have their unit tests
     (test_glue_data.py, test_finetune_metrics.py, test_registry.py)."""
-    data_path = Path(write_glue_task(str(tmp_path / "glue_data"), "mnli", num_train=12,
-                                     num_dev=6, num_test=5, seed=1))
-    workdir = tmp_path / "run"
-    finetune_run.finetune(small_config(glue_config, "task=mnli", data_path, pretrained_tiny),
-                          str(workdir))
+    data_path = finetuned_mnli["data_path"]
+    workdir = Path(shutil.copytree(finetuned_mnli["workdir"], tmp_path / "run"))
     # What each file gave: 12 (6) rows, none skipped.
     summary = json.loads((workdir / "data_summary.json").read_text())
     assert sorted(summary) == ["dev", "dev_mismatched", "train"]
