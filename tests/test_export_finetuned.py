@@ -14,11 +14,9 @@ transformers = pytest.importorskip("transformers")
 from albert_jax import cli  # noqa: E402
 from albert_jax.convert import load_huggingface, save_huggingface  # noqa: E402
 from albert_jax.convert.huggingface import FinetunedHead  # noqa: E402
-from albert_jax.data import tokenizer as tokenizer_lib  # noqa: E402
 from albert_jax.errors import ConfigError  # noqa: E402
 from albert_jax.finetune import run as finetune_run  # noqa: E402
 from albert_jax.finetune.core import registry  # noqa: E402
-from albert_jax.finetune.demo import demo_sentences  # noqa: E402
 from albert_jax.model import (  # noqa: E402
     AlbertForMultipleChoice,
     AlbertForQuestionAnswering,
@@ -129,19 +127,11 @@ def test_a_head_that_does_not_match_is_refused(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_finetuned_workdir_converts_from_the_command_line(tmp_path):
+def test_a_finetuned_workdir_converts_from_the_command_line(finetuned_mnli, tmp_path):
     """`albert-jax convert --from=orbax --path=<GLUE workdir> --to=huggingface`: the best dev
-    checkpoint, as AlbertForSequenceClassification with MNLI's labels and the tokenizer."""
-    spm = tokenizer_lib.train(demo_sentences(), str(tmp_path / "spm.model"), vocab_size=200)
-    data_path = write_glue_task(str(tmp_path / "glue"), "mnli", num_train=16, num_dev=8,
-                                num_test=4, seed=0)
-    config = glue_config.get_config("task=mnli,runlocal")
-    config.data.path, config.tokenizer, config.model_overrides.vocab_size = data_path, spm, 200
-    config.seq_len, config.batch_size, config.eval_batch_size = 32, 8, 8
-    config.total_steps = config.eval_every_steps = config.checkpoint_every_steps = 2
-    workdir = tmp_path / "run"
-    finetune_run.finetune(config, str(workdir))
-
+    checkpoint, as AlbertForSequenceClassification with MNLI's labels and the tokenizer (the
+    shared MNLI run of conftest.py, only read)."""
+    workdir = finetuned_mnli["workdir"]
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["albert-jax", "convert", "--from=orbax", f"--path={workdir}",
                   "--to=huggingface", f"--output={tmp_path / 'hf'}"])
