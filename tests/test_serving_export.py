@@ -18,10 +18,8 @@ pytest.importorskip("transformers")
 
 from albert_jax.convert import serving  # noqa: E402
 from albert_jax.convert.huggingface import FinetunedHead  # noqa: E402
-from albert_jax.data import tokenizer as tokenizer_lib  # noqa: E402
 from albert_jax.data.tokenizer import Tokenizer  # noqa: E402
 from albert_jax.finetune import run as finetune_run  # noqa: E402
-from albert_jax.finetune.demo import demo_sentences  # noqa: E402
 from albert_jax.model import (  # noqa: E402
     AlbertForMultipleChoice,
     AlbertForPreTraining,
@@ -33,6 +31,7 @@ from albert_jax.model import (  # noqa: E402
 )
 from albert_jax.train import checkpoint  # noqa: E402
 from cli_fixtures import cli  # noqa: E402
+from finetune_fixtures import WORDS  # noqa: E402
 
 CONFIG = get_config("tiny", vocab_size=64, hidden_act="gelu_tanh", hidden_size=24,
                     num_attention_heads=3, max_position_embeddings=48)
@@ -228,38 +227,34 @@ def test_export_command_on_a_pretraining_run(pretrained_tiny, tmp_path):
 
 
 @pytest.mark.slow
-def test_export_command_on_a_finetuned_run(tmp_path):
-    """A fine-tuned classification run (own data, two steps) as ONNX: its labels in
-    signature.json, ONNX Runtime's logits on the run's own features of real rows of several
-    lengths equal to the run's model."""
-    sentences = demo_sentences()
-    with open(tmp_path / "train.csv", "w", encoding="utf-8", newline="") as file:
-        csv.writer(file).writerows([("text", "label")] + [
-            (text, ("yes", "no")[n % 2]) for n, text in enumerate(sentences[:40])])
-    spm = tokenizer_lib.train(sentences, str(tmp_path / "spm.model"), vocab_size=200)
-    result = cli("finetune", "--config=configs/custom.py:kind=classification,runlocal",
-                 f"--config.tokenizer={spm}", f"--config.data.train_file={tmp_path / 'train.csv'}",
-                 f"--config.data.dev_file={tmp_path / 'train.csv'}", "--config.seq_len=48",
-                 "--config.batch_size=8", "--config.eval_batch_size=8", "--config.total_steps=2",
-                 "--config.eval_every_steps=2", "--config.checkpoint_every_steps=2",
-                 f"--workdir={tmp_path / 'run'}")
-    assert result.returncode == 0, result.stderr[-3000:]
-    result = cli("export", f"--workdir={tmp_path / 'run'}", "--format=onnx",
+def test_export_command_on_a_finetuned_run(finetuned_mnli, tmp_path):
+    """A fine-tuned classification run (the shared MNLI run of conftest.py, only read) as ONNX:
+    its labels in signature.json, ONNX Runtime's logits on the run's own features of real rows
+    of several lengths equal to the run's model."""
+    workdir = finetuned_mnli["workdir"]
+    result = cli("export", f"--workdir={workdir}", "--format=onnx",
                  f"--output={tmp_path / 'onnx'}")
     assert result.returncode == 0, result.stderr[-3000:]
     signature = json.loads((tmp_path / "onnx" / "signature.json").read_text())
-    assert signature["labels"] == ["no", "yes"] and signature["output_shapes"] == {
-        "logits": ["batch", 2]}
-    run = finetune_run.load_finished_run(str(tmp_path / "run"))
+    assert signature["labels"] == ["contradiction", "entailment", "neutral"]
+    assert signature["output_shapes"] == {"logits": ["batch", 3]}
+    run = finetune_run.load_finished_run(str(workdir))
     served = serving.ServedModel(run.task.model_config, run.task.model,
                                  jax.tree.map(np.asarray, run.params), run.task.huggingface_head(),
                                  {})
     session = ort.InferenceSession(str(tmp_path / "onnx" / "model.onnx"))
-    examples = list(run.task.read_inputs(str(tmp_path / "train.csv"), 64))[0]
+    # MNLI's rows fill the run's 32 tokens (its tokenizer has 400 pieces); pairs of 1 to 4 words
+    # and "a" are shorter.
+    with open(tmp_path / "pairs.csv", "w", encoding="utf-8", newline="") as file:
+        csv.writer(file).writerows([("text", "text_b")] + [
+            (" ".join(WORDS[n:n + 1 + n // 3]), "a") for n in range(12)])
+    examples = list(run.task.read_inputs(str(tmp_path / "pairs.csv"), 64))[0]
+    lengths = []
     for chosen in (examples[:1], examples[1:4], examples[4:12]):
         features = run.task.input_features(chosen)
-        length = int(features["input_mask"].sum(axis=1).max())  # cut to the longest row
-        inputs = {key: features[key][:, :length] for key in serving.INPUTS}
+        lengths.append(int(features["input_mask"].sum(axis=1).max()))  # cut to the longest row
+        inputs = {key: features[key][:, :lengths[-1]] for key in serving.INPUTS}
         (theirs,) = session.run(None, inputs)
         ((ours,),) = _ours(served, [inputs])
         np.testing.assert_allclose(theirs, ours, atol=1e-4, rtol=0)
+    assert len(set(lengths)) == 3 and max(lengths) < 32, lengths
