@@ -141,14 +141,29 @@ def assert_same_records(predicted: Path, evaluated: Path) -> None:
 
 @pytest.mark.slow
 def test_seeds_report_each_and_the_median(pretrained_tiny, tmp_path):
+    """`config.seeds=3` through the command line (one device): seeds.json holds each seed's
+    best.json and the median, and the output reports them."""
     data_path = Path(write_glue_task(str(tmp_path / "glue_data"), "rte", num_train=8, num_dev=5,
                                      num_test=2, seed=2))
-    record = finetune_run.finetune(small_config(glue_config, "task=rte", data_path, pretrained_tiny,
-                                                seeds=3, total_steps=2), str(tmp_path / "rte"))
-    accuracies = sorted(run["metrics"]["dev"]["accuracy"] for run in record["runs"])
+    workdir = tmp_path / "rte"
+    result = cli("finetune", "--config=configs/glue.py:task=rte,runlocal",
+                 f"--config.data.path={data_path}", f"--config.init_from={pretrained_tiny}",
+                 "--config.seq_len=32", "--config.batch_size=8", "--config.eval_batch_size=8",
+                 "--config.total_steps=2", "--config.eval_every_steps=2",
+                 "--config.checkpoint_every_steps=2", "--config.log_every_steps=2",
+                 "--config.seeds=3", f"--workdir={workdir}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    record = json.loads((workdir / "seeds.json").read_text())
     assert [run["seed"] for run in record["runs"]] == [12345, 12346, 12347]
+    for run in record["runs"]:  # each seed's run in its own folder, its best.json in seeds.json
+        assert run["workdir"] == str(workdir / f"seed_{run['seed']}")
+        best = json.loads((workdir / f"seed_{run['seed']}" / "best.json").read_text())
+        assert {key: value for key, value in run.items() if key not in ("seed", "workdir")} == best
+        assert f"seed {run['seed']}: accuracy {run['metrics']['dev']['accuracy']:.4f}" in (
+            result.stdout)
+    accuracies = sorted(run["metrics"]["dev"]["accuracy"] for run in record["runs"])
     assert record["median"]["accuracy"] == accuracies[1]
-    assert json.loads((tmp_path / "rte" / "seeds.json").read_text())["median"] == record["median"]
+    assert f"median over 3 seeds: accuracy {accuracies[1]:.4f}" in result.stdout
 
 
 @pytest.mark.slow
