@@ -176,21 +176,21 @@ def test_sigkill_then_resume_gives_the_uninterrupted_result(pretrained_tiny, tmp
                 f"--config.data.path={data_path}", f"--config.init_from={pretrained_tiny}",
                 f"--workdir={workdir}", "--config.seq_len=32", "--config.batch_size=8",
                 f"--config.total_steps={total_steps}", "--config.eval_every_steps=5",
-                "--config.checkpoint_every_steps=5", "--config.log_every_steps=1",
+                "--config.checkpoint_every_steps=4", "--config.log_every_steps=1",
                 "--config.optim.schedule=constant"]
 
-    straight = cli(*flags(tmp_path / "straight", 20))
+    straight = cli(*flags(tmp_path / "straight", 10))
     assert straight.returncode == 0, straight.stderr[-3000:]
     workdir = tmp_path / "killed"
     process = start_cli(*flags(workdir, 1000), stdout=subprocess.DEVNULL,
                         stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
-    while not (workdir / "checkpoints" / "10").is_dir():
+    while not (workdir / "checkpoints" / "4").is_dir():
         assert process.poll() is None and time.time() < deadline
-        time.sleep(0.2)
+        time.sleep(0.05)
     process.send_signal(signal.SIGKILL)
     process.wait()
-    resumed = cli(*flags(workdir, 20))
+    resumed = cli(*flags(workdir, 10))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "Resuming from the checkpoint at step" in resumed.stdout
 
@@ -203,7 +203,7 @@ def test_sigkill_then_resume_gives_the_uninterrupted_result(pretrained_tiny, tmp
     assert lines(workdir) == lines(tmp_path / "straight")  # every train and dev record, bit-exact
     assert (json.loads((workdir / "best.json").read_text())
             == json.loads((tmp_path / "straight" / "best.json").read_text()))
-    again = cli(*flags(workdir, 20))
+    again = cli(*flags(workdir, 10))
     assert again.returncode == 0 and "Training is done" in again.stdout
 
 
