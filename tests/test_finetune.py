@@ -107,8 +107,12 @@ def test_race_from_a_converted_huggingface_checkpoint(pretrained_tiny, tmp_path)
     data_path = Path(write_race(str(tmp_path), articles_per_level=2, questions_per_article=2,
                                 seed=3))
     workdir = tmp_path / "race"
-    finetune_run.finetune(small_config(race_config, "", data_path, hf, max_qa_length=8),
-                          str(workdir))
+    result = cli("finetune", "--config=configs/race.py:runlocal", f"--config.data.path={data_path}",
+                 f"--config.init_from={hf}", "--config.max_qa_length=8", "--config.seq_len=32",
+                 "--config.batch_size=8", "--config.eval_batch_size=8", "--config.total_steps=4",
+                 "--config.eval_every_steps=2", "--config.checkpoint_every_steps=2",
+                 "--config.log_every_steps=2", f"--workdir={workdir}")
+    assert result.returncode == 0, result.stderr[-3000:]
     best = json.loads((workdir / "best.json").read_text())
     assert best["metric"] == "accuracy"
     assert {"accuracy", "accuracy_middle", "accuracy_high"} <= set(eval_records(workdir)[4])
