@@ -264,14 +264,17 @@ def padded_inputs(batch: int, seq_len: int, vocab: int) -> dict[str, np.ndarray]
             "input_mask": input_mask}
 
 
-def forward_and_gradients(preset: str, dtype: str, impl: str, batch: int, seq_len: int) -> Any:
-    """(sequence output, pooled output, parameter gradients) of AlbertModel, on the host."""
-    config = get_config(preset, dtype=dtype, attention_impl=impl,
-                        **tiny_overrides(preset, seq_len))
-    model = AlbertModel(config)
-    inputs = padded_inputs(batch, seq_len, config.vocab_size)
-    params = sharding.unbox(model.init(jax.random.PRNGKey(0), **inputs))
-    weights = jax.random.normal(jax.random.PRNGKey(1), (batch, seq_len, config.hidden_size))
+def equality_model(preset: str, dtype: str, impl: str, seq_len: int) -> AlbertModel:
+    """AlbertModel of `preset` in `dtype`, attention `impl`, at least `seq_len` positions."""
+    return AlbertModel(get_config(preset, dtype=dtype, attention_impl=impl,
+                                  **tiny_overrides(preset, seq_len)))
+
+
+def forward_and_gradients(model: AlbertModel, params: Any, inputs: dict[str, np.ndarray]) -> Any:
+    """(sequence output, pooled output, parameter gradients) of `model` at `params` on
+    `inputs`, on the host."""
+    batch, seq_len = inputs["input_ids"].shape
+    weights = jax.random.normal(jax.random.PRNGKey(1), (batch, seq_len, model.config.hidden_size))
 
     def loss(params, inputs):
         sequence, pooled = model.apply(params, **inputs)
@@ -316,9 +319,15 @@ def equality_part(settings: Settings, seconds_left: Callable[[], float]) -> dict
 
 
 def equality_row(settings: Settings, dtype: str, candidate: str) -> dict[str, Any]:
-    shapes = (settings.equality_preset, dtype)
-    expected = forward_and_gradients(*shapes, "xla", settings.equality_batch, settings.seq_len)
-    actual = forward_and_gradients(*shapes, candidate, settings.equality_batch, settings.seq_len)
+    reference, contender = (equality_model(settings.equality_preset, dtype, impl,
+                                           settings.seq_len) for impl in ("xla", candidate))
+    inputs = padded_inputs(settings.equality_batch, settings.seq_len,
+                           reference.config.vocab_size)
+    # One set of parameters for both sides, initialised jitted: op by op, the init compiles
+    # each of its operations apart (seconds, even for the smoke's tiny model).
+    params = sharding.unbox(jax.jit(reference.init)(jax.random.PRNGKey(0), **inputs))
+    expected = forward_and_gradients(reference, params, inputs)
+    actual = forward_and_gradients(contender, params, inputs)
     rtol = ATTENTION_RTOL[dtype]
     outputs, gradients = (worst_ratio(actual[:2], expected[:2], rtol),
                           worst_ratio(actual[2], expected[2], rtol))
@@ -347,7 +356,9 @@ def loss_part(settings: Settings, seconds_left: Callable[[], float]) -> dict[str
                                settings.seq_len)
     cpu = jax.devices("cpu")[0]
     with jax.default_device(cpu):
-        params = sharding.unbox(task.model.init(jax.random.PRNGKey(0), *task.init_inputs()))
+        # Jitted: op by op, the init compiles each of its operations apart.
+        params = sharding.unbox(jax.jit(task.model.init)(jax.random.PRNGKey(0),
+                                                         *task.init_inputs()))
     params = jax.device_get(params)["params"]
     features = bench_table.pretraining_batch(batch, task.model_config.vocab_size,
                                              seq_len=settings.seq_len)
