@@ -8,7 +8,8 @@ The first thing done on a GPU machine (docs/performance.md); benchmarks/RESULTS.
 no registry. The JSON at --output is rewritten as each part finishes, so a run killed at its
 time limit still returns what it measured; a short table is printed at the end. Each part has
 its own time budget (and the run one, --budget_s): a part with too little time left is skipped
-with a note, one whose budget runs out stops between rows and says so.
+with a note, one whose budget runs out stops between rows and says so (skipped if it had
+measured no row yet, partial otherwise).
 
 Parts (albert-base and albert-large at batch x 512, the batch filling about 40% of the GPU):
   equality     AlbertModel's outputs and parameter gradients, attention `xla` against `cudnn`
@@ -35,7 +36,8 @@ Parts (albert-base and albert-large at batch x 512, the batch filling about 40% 
                tokens/s and ours / HF per preset (HF computes the MLM head at every position).
   finetune     our fine-tuning step (bench_table.ours_finetune: configs/glue.py MRPC, AdamW)
                on GLUE-shaped batches of pairs at each length bucket of configs/glue.py and at
-               seq_len 512; examples/s, MFU, and the speed-up of each bucket over 512.
+               seq_len 512; examples/s, MFU, and the speed-up of each bucket over 512
+               (--smoke: the first bucket and seq_len only).
   predict      `albert-jax predict` rows/s on 20,000 rows against HuggingFace's
                text-classification pipeline on the same GPU (bench_predict.compare_rounds on
                its demo classification run).
@@ -122,6 +124,8 @@ class Settings:
     torch_steps: int = 5
     finetune_batch: int = 32
     finetune_dtypes: tuple[str, ...] = ("bfloat16", "float32")
+    # Every length bucket timed; else the first and seq_len only (the same code, two compiles).
+    finetune_every_bucket: bool = True
     predict_rows: int = 20_000
     predict_probe_rows: int = 1000
     predict_train_steps: int = 20
@@ -136,8 +140,9 @@ SMOKE = Settings(
     presets=("tiny",), seq_len=128, equality_preset="tiny", equality_batch=4,
     equality_dtypes=("bfloat16",), probe_batch=2,
     max_batch=4, fallback_batch=4, steps=2, torch_steps=1, finetune_batch=4,
-    finetune_dtypes=("float32",), predict_rows=64, predict_probe_rows=16,
-    predict_train_steps=1, hf_batch_sizes=(16,), torch_compile_backend="eager",
+    finetune_dtypes=("float32",), finetune_every_bucket=False, predict_rows=64,
+    predict_probe_rows=16, predict_train_steps=1, hf_batch_sizes=(16,),
+    torch_compile_backend="eager",
     budgets=(("equality", 40), ("loss", 30), ("pretraining", 40), ("torch", 30),
              ("finetune", 30), ("predict", 80), ("plan", 20)))
 
@@ -206,9 +211,13 @@ def versions() -> dict[str, str | None]:
     return found
 
 
-def stop_note(rows_done: int, rows_total: int) -> dict[str, Any]:
-    return {"status": "partial", "note": f"the part's budget ran out after {rows_done} of "
-            f"{rows_total} rows"}
+def stop_note(rows: list[dict[str, Any]], rows_total: int) -> dict[str, Any]:
+    """The status and note of a part whose budget ran out after `rows`: skipped while none of
+    them ran (rows marked "skipped" do not count; a row that failed does, so that its error
+    is not hidden), partial after."""
+    ran = sum("skipped" not in row for row in rows)
+    return {"status": "partial" if ran else "skipped",
+            "note": f"the part's budget ran out after {ran} of {rows_total} rows"}
 
 
 def guarded(make_row: Callable[[], dict[str, Any]], **labels: Any) -> dict[str, Any]:
@@ -255,14 +264,17 @@ def padded_inputs(batch: int, seq_len: int, vocab: int) -> dict[str, np.ndarray]
             "input_mask": input_mask}
 
 
-def forward_and_gradients(preset: str, dtype: str, impl: str, batch: int, seq_len: int) -> Any:
-    """(sequence output, pooled output, parameter gradients) of AlbertModel, on the host."""
-    config = get_config(preset, dtype=dtype, attention_impl=impl,
-                        **tiny_overrides(preset, seq_len))
-    model = AlbertModel(config)
-    inputs = padded_inputs(batch, seq_len, config.vocab_size)
-    params = sharding.unbox(model.init(jax.random.PRNGKey(0), **inputs))
-    weights = jax.random.normal(jax.random.PRNGKey(1), (batch, seq_len, config.hidden_size))
+def equality_model(preset: str, dtype: str, impl: str, seq_len: int) -> AlbertModel:
+    """AlbertModel of `preset` in `dtype`, attention `impl`, at least `seq_len` positions."""
+    return AlbertModel(get_config(preset, dtype=dtype, attention_impl=impl,
+                                  **tiny_overrides(preset, seq_len)))
+
+
+def forward_and_gradients(model: AlbertModel, params: Any, inputs: dict[str, np.ndarray]) -> Any:
+    """(sequence output, pooled output, parameter gradients) of `model` at `params` on
+    `inputs`, on the host."""
+    batch, seq_len = inputs["input_ids"].shape
+    weights = jax.random.normal(jax.random.PRNGKey(1), (batch, seq_len, model.config.hidden_size))
 
     def loss(params, inputs):
         sequence, pooled = model.apply(params, **inputs)
@@ -300,16 +312,22 @@ def equality_part(settings: Settings, seconds_left: Callable[[], float]) -> dict
                                    "attention_impl=cudnn with float32"})
             continue
         if seconds_left() <= 0:
-            return {**result, **stop_note(len(result["rows"]), len(settings.equality_dtypes))}
+            return {**result, **stop_note(result["rows"], len(settings.equality_dtypes))}
         result["rows"].append(guarded(lambda: equality_row(settings, dtype, candidate),
                                       dtype=dtype, passed=False))
     return result
 
 
 def equality_row(settings: Settings, dtype: str, candidate: str) -> dict[str, Any]:
-    shapes = (settings.equality_preset, dtype)
-    expected = forward_and_gradients(*shapes, "xla", settings.equality_batch, settings.seq_len)
-    actual = forward_and_gradients(*shapes, candidate, settings.equality_batch, settings.seq_len)
+    reference, contender = (equality_model(settings.equality_preset, dtype, impl,
+                                           settings.seq_len) for impl in ("xla", candidate))
+    inputs = padded_inputs(settings.equality_batch, settings.seq_len,
+                           reference.config.vocab_size)
+    # One set of parameters for both sides, initialised jitted: op by op, the init compiles
+    # each of its operations apart (seconds, even for the smoke's tiny model).
+    params = sharding.unbox(jax.jit(reference.init)(jax.random.PRNGKey(0), **inputs))
+    expected = forward_and_gradients(reference, params, inputs)
+    actual = forward_and_gradients(contender, params, inputs)
     rtol = ATTENTION_RTOL[dtype]
     outputs, gradients = (worst_ratio(actual[:2], expected[:2], rtol),
                           worst_ratio(actual[2], expected[2], rtol))
@@ -338,7 +356,9 @@ def loss_part(settings: Settings, seconds_left: Callable[[], float]) -> dict[str
                                settings.seq_len)
     cpu = jax.devices("cpu")[0]
     with jax.default_device(cpu):
-        params = sharding.unbox(task.model.init(jax.random.PRNGKey(0), *task.init_inputs()))
+        # Jitted: op by op, the init compiles each of its operations apart.
+        params = sharding.unbox(jax.jit(task.model.init)(jax.random.PRNGKey(0),
+                                                         *task.init_inputs()))
     params = jax.device_get(params)["params"]
     features = bench_table.pretraining_batch(batch, task.model_config.vocab_size,
                                              seq_len=settings.seq_len)
@@ -459,14 +479,14 @@ def pretraining_part(settings: Settings, seconds_left: Callable[[], float],
     total = len(settings.presets) * len(PRETRAIN_VARIANTS)
     for preset in settings.presets:
         if seconds_left() <= 0:
-            return {**result, **stop_note(0, total)}
+            return {**result, **stop_note(result["rows"], total)}
         # Should the planner fail here, the settings' batch still measures the rows.
         choice = guarded(lambda: choose_batch(settings, preset), batch=settings.fallback_batch)
         result["batches"][preset], batches[preset] = choice, choice["batch"]
     for dtype, impl in PRETRAIN_VARIANTS:
         for preset in settings.presets:
             if seconds_left() <= 0:
-                return {**result, **stop_note(len(result["rows"]), total)}
+                return {**result, **stop_note(result["rows"], total)}
             if impl == "cudnn" and not on_gpu():
                 result["rows"].append({"preset": preset, "dtype": dtype, "attention": impl,
                                        "skipped": f"the device ({jax.default_backend()}) has "
@@ -542,7 +562,7 @@ def torch_part(settings: Settings, seconds_left: Callable[[], float],
     for preset in presets:
         for compiled in (False, True):
             if seconds_left() <= 0:
-                return {**result, **stop_note(len(result["rows"]), total)}
+                return {**result, **stop_note(result["rows"], total)}
             row = guarded(lambda: torch_row(preset, shared["batches"][preset], compiled,
                                             settings), preset=preset, compiled=compiled)
             free_torch_memory()
@@ -564,19 +584,25 @@ def ratios_against(hf_row: dict[str, Any], our_rows: list[dict[str, Any]]) -> li
 # --- finetune: the fine-tuning step at length buckets --------------------------------------------
 
 def finetune_part(settings: Settings, seconds_left: Callable[[], float]) -> dict[str, Any]:
-    """Our GLUE step (MRPC, AdamW) at each bucket of configs/glue.py and at seq_len: batches of
-    pairs whose longest lies in the bucket, so each runs at that length."""
+    """Our GLUE step (MRPC, AdamW) at each bucket of configs/glue.py and at seq_len (or, without
+    settings.finetune_every_bucket, at the first bucket and seq_len): batches of pairs whose
+    longest lies in the bucket, so each runs at that length."""
     preset = settings.equality_preset
     buckets = tuple(b for b in glue_config.get_config("task=mrpc").length_buckets
                     if b < settings.seq_len) + (settings.seq_len,)
+    # A bucket's pairs are from half the bucket below it long to the bucket, timed or not.
+    lows_and_buckets = [pair for index, pair in enumerate(zip((1,) + buckets, buckets))
+                        if settings.finetune_every_bucket or index in (0, len(buckets) - 1)]
     result: dict[str, Any] = {"preset": preset, "batch": settings.finetune_batch,
-                              "seq_len": settings.seq_len, "length_buckets": buckets, "rows": []}
-    total = len(buckets) * len(settings.finetune_dtypes)
+                              "seq_len": settings.seq_len, "length_buckets": buckets,
+                              "timed_buckets": [bucket for _, bucket in lows_and_buckets],
+                              "rows": []}
+    total = len(lows_and_buckets) * len(settings.finetune_dtypes)
     for dtype in settings.finetune_dtypes:
         model_config = get_config(preset, dtype=dtype, **tiny_overrides(preset, settings.seq_len))
-        for low, bucket in zip((1,) + buckets, buckets):
+        for low, bucket in lows_and_buckets:
             if seconds_left() <= 0:
-                return {**result, **stop_note(len(result["rows"]), total)}
+                return {**result, **stop_note(result["rows"], total)}
             result["rows"].append(guarded(
                 lambda: finetune_row(settings, model_config, (max(low // 2, 8), bucket),
                                      buckets), dtype=dtype, bucket=bucket))
@@ -628,7 +654,7 @@ def predict_part(settings: Settings, seconds_left: Callable[[], float]) -> dict[
             os.path.join(scratch, "probe.csv"),
             bench_predict.pair_rows(settings.predict_probe_rows, seed=4), columns)
         if seconds_left() <= 0:
-            return {"status": "partial", "note": "the budget ran out while fine-tuning the model"}
+            return {"status": "skipped", "note": "the budget ran out while fine-tuning the model"}
         compared = bench_predict.compare_rounds(workdir, models, rows, probe, 1,
                                                 list(settings.hf_batch_sizes), device)
     return {"model": "bench_predict's demo classification run (E64 H128 L4)",
@@ -657,7 +683,7 @@ def plan_part(settings: Settings, seconds_left: Callable[[], float],
     # for an xla row (the CPU compiles no cuDNN), one whose peak was measured if there is one.
     xla_rows = [row for row in rows if row["attention"] == "xla"]
     if not xla_rows or seconds_left() <= 0:
-        return {**result, **stop_note(len(rows), len(rows) + 1)}
+        return {**result, **stop_note(rows, len(rows) + 1)}
     first = max(xla_rows, key=lambda row: row["measured_peak_is_this_row"])
     config, _ = pretraining_task(first["preset"], first["dtype"], first["attention"],
                                  first["batch"], settings.seq_len)

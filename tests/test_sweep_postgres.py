@@ -74,7 +74,7 @@ def test_two_machines_share_a_sweep_and_a_killed_ones_trial_is_rerun(task_flags,
     it again in its folder, where it resumes from its checkpoint."""
     workdir = tmp_path / "sweep"
     sweep = ["sweep", *task_flags, f"--workdir={workdir}", "--config.sweep.seeds=2",
-             "--config.sweep.space={'optim.lr': [3e-3, 1e-3]}",
+             "--config.sweep.space={'optim.lr': [3e-3, 1e-6]}",  # test_sweep.py's: compiled once
              f"--config.sweep.storage={postgres_url}", "--config.sweep.heartbeat_seconds=1"]
     logs = {name: open(tmp_path / f"machine_{name}.log", "w") for name in "ab"}  # noqa: SIM115
     machine_a = start_cli(*sweep, "--workers=2", stdout=logs["a"], stderr=logs["a"])
@@ -103,7 +103,7 @@ def test_two_machines_share_a_sweep_and_a_killed_ones_trial_is_rerun(task_flags,
     complete = [trial for trial in trials if trial.state == states.COMPLETE]
     # Every configuration x seed ran to the end once, each in a folder of its own.
     assert sorted((trial.params["optim.lr"], trial.params["seed"]) for trial in complete) == [
-        (1e-3, 12345), (1e-3, 12346), (3e-3, 12345), (3e-3, 12346)]
+        (1e-6, 12345), (1e-6, 12346), (3e-3, 12345), (3e-3, 12346)]
     folders = sorted(trial.user_attrs["folder"] for trial in complete)
     assert folders == sorted(f"trials/{path.name}" for path in (workdir / "trials").iterdir())
     # B's trial: failed by the heartbeat, queued again with its values, rerun in its folder.
