@@ -224,11 +224,18 @@ def finetune_mnli(root: Path, pretrained: Path) -> dict[str, str]:
     data_path = write_glue_task(str(root / "glue_data"), "mnli", num_train=12, num_dev=6,
                                 num_test=5, seed=1)
     workdir = root / "run"
-    result = cli("finetune", "--config=configs/glue.py:task=mnli,runlocal",
-                 f"--config.data.path={data_path}", f"--config.init_from={pretrained}",
-                 "--config.seq_len=32", "--config.batch_size=8", "--config.eval_batch_size=8",
-                 "--config.total_steps=4", "--config.eval_every_steps=2",
-                 "--config.checkpoint_every_steps=2", "--config.log_every_steps=2",
-                 f"--workdir={workdir}")
+    result = cli(*glue_finetune_flags("mnli", data_path, pretrained, workdir, total_steps=4))
     assert result.returncode == 0, result.stderr[-3000:]
     return {"workdir": str(workdir), "data_path": data_path}
+
+
+def glue_finetune_flags(task: str, data_path: str | Path, init_from: Path, workdir: Path,
+                        total_steps: int, *more_flags: str) -> list[str]:
+    """`albert-jax finetune` of a GLUE task written by `write_glue_task`, from `init_from`: seq
+    32, batch 8, evaluated, checkpointed and logged every 2 steps."""
+    return ["finetune", f"--config=configs/glue.py:task={task},runlocal",
+            f"--config.data.path={data_path}", f"--config.init_from={init_from}",
+            "--config.seq_len=32", "--config.batch_size=8", "--config.eval_batch_size=8",
+            f"--config.total_steps={total_steps}", "--config.eval_every_steps=2",
+            "--config.checkpoint_every_steps=2", "--config.log_every_steps=2", *more_flags,
+            f"--workdir={workdir}"]

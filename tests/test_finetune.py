@@ -24,7 +24,7 @@ from cli_fixtures import cli, start_cli
 from configs import glue as glue_config
 from configs import race as race_config
 from configs import squad as squad_config
-from finetune_fixtures import write_glue_task, write_race
+from finetune_fixtures import glue_finetune_flags, write_glue_task, write_race
 
 
 def small_config(module, arg: str, data_path: Path, init_from: Path, **overrides):
@@ -150,12 +150,8 @@ def test_seeds_report_each_and_the_median(pretrained_tiny, tmp_path):
     data_path = Path(write_glue_task(str(tmp_path / "glue_data"), "rte", num_train=8, num_dev=5,
                                      num_test=2, seed=2))
     workdir = tmp_path / "rte"
-    result = cli("finetune", "--config=configs/glue.py:task=rte,runlocal",
-                 f"--config.data.path={data_path}", f"--config.init_from={pretrained_tiny}",
-                 "--config.seq_len=32", "--config.batch_size=8", "--config.eval_batch_size=8",
-                 "--config.total_steps=2", "--config.eval_every_steps=2",
-                 "--config.checkpoint_every_steps=2", "--config.log_every_steps=2",
-                 "--config.seeds=3", f"--workdir={workdir}")
+    result = cli(*glue_finetune_flags("rte", data_path, pretrained_tiny, workdir, 2,
+                                      "--config.seeds=3"))
     assert result.returncode == 0, result.stderr[-3000:]
     record = json.loads((workdir / "seeds.json").read_text())
     assert [run["seed"] for run in record["runs"]] == [12345, 12346, 12347]
