@@ -590,7 +590,8 @@ def finetune_part(settings: Settings, seconds_left: Callable[[], float]) -> dict
     preset = settings.equality_preset
     buckets = tuple(b for b in glue_config.get_config("task=mrpc").length_buckets
                     if b < settings.seq_len) + (settings.seq_len,)
-    # A bucket's pairs are from half the bucket below it long to the bucket, timed or not.
+    # (the bucket below, the bucket): a bucket's pairs run from half the one below it to it.
+    # Every bucket is timed, or the first and seq_len alone.
     lows_and_buckets = [pair for index, pair in enumerate(zip((1,) + buckets, buckets))
                         if settings.finetune_every_bucket or index in (0, len(buckets) - 1)]
     result: dict[str, Any] = {"preset": preset, "batch": settings.finetune_batch,

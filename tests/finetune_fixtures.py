@@ -224,16 +224,18 @@ def finetune_mnli(root: Path, pretrained: Path) -> dict[str, str]:
     data_path = write_glue_task(str(root / "glue_data"), "mnli", num_train=12, num_dev=6,
                                 num_test=5, seed=1)
     workdir = root / "run"
-    result = cli(*glue_finetune_flags("mnli", data_path, pretrained, workdir, total_steps=4))
+    result = cli(*finetune_flags("configs/glue.py:task=mnli,runlocal", data_path, pretrained,
+                                 workdir, total_steps=4))
     assert result.returncode == 0, result.stderr[-3000:]
     return {"workdir": str(workdir), "data_path": data_path}
 
 
-def glue_finetune_flags(task: str, data_path: str | Path, init_from: Path, workdir: Path,
-                        total_steps: int, *more_flags: str) -> list[str]:
-    """`albert-jax finetune` of a GLUE task written by `write_glue_task`, from `init_from`: seq
-    32, batch 8, evaluated, checkpointed and logged every 2 steps."""
-    return ["finetune", f"--config=configs/glue.py:task={task},runlocal",
+def finetune_flags(config: str, data_path: str | Path, init_from: Path, workdir: Path,
+                   total_steps: int, *more_flags: str) -> list[str]:
+    """`albert-jax finetune --config=<config>` (e.g. `configs/race.py:runlocal`) on the data a
+    writer here made, from `init_from`: seq 32, batch 8, evaluated, checkpointed and logged every
+    2 steps."""
+    return ["finetune", f"--config={config}",
             f"--config.data.path={data_path}", f"--config.init_from={init_from}",
             "--config.seq_len=32", "--config.batch_size=8", "--config.eval_batch_size=8",
             f"--config.total_steps={total_steps}", "--config.eval_every_steps=2",

@@ -24,7 +24,7 @@ from cli_fixtures import cli, start_cli
 from configs import glue as glue_config
 from configs import race as race_config
 from configs import squad as squad_config
-from finetune_fixtures import glue_finetune_flags, write_glue_task, write_race
+from finetune_fixtures import finetune_flags, write_glue_task, write_race
 
 
 def small_config(module, arg: str, data_path: Path, init_from: Path, **overrides):
@@ -107,11 +107,8 @@ def test_race_from_a_converted_huggingface_checkpoint(pretrained_tiny, tmp_path)
     data_path = Path(write_race(str(tmp_path), articles_per_level=2, questions_per_article=2,
                                 seed=3))
     workdir = tmp_path / "race"
-    result = cli("finetune", "--config=configs/race.py:runlocal", f"--config.data.path={data_path}",
-                 f"--config.init_from={hf}", "--config.max_qa_length=8", "--config.seq_len=32",
-                 "--config.batch_size=8", "--config.eval_batch_size=8", "--config.total_steps=4",
-                 "--config.eval_every_steps=2", "--config.checkpoint_every_steps=2",
-                 "--config.log_every_steps=2", f"--workdir={workdir}")
+    result = cli(*finetune_flags("configs/race.py:runlocal", data_path, hf, workdir, 4,
+                                 "--config.max_qa_length=8"))
     assert result.returncode == 0, result.stderr[-3000:]
     best = json.loads((workdir / "best.json").read_text())
     assert best["metric"] == "accuracy"
@@ -150,8 +147,8 @@ def test_seeds_report_each_and_the_median(pretrained_tiny, tmp_path):
     data_path = Path(write_glue_task(str(tmp_path / "glue_data"), "rte", num_train=8, num_dev=5,
                                      num_test=2, seed=2))
     workdir = tmp_path / "rte"
-    result = cli(*glue_finetune_flags("rte", data_path, pretrained_tiny, workdir, 2,
-                                      "--config.seeds=3"))
+    result = cli(*finetune_flags("configs/glue.py:task=rte,runlocal", data_path, pretrained_tiny,
+                                 workdir, 2, "--config.seeds=3"))
     assert result.returncode == 0, result.stderr[-3000:]
     record = json.loads((workdir / "seeds.json").read_text())
     assert [run["seed"] for run in record["runs"]] == [12345, 12346, 12347]

@@ -229,8 +229,8 @@ def test_export_command_on_a_pretraining_run(pretrained_tiny, tmp_path):
 @pytest.mark.slow
 def test_export_command_on_a_finetuned_run(finetuned_mnli, tmp_path):
     """A fine-tuned classification run (the shared MNLI run of conftest.py, only read) as ONNX:
-    its labels in signature.json, ONNX Runtime's logits on the run's own features of real rows
-    of several lengths equal to the run's model."""
+    its labels in signature.json, ONNX Runtime's logits on the run's own features of pairs of
+    three lengths equal to the run's model."""
     workdir = finetuned_mnli["workdir"]
     result = cli("export", f"--workdir={workdir}", "--format=onnx",
                  f"--output={tmp_path / 'onnx'}")
