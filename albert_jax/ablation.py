@@ -10,7 +10,7 @@ workdir `W/<row>/seed<k>` by the one loop (train/loop.py), then evaluated on hel
   the same held-out documents (the eval split is chosen by a hash of the document, not by the
   objective), with the row's own sentence head: the NSP model on SOP data, the SOP model on NSP
   data, and the `none` model with its untrained head, as the paper's Table 5 does. Label 1 means
-  "swapped" in SOP data and "random next" in NSP data, 0 "in order" in both (data/instances.py),
+  "swapped" in SOP data and "random next" in NSP data, 0 "in order" in both (data/build/instances.py),
   so one head is scored on either. MLM accuracy is read from the SOP-format set for every row:
   the same examples and masks for all rows.
 - downstream fine-tuning from the row's checkpoint: at demo scale the paraphrase task of
@@ -45,7 +45,8 @@ from etils import epath
 
 from albert_jax import config as config_lib
 from albert_jax import pretraining
-from albert_jax.data import builder, tokenizer
+from albert_jax.data import tokenizers
+from albert_jax.data.build import builder
 from albert_jax.files import write_atomically
 from albert_jax.finetune import demo as finetune_demo
 from albert_jax.finetune import run as finetune_run
@@ -125,7 +126,7 @@ def majority_baselines(config: ml_collections.ConfigDict,
     """format -> the accuracy of constant guesses on its eval set (the most frequent masked
     token, the majority sentence label): chance level, which is not 50 % for every format (an
     NSP-format set has more "random next" pairs: a single-segment chunk always takes its B
-    from another document, data/instances.py)."""
+    from another document, data/build/instances.py)."""
     model_config = config_lib.model_config(config)
     return {objective: pretraining.majority_baselines(pretraining.PretrainingTask(
                 with_objective(config, objective), model_config).eval_batches(
@@ -207,7 +208,7 @@ def _prepare(config: ml_collections.ConfigDict, formats: tuple[str, ...]) -> Non
     each is made once and found by later rows and reruns."""
     if not epath.Path(config.data.tokenizer).exists():  # in the table's workdir: gs:// too
         epath.Path(config.data.tokenizer).parent.mkdir(parents=True, exist_ok=True)
-        tokenizer.train_from_config(config)
+        tokenizers.train_from_config(config)
     for objective in dict.fromkeys((config.data.sentence_objective, *formats)):
         builder.build_from_config(with_objective(config, objective))
 

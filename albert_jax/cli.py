@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import os
 import sys
 from typing import Any, Callable, Sequence, TypeVar
@@ -46,7 +47,9 @@ from albert_jax import ablation, distributed, file_lock, pretraining
 from albert_jax import config as config_lib
 from albert_jax.convert import formats, serving, tokenizer_files
 from albert_jax.convert.huggingface import FinetunedHead
-from albert_jax.data import builder, dataset_settings, inspection, shard_copy, tokenizer
+from albert_jax.data import inspection, tokenizers
+from albert_jax.data.build import builder, dataset_settings
+from albert_jax.data.input import shard_copy
 from albert_jax.errors import ConfigError, SweepStopped
 from albert_jax.finetune import registry, sweep
 from albert_jax.finetune import run as finetune_run
@@ -135,7 +138,7 @@ def _need(flag: flags.FlagHolder[FlagValue | None], command: str) -> FlagValue:
 
 
 def _tokenizer_train() -> None:
-    tokenizer.train_from_config(_need(_CONFIG, "tokenizer train"))
+    tokenizers.train_from_config(_need(_CONFIG, "tokenizer train"))
 
 
 def _data_build() -> None:
@@ -516,6 +519,10 @@ def _run(command: Callable[[], None], name: str) -> None:
     if not flags.FLAGS["verbosity"].present:
         # Library INFO logs (Orbax, TFDS) drown the progress lines; --verbosity=0 shows them.
         absl_logging.set_verbosity(absl_logging.WARNING)
+        # TFDS warns of what it cannot know is fine here (our builder config is a "custom data
+        # configuration"; a folder being built "has no dataset_info.json" yet), in front of
+        # every build and of its one-line errors: nothing a user can act on.
+        logging.getLogger("absl").addFilter(_not_from_tfds)
     try:
         _use_compilation_cache()
         command()
@@ -530,3 +537,8 @@ def _run(command: Callable[[], None], name: str) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def _not_from_tfds(record: logging.LogRecord) -> bool:
+    """False for a log record written by TensorFlow Datasets' own modules."""
+    return f"{os.sep}tensorflow_datasets{os.sep}" not in record.pathname

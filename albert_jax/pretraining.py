@@ -5,7 +5,7 @@
 Losses and metrics exactly SPEC 5: masked_lm_loss = sum(w * nll) / (sum(w) + 1e-5) over the
 masked positions, the sentence-order (or NSP) loss the mean cross-entropy, loss their sum (the
 sentence term dropped for the "none" ablation, paper Table 5). Data: the TFDS shards that
-`albert-jax data build` wrote, streamed by data/pipeline.py. Evaluation: the SPEC 5.6 metrics
+`albert-jax data build` wrote, streamed by data/input/pipeline.py. Evaluation: the SPEC 5.6 metrics
 over up to `eval_steps` batches of the eval split, always the same examples (SPEC 5.7).
 """
 from __future__ import annotations
@@ -19,8 +19,8 @@ import ml_collections
 import numpy as np
 from etils import epath
 
-from albert_jax.data import pipeline
-from albert_jax.data.tokenizer import Tokenizer
+from albert_jax.data.input import pipeline
+from albert_jax.data.tokenizers import TextSettings, Tokenizer
 from albert_jax.model import AlbertForPreTraining, ModelConfig, example_inputs
 from albert_jax.train import checkpoint, flops
 from albert_jax.train import workdir as workdir_names
@@ -137,7 +137,7 @@ class PretrainingTask(Task):
         return pipeline.make_iterator(self.config, "train")
 
     def train_batch_spec(self, batch_size: int) -> dict[str, jax.ShapeDtypeStruct]:
-        # SPEC 1.5 features (data/builder.py example_features).
+        # SPEC 1.5 features (data/build/builder.py example_features).
         seq, predictions = self.config.seq_len, self.config.data.max_predictions
         def ints(*shape: int) -> jax.ShapeDtypeStruct:
             return jax.ShapeDtypeStruct((batch_size, *shape), jnp.int32)
@@ -166,13 +166,13 @@ class PretrainingTask(Task):
                 f"sop_acc {metrics['sentence_order_accuracy']:.3f}"]
 
     def workdir_files(self) -> dict[str, bytes]:
-        # The tokenizer travels with the weights, with the run's digit-comma rule (SPEC 2.3):
-        # fine-tuning from this workdir finds it.
+        # The tokenizer travels with the weights, with the run's text settings (lower-casing,
+        # the SPEC 2.3 digit-comma rule): fine-tuning from this workdir finds them.
         path = epath.Path(self.config.data.tokenizer)
         if not path.exists():
             return {}
         tokenizer = Tokenizer.from_bytes(path.read_bytes(), path=os.fspath(path),
-                                         comma_rule=self.config.data.comma_rule)
+                                         settings=TextSettings.from_config(self.config.data))
         return tokenizer.files(workdir_names.TOKENIZER_FILES[tokenizer.kind])
 
     def flops_per_example(self, seq_len: int) -> float:

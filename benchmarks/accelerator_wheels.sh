@@ -23,7 +23,7 @@ BINARY=(
   ml-collections==1.1.0            # configs, every module
   grain==0.2.18                    # data pipeline, checkpointed iterators (train/checkpoint.py)
   array-record==0.8.6              # grain's and TFDS's record files
-  tensorflow-datasets==4.9.10      # data/dataset_settings.py (imported by the data modules)
+  tensorflow-datasets==4.9.10      # data/build/dataset_settings.py (imported by the data modules)
   tensorflow-metadata==1.21.0      # TFDS
   googleapis-common-protos==1.76.0 # tensorflow-metadata
   dm-tree==0.1.10                  # TFDS
@@ -33,7 +33,7 @@ BINARY=(
   termcolor==3.3.0                 # TFDS
   toml==0.10.2                     # TFDS
   portpicker==1.6.0                # grain
-  google-crc32c==1.9.0             # data/shard_copy.py (imported by the CLI and the pipeline)
+  google-crc32c==1.9.0             # data/input/shard_copy.py (imported by the CLI and the pipeline)
   transformers==4.57.6             # the HuggingFace side (setup.cfg: transformers<5)
   tokenizers==0.22.2               # transformers 4.57
   huggingface-hub==0.36.2          # transformers 4.57

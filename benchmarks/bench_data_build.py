@@ -21,7 +21,7 @@ What it does, all seeds fixed:
    1 MB files. The
    smaller corpus is a prefix of the larger.
 2. Trains one SentencePiece model of --vocab_size pieces on the smallest corpus with our
-   tokenizer code (`tokenizer.train`, SPEC 2.1).
+   tokenizer code (`tokenizers.train`, SPEC 2.1).
 3. Builds each corpus with each system in a fresh process, seq --seq_len, --dupe_factor passes,
    masked_lm_prob 0.15, 20 predictions, 3-grams, short_seq_prob 0.1, SOP; ours with
    data.eval_fraction 0 (one split, like the reference) and data.unit_bytes --unit_mb MiB (the
@@ -60,7 +60,11 @@ import time
 from typing import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # configs/
-from albert_jax.data import corpus, segmenter, tokenizer  # noqa: E402
+from albert_jax.data import (
+    corpus,  # noqa: E402
+    tokenizers,  # noqa: E402
+)
+from albert_jax.data.corpus import segmenter  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 STANDIN = os.path.join(HERE, "reference_standin")
@@ -241,7 +245,7 @@ def _our_build(name: str, code: Callable[[dict], str], arguments, corpus_glob: s
 
 def _builder_code(overrides: dict) -> str:
     """`builder.build_from_config(config, num_processes=1)`: what `data build` runs, inline."""
-    return ("from configs import pretrain\nfrom albert_jax.data import builder\n"
+    return ("from configs import pretrain\nfrom albert_jax.data.build import builder\n"
             "config = pretrain.get_config()\n"
             f"for key, value in {overrides!r}.items():\n"
             "    *path, name = key.split('.')\n"
@@ -299,7 +303,7 @@ def main() -> None:
                for size in sizes}
     model = os.path.join(arguments.workdir, f"spm{arguments.vocab_size}.model")
     if not os.path.exists(model):
-        tokenizer.train((sentence for document in corpus.iter_documents(corpora[sizes[0]])
+        tokenizers.train((sentence for document in corpus.iter_documents(corpora[sizes[0]])
                          for sentence in document), model, arguments.vocab_size, seed=SEED)
     repo = os.path.dirname(HERE)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(

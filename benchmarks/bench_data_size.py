@@ -27,7 +27,11 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # configs/
-from albert_jax.data import builder, corpus, tokenizer  # noqa: E402
+from albert_jax.data import (
+    corpus,  # noqa: E402
+    tokenizers,  # noqa: E402
+)
+from albert_jax.data.build import builder  # noqa: E402
 from configs import pretrain as pretrain_config  # noqa: E402
 
 NUM_FILES = 8
@@ -101,7 +105,7 @@ def main() -> None:
         os.makedirs(workdir, exist_ok=True)
         tokenizer_path = os.path.join(workdir, "spm.model")
         if not os.path.exists(tokenizer_path):
-            tokenizer.train((sentence for document in corpus.demo_documents()
+            tokenizers.train((sentence for document in corpus.demo_documents()
                              for sentence in document), tokenizer_path, vocab_size=4000)
         rows = []
         for megabytes in map(float, arguments.sizes_mb.split(",")):

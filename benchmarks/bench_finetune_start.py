@@ -51,7 +51,7 @@ def make_start(folder: str, model: str) -> str:
     import numpy as np
 
     from albert_jax.convert import save_huggingface
-    from albert_jax.data import tokenizer as tokenizer_lib
+    from albert_jax.data import tokenizers as tokenizer_lib
     from albert_jax.finetune.demo import demo_sentences
     from albert_jax.model import AlbertForPreTraining, example_inputs, get_config
 

@@ -16,7 +16,8 @@ import time
 
 import numpy as np
 
-from albert_jax.data import corpus, instances, masking, tokenizer
+from albert_jax.data import corpus, tokenizers
+from albert_jax.data.build import instances, masking
 
 
 def _timed(function):
@@ -34,9 +35,9 @@ def main() -> None:
     documents = list(itertools.islice(corpus.demo_documents(), args.documents))
     sentences = [sentence for document in documents for sentence in document]
     with tempfile.TemporaryDirectory() as directory:
-        model_path, train_seconds = _timed(lambda: tokenizer.train(
+        model_path, train_seconds = _timed(lambda: tokenizers.train(
             sentences, os.path.join(directory, "spm.model"), args.vocab_size))
-        spm = tokenizer.Tokenizer.load(model_path)
+        spm = tokenizers.Tokenizer.load(model_path)
     tokenized, encode_seconds = _timed(
         lambda: [[spm.encode(sentence) for sentence in document] for document in documents])
     num_tokens = sum(len(ids) for document in tokenized for ids in document)

@@ -13,7 +13,7 @@ consumption (>1: the pipeline keeps up), also against SPEC 12.6's derived ALBERT
 one H100 (a planning bar, not a measurement).
 
 --bucket_copy: does reading from a host's copy of shards in a bucket (data.dir=gs://...,
-data/shard_copy.py mode (b)) stream as fast as reading the same shards built locally? The same
+data/input/shard_copy.py mode (b)) stream as fast as reading the same shards built locally? The same
 dataset (4 shards a split) is uploaded to the Cloud Storage emulator of the tests
 (tests/storage_emulator.py, on this machine: its copy speed says nothing of GCS's), copied
 once by host 0 (of 1, and of 2), then host 0's batches are timed from the local build (the
@@ -37,7 +37,12 @@ from etils import epath
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # configs/
 from albert_jax import pretraining  # noqa: E402
-from albert_jax.data import builder, corpus, dataset_settings, pipeline, tokenizer  # noqa: E402
+from albert_jax.data import (
+    corpus,  # noqa: E402
+    tokenizers,  # noqa: E402
+)
+from albert_jax.data.build import builder, dataset_settings  # noqa: E402
+from albert_jax.data.input import pipeline  # noqa: E402
 from albert_jax.model import AlbertForPreTraining, get_config  # noqa: E402
 from configs import pretrain as pretrain_config  # noqa: E402
 from tests.storage_emulator import StorageEmulator  # noqa: E402
@@ -125,7 +130,7 @@ def _bucket_copy_rates(args: argparse.Namespace, directory: str, bucket: str
                        ) -> tuple[int, list[tuple[int, float]], dict[str, list[float]]]:
     """(dataset bytes, [(hosts, seconds of host 0's copy)], {source: examples/s per round})."""
     config = _pretraining_config(directory, args.batch, args.vocab_size)
-    tokenizer.train(itertools.chain.from_iterable(corpus.demo_documents()),
+    tokenizers.train(itertools.chain.from_iterable(corpus.demo_documents()),
                     config.data.tokenizer, args.vocab_size)
     config.data.shard_bytes = args.shard_bytes  # several train shards: hosts read their own
     builder.build_from_config(config)
@@ -178,7 +183,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as directory:
         config = _pretraining_config(directory, args.batch, args.vocab_size)
         start = time.perf_counter()
-        tokenizer.train(itertools.chain.from_iterable(corpus.demo_documents()),
+        tokenizers.train(itertools.chain.from_iterable(corpus.demo_documents()),
                         config.data.tokenizer, args.vocab_size)
         tokenizer_seconds = time.perf_counter() - start
         start = time.perf_counter()

@@ -113,7 +113,7 @@ def make_run(workdir: str, train_steps: int, model: str = "demo") -> None:
     """A fine-tuned classification run of the `model` preset (its vocabulary the demo corpus's
     4,000 pieces) in `workdir`, from scratch on pairs of the demo corpus (module docstring,
     1)."""
-    from albert_jax.data import tokenizer as tokenizer_lib
+    from albert_jax.data import tokenizers as tokenizer_lib
     from albert_jax.finetune.demo import demo_sentences
 
     data = f"{workdir}-data"

@@ -1,4 +1,4 @@
-"""Sentence segmenters compared: sentencex (what `data/segmenter.py` uses), pysbd and blingfire.
+"""Sentence segmenters compared: sentencex (what `data/corpus/segmenter.py` uses), pysbd and blingfire.
 
   pip install --target=/tmp/pysbd pysbd==0.3.4    # not into the venv: see below
   PYTHONPATH=.:/tmp/pysbd python benchmarks/bench_segmenters.py [--kilobytes=200] [--repeats=5]

@@ -25,7 +25,7 @@ from pathlib import Path
 import jax
 import ml_collections
 
-from albert_jax.data import tokenizer as tokenizer_lib
+from albert_jax.data import tokenizers as tokenizer_lib
 from albert_jax.finetune.demo import demo_sentences
 from albert_jax.train import reporting
 

@@ -21,9 +21,10 @@ import os
 import sys
 
 sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # configs/ (PYTHONPATH first)
-from albert_jax.data import build_unit, corpus, masking  # noqa: E402
-from albert_jax.data.dataset_settings import DatasetSettings  # noqa: E402
-from albert_jax.data.tokenizer import Tokenizer  # noqa: E402
+from albert_jax.data import corpus  # noqa: E402
+from albert_jax.data.build import build_unit, masking  # noqa: E402
+from albert_jax.data.build.dataset_settings import DatasetSettings  # noqa: E402
+from albert_jax.data.tokenizers import Tokenizer  # noqa: E402
 from configs import pretrain  # noqa: E402
 
 

@@ -24,7 +24,7 @@ import statistics
 import tempfile
 import time
 
-from albert_jax.data import tokenizer as tokenizer_lib
+from albert_jax.data import tokenizers as tokenizer_lib
 from albert_jax.finetune import run as finetune_run
 from albert_jax.finetune.squad import data as squad
 from configs import squad as squad_config

@@ -79,7 +79,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # uploads it when done (~shard_bytes of disk per worker); None: the system's temp folder.
     config.data.staging_dir = config_dict.placeholder(str)
     # With data.dir=gs://...: where each host copies the shards it reads (its train shards and
-    # the eval split; albert_jax/data/shard_copy.py). Or mount the bucket (gcsfuse) as data.dir.
+    # the eval split; albert_jax/data/input/shard_copy.py). Or mount the bucket (gcsfuse) as data.dir.
     config.data.local_dir = "~/.cache/albert_jax/data"
     config.data.format = "array_record"  # or "tfrecord"
     # Serialized examples per shard. With data.dir in a bucket read by per-host copies

@@ -24,7 +24,7 @@ setup: on every worker, clones --repo into ~/albert_jax and checks out --branch 
   too old for jax). Workers get the code from git, so push what they should run first.
   --gcsfuse=BUCKET:/mnt/PATH also installs Cloud Storage FUSE and mounts the bucket there on
   every worker, so that e.g. --config.data.dir=/mnt/PATH/data reads the training shards through
-  the mount (albert_jax/data/shard_copy.py: mode (a); with data.dir=gs://... each host copies
+  the mount (albert_jax/data/input/shard_copy.py: mode (a); with data.dir=gs://... each host copies
   its shards to its disk instead, mode (b)).
 run: on every worker at once, `--workdir_setup` (enter ~/albert_jax, activate .venv) and then
   `albert-jax ARGS --multihost`; jax reads the pod's coordinator, process count and each

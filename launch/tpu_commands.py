@@ -178,7 +178,7 @@ def setup_command(repo: str | None, branch: str = DEFAULT_BRANCH,
 def gcsfuse_steps(bucket: str, mount_point: str) -> list[str]:
     """Shell steps that install Cloud Storage FUSE from Google's apt repository (unless there)
     and mount `bucket` at `mount_point` (unless mounted), owned by the ssh user: a data.dir
-    under it is read like a local folder (albert_jax/data/shard_copy.py, mode (a)).
+    under it is read like a local folder (albert_jax/data/input/shard_copy.py, mode (a)).
     --implicit-dirs shows the folders that exist only as prefixes of object names, as gcsfs
     and gsutil leave them."""
     repository = ("deb [signed-by=/usr/share/keyrings/cloud.google.asc] "

@@ -16,7 +16,7 @@ import os
 import random
 from typing import Any
 
-from albert_jax.data import tokenizer as tokenizer_lib
+from albert_jax.data import tokenizers as tokenizer_lib
 
 # (context, [(question, [answer texts] or [] when unanswerable), ...]); an answer starts at the
 # first occurrence of its text in the context.

@@ -8,7 +8,7 @@ import json
 import random
 from pathlib import Path
 
-from albert_jax.data import tokenizer as tokenizer_lib
+from albert_jax.data import tokenizers as tokenizer_lib
 from albert_jax.finetune.demo import demo_sentences
 
 TOTAL_STEPS = 40

@@ -15,9 +15,9 @@ import pathlib
 
 import numpy as np
 
-from albert_jax.data import build_unit, masking
-from albert_jax.data.dataset_settings import DatasetSettings
-from albert_jax.data.tokenizer import Tokenizer
+from albert_jax.data.build import build_unit, masking
+from albert_jax.data.build.dataset_settings import DatasetSettings
+from albert_jax.data.tokenizers import Tokenizer
 
 GOLDEN = pathlib.Path(__file__).parent / "golden"
 _WORDS = ("the", "river", "counts", "naïve", "café", "résumé", "1,000,", "2,500", "東京", "Ωmega",

@@ -9,8 +9,10 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-from albert_jax.data import builder, corpus, dataset_settings, masking, pipeline
-from albert_jax.data import tokenizer as tokenizer_lib
+from albert_jax.data import corpus
+from albert_jax.data import tokenizers as tokenizer_lib
+from albert_jax.data.build import builder, dataset_settings, masking
+from albert_jax.data.input import pipeline
 from albert_jax.data.inspection import masked_word_runs, split_statistics
 
 REPO = pathlib.Path(__file__).resolve().parents[1]

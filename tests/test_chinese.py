@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from albert_jax.data import corpus
-from albert_jax.data.tokenizer import Tokenizer
+from albert_jax.data.tokenizers import Tokenizer
 from albert_jax.finetune.core import pretrained as pretrained_lib
 from albert_jax.finetune.core import registry
 from albert_jax.model import AlbertForPreTraining

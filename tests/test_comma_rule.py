@@ -13,8 +13,8 @@ import sentencepiece as spm
 
 from albert_jax import pretraining
 from albert_jax.convert import save_huggingface
-from albert_jax.data import builder
-from albert_jax.data.tokenizer import Tokenizer, preprocess_text, recorded_comma_rule, train
+from albert_jax.data.build import builder
+from albert_jax.data.tokenizers import TextSettings, Tokenizer, preprocess_text, read_record, train
 from albert_jax.errors import ConfigError
 from albert_jax.finetune import run as finetune_run
 from albert_jax.model import AlbertForPreTraining, presets
@@ -50,7 +50,7 @@ def model_path(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="module")
 def tokenizers(model_path) -> dict[str, Tokenizer]:
-    return {rule: Tokenizer.load(model_path, comma_rule=rule) for rule in ("reference", "hf")}
+    return {rule: Tokenizer.load(model_path, TextSettings(comma_rule=rule)) for rule in ("reference", "hf")}
 
 
 def test_vocabulary_has_digit_comma_pieces(tokenizers):
@@ -135,7 +135,7 @@ def test_offsets_of_the_extra_underline_are_empty(tokenizers):
 
 
 def test_workdir_files_record_the_rule(tmp_path, tokenizers, model_path):
-    assert Tokenizer.load(model_path).comma_rule == "reference"  # no settings file: the default
+    assert Tokenizer.load(model_path).settings.comma_rule == "reference"  # no settings file: the default
     for rule, tokenizer in tokenizers.items():
         workdir = tmp_path / rule
         workdir.mkdir()
@@ -143,34 +143,48 @@ def test_workdir_files_record_the_rule(tmp_path, tokenizers, model_path):
             (workdir / name).write_bytes(content)
         assert sorted(path.name for path in workdir.iterdir()) == ["spiece.model",
                                                                   "spiece.model.json"]
-        assert json.loads((workdir / "spiece.model.json").read_text()) == {"comma_rule": rule}
-        assert recorded_comma_rule(str(workdir / "spiece.model")) == rule
+        assert json.loads((workdir / "spiece.model.json").read_text()) == {
+            "kind": "sentencepiece", "do_lower_case": True, "comma_rule": rule}
+        assert read_record(str(workdir / "spiece.model"))["comma_rule"] == rule
         loaded = Tokenizer.load(str(workdir / "spiece.model"))
-        assert loaded.comma_rule == rule
+        assert loaded.settings.comma_rule == rule
         assert loaded.pieces("x0, y") == tokenizer.pieces("x0, y")
         # An explicit rule (the run's config) wins over the recorded one.
         other = "hf" if rule == "reference" else "reference"
-        assert Tokenizer.load(str(workdir / "spiece.model"), comma_rule=other).comma_rule == other
+        explicit = Tokenizer.load(str(workdir / "spiece.model"), TextSettings(comma_rule=other))
+        assert explicit.settings.comma_rule == other
+
+
+def test_a_record_written_before_the_casing_was_recorded_keeps_the_run_config_casing(
+        tmp_path, model_path):
+    # Workdirs of earlier versions recorded only the digit-comma rule beside their model.
+    (tmp_path / "spiece.model").write_bytes(open(model_path, "rb").read())
+    (tmp_path / "spiece.model.json").write_text('{"comma_rule": "hf"}\n')
+    recorded = TextSettings.recorded(str(tmp_path / "spiece.model"),
+                                     TextSettings(do_lower_case=False))
+    assert recorded == TextSettings(do_lower_case=False, comma_rule="hf")
 
 
 def test_bad_rules_say_what_to_do(tmp_path, model_path):
     with pytest.raises(ConfigError, match=r"data.comma_rule='python2'.*'reference'.*'hf'"):
-        Tokenizer.load(model_path, comma_rule="python2")
+        Tokenizer.load(model_path, TextSettings(comma_rule="python2"))
     model = tmp_path / "spiece.model"
     model.write_bytes(open(model_path, "rb").read())
     (tmp_path / "spiece.model.json").write_text('{"comma_rule": "py2"}')
-    with pytest.raises(ValueError, match=r"spiece.model.json records no digit-comma rule"):
+    with pytest.raises(ValueError, match=r"spiece.model.json records no tokenizer settings we can read"):
         Tokenizer.load(str(model))
 
 
 def test_pretraining_workdir_records_the_rule(model_path):
-    # The pretraining config's data.comma_rule travels with the workdir's spiece.model.
+    # The pretraining config's text settings travel with the workdir's spiece.model.
     config = pretrain_config.get_config("runlocal")
     config.data.tokenizer, config.data.comma_rule = model_path, "hf"
+    config.data.do_lower_case = False
     task = pretraining.PretrainingTask(config, presets.get_config("tiny", vocab_size=220))
     files = task.workdir_files()
     assert files["spiece.model"] == open(model_path, "rb").read()
-    assert json.loads(files["spiece.model.json"]) == {"comma_rule": "hf"}
+    assert json.loads(files["spiece.model.json"]) == {
+        "kind": "sentencepiece", "do_lower_case": False, "comma_rule": "hf"}
 
 
 @pytest.fixture(scope="module")
@@ -207,10 +221,10 @@ def test_finetuning_uses_the_config_rule_and_warns_once_when_the_checkpoint_diff
     assert len(warnings) == 1 and "\n" not in warnings[0], warnings
     assert "data.comma_rule='reference' differs" in warnings[0]
     assert f"({kind}: 'hf')" in warnings[0] and "--config.data.comma_rule=hf" in warnings[0]
-    assert task.tokenizer.comma_rule == "reference"
+    assert task.tokenizer.settings.comma_rule == "reference"
     assert task.tokenizer.pieces("x0, y") == ["▁", "x", "▁", "0", ",", "▁", "y"]
     # The fine-tuning workdir records the run's rule: evaluate's Tokenizer.load reads it back.
-    assert json.loads(task.workdir_files()["spiece.model.json"]) == {"comma_rule": "reference"}
+    assert json.loads(task.workdir_files()["spiece.model.json"])["comma_rule"] == "reference"
 
     caplog.clear()
     config.data.comma_rule = "hf"
@@ -218,7 +232,7 @@ def test_finetuning_uses_the_config_rule_and_warns_once_when_the_checkpoint_diff
         task = finetune_run.build_task(config)
     assert not [record for record in caplog.records if "comma_rule" in record.getMessage()]
     assert task.tokenizer.pieces("x0, y") == ["▁", "x", "0", ",", "▁", "y"]
-    assert json.loads(task.workdir_files()["spiece.model.json"]) == {"comma_rule": "hf"}
+    assert json.loads(task.workdir_files()["spiece.model.json"])["comma_rule"] == "hf"
 
 
 def test_data_build_uses_the_rule(model_path, tmp_path):
@@ -230,8 +244,8 @@ def test_data_build_uses_the_rule(model_path, tmp_path):
     for rule in ("reference", "hf"):
         config.data.comma_rule = rule
         data_builder = builder.make_builder(config)
-        assert data_builder.builder_config.comma_rule == rule
-        assert data_builder.tokenizer.comma_rule == rule
+        assert data_builder.builder_config.text.comma_rule == rule
+        assert data_builder.tokenizer.settings.comma_rule == rule
         names.add(data_builder.builder_config.name)
     assert len(names) == 2
     config.data.comma_rule = "python2"

@@ -7,7 +7,8 @@ import re
 import pytest
 from etils import epath
 
-from albert_jax.data import corpus, dataset_settings
+from albert_jax.data import corpus
+from albert_jax.data.build import dataset_settings
 from albert_jax.data.corpus import (
     CorpusStats,
     demo,

@@ -21,8 +21,9 @@ import pytest
 import tensorflow_datasets as tfds
 import zstandard
 
-from albert_jax.data import builder, corpus, dataset_settings, segmenter
-from albert_jax.data.corpus import ReadSettings, parts
+from albert_jax.data import corpus
+from albert_jax.data.build import builder, dataset_settings
+from albert_jax.data.corpus import ReadSettings, parts, segmenter
 from albert_jax.errors import ConfigError
 from cli_fixtures import cli, config_flags, run_config, start_cli
 from test_beam_build import BEAM_LOCAL, _kill_after_first_unit, digests

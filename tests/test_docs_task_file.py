@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from albert_jax.data import tokenizer as tokenizer_lib
+from albert_jax.data import tokenizers as tokenizer_lib
 from albert_jax.finetune.demo import demo_sentences
 from cli_fixtures import REPO, cli
 

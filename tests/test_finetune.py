@@ -229,8 +229,8 @@ def test_bad_input_gets_one_line_errors(pretrained_tiny, tmp_path):
                        f"--config.init_from={no_tokenizer}")
     assert "carries no tokenizer" in message
     other = tmp_path / "other.model"
-    from albert_jax.data import tokenizer
-    tokenizer.train((" ".join(document) for _, document in
+    from albert_jax.data import tokenizers
+    tokenizers.train((" ".join(document) for _, document in
                      zip(range(200), corpus.demo_documents())), str(other), 300)
     message = error_of("--config=configs/glue.py:task=rte,runlocal",
                        f"--config.init_from={pretrained_tiny}", f"--config.tokenizer={other}")

@@ -19,7 +19,7 @@ from etils import epath
 from albert_jax import cli
 from albert_jax.convert import load_huggingface, load_tf_checkpoint, save_tf_checkpoint
 from albert_jax.convert.formats import convert
-from albert_jax.data import tokenizer as tokenizer_lib
+from albert_jax.data import tokenizers as tokenizer_lib
 from albert_jax.finetune import run as finetune_run
 from albert_jax.finetune.core import pretrained, tables
 from albert_jax.finetune.custom import data as custom_data

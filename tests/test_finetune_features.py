@@ -4,7 +4,7 @@ import random
 import numpy as np
 import pytest
 
-from albert_jax.data.tokenizer import Tokenizer, train
+from albert_jax.data.tokenizers import Tokenizer, train
 from albert_jax.finetune.core import features
 from albert_jax.finetune.core.examples import ChoiceQuestion, TextExample
 from albert_jax.finetune.glue import data as glue

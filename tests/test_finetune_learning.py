@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from albert_jax.data import tokenizer as tokenizer_lib
+from albert_jax.data import tokenizers as tokenizer_lib
 from albert_jax.finetune import run as finetune_run
 from albert_jax.finetune.core.task import real_rows
 from albert_jax.finetune.demo import demo_sentences

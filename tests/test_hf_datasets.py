@@ -10,7 +10,7 @@ import pytest
 
 datasets = pytest.importorskip("datasets")
 
-from albert_jax.data import tokenizer as tokenizer_lib  # noqa: E402
+from albert_jax.data import tokenizers as tokenizer_lib  # noqa: E402
 from albert_jax.finetune.core import tables  # noqa: E402
 from albert_jax.finetune.custom import tagging_data  # noqa: E402
 from albert_jax.finetune.demo import demo_sentences  # noqa: E402

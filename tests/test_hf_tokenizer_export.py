@@ -20,7 +20,7 @@ import textwrap
 import pytest
 
 from albert_jax.convert import tokenizer_files
-from albert_jax.data.tokenizer import Tokenizer, train, train_wordpiece
+from albert_jax.data.tokenizers import TextSettings, Tokenizer, train, train_wordpiece
 
 # Sentences with accents, capitals (the Greek final sigma, the dotted I), ligatures, full-width
 # forms, odd spaces, non-Latin scripts; real text, written for this test.
@@ -94,11 +94,13 @@ def exported(tmp_path_factory) -> dict:
     runs = {}
     for name, kind, lower, comma_rule in RUNS:
         if kind == "wordpiece":
-            path = train_wordpiece(CORPUS, str(root / f"{name}.txt"), 1500, lower=lower)
-            tokenizer = Tokenizer.load(path, lower=lower)
+            path = train_wordpiece(CORPUS, str(root / f"{name}.txt"), 1500,
+                                   settings=TextSettings("wordpiece", do_lower_case=lower))
+            tokenizer = Tokenizer.load(path, TextSettings("wordpiece", do_lower_case=lower))
         else:
-            path = train(CORPUS, str(root / f"{name}.model"), 800, lower=lower)
-            tokenizer = Tokenizer.load(path, lower=lower, comma_rule=comma_rule)
+            path = train(CORPUS, str(root / f"{name}.model"), 800,
+                         settings=TextSettings(do_lower_case=lower))
+            tokenizer = Tokenizer.load(path, TextSettings(do_lower_case=lower, comma_rule=comma_rule))
         with contextlib.redirect_stdout(io.StringIO()) as said:
             tokenizer_files.write_huggingface_tokenizer(tokenizer, str(root / name), 512)
         # The docstrings' "0, 1" give the models digit-comma pieces: only the reference's rule,
@@ -122,7 +124,7 @@ def test_fast_tokenizer_gives_our_ids(exported, name):
     assert fast["name"] == ("BertTokenizerFast" if tokenizer.kind == "wordpiece"
                             else "AlbertTokenizerFast")
     config = json.loads((folder / "tokenizer_config.json").read_text())
-    assert config["do_lower_case"] is tokenizer.lower and config["model_max_length"] == 512
+    assert config["do_lower_case"] is tokenizer.settings.do_lower_case and config["model_max_length"] == 512
     assert json.loads((folder / "special_tokens_map.json").read_text())["mask_token"] == "[MASK]"
     compared = 0
     for text, ids in zip(TEXTS, fast["ids"]):
@@ -131,7 +133,7 @@ def test_fast_tokenizer_gives_our_ids(exported, name):
         # cuts of a run of one character (a reST table's "=====") may be broken differently
         # (SentencePiece sums float32 scores, `tokenizers` float64).
         if tokenizer.kind == "sentencepiece" and (
-                tokenizer.comma_rule == "reference" and re.search(r"\d,", text)
+                tokenizer.settings.comma_rule == "reference" and re.search(r"\d,", text)
                 or re.search(r"(\S)\1{7,}", text)):
             continue
         assert ids == tokenizer.encode(text).tolist(), text
@@ -155,8 +157,8 @@ def test_slow_tokenizer_gives_our_ids_but_for_what_it_rewrites(exported, name):
                             else "AlbertTokenizer")
     compared = 0
     for text, ids in zip(TEXTS, slow["ids"]):
-        if tokenizer.lower and "Σ" in text or (tokenizer.kind == "wordpiece" and "[" in text) or (
-                tokenizer.kind == "sentencepiece" and tokenizer.comma_rule == "reference"
+        if tokenizer.settings.do_lower_case and "Σ" in text or (tokenizer.kind == "wordpiece" and "[" in text) or (
+                tokenizer.kind == "sentencepiece" and tokenizer.settings.comma_rule == "reference"
                 and re.search(r"\d,", text)):
             continue
         if tokenizer.kind == "sentencepiece":
@@ -171,7 +173,7 @@ def test_casing_comes_from_the_workdir_or_the_folder(tmp_path):
     HuggingFace folder (its tokenizer_config.json) keeps the casing."""
     workdir = tmp_path / "workdir"
     workdir.mkdir()
-    train(CORPUS[:300], str(workdir / "spiece.model"), 200, lower=False)
+    train(CORPUS[:300], str(workdir / "spiece.model"), 200, settings=TextSettings(do_lower_case=False))
     (workdir / "config.json").write_text(json.dumps({"data": {"do_lower_case": False}}))
     tokenizer_files.carry_tokenizer("orbax", str(workdir), None, "huggingface",
                                     str(tmp_path / "hf"), 512)

@@ -123,3 +123,57 @@ def test_no_module_imports_itself_back():
     for module in sorted(GRAPH):
         if module not in state:
             visit(module, [module])
+
+
+# data/'s jobs, and what each may import of the others (ARCHITECTURE.md): the corpus knows no
+# tokenizer; the tokenizers read a corpus only where a vocabulary is trained from it; the build
+# reads both; the input reads the build's masking and the dataset's settings, never the builder;
+# inspection (`data inspect`) looks at all of them.
+DATA = "albert_jax.data"
+DATA_JOBS = {
+    "corpus": set(),
+    "tokenizers": {"corpus"},
+    "build": {"corpus", "tokenizers"},
+    "input": {"build"},
+}
+DATA_TRAINING_MODULE = f"{DATA}.tokenizers.training"  # the one tokenizer module that reads a corpus
+DATA_INPUT_READS = {f"{DATA}.build", f"{DATA}.build.masking", f"{DATA}.build.dataset_settings"}
+
+
+def _data_job(module: str) -> str | None:
+    """`build` for albert_jax.data.build.builder; None outside data/'s job folders."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[1] == "data" and parts[2] in DATA_JOBS else None
+
+
+def test_data_has_its_four_jobs_as_folders():
+    assert {_data_job(module) for module in GRAPH} - {None} == set(DATA_JOBS)
+    assert all((PACKAGE / "data" / job / "__init__.py").exists() for job in DATA_JOBS)
+    # One file outside the folders: data inspect, which reads all four.
+    assert sorted(path.name for path in (PACKAGE / "data").glob("*.py")) == ["__init__.py",
+                                                                            "inspection.py"]
+
+
+@pytest.mark.parametrize("module", sorted(m for m in GRAPH if _data_job(m)))
+def test_data_jobs_import_one_way(module):
+    job = _data_job(module)
+    allowed = DATA_JOBS[job] | {job}
+    wrong = sorted(target for target in GRAPH[module]
+                   if target.startswith(DATA + ".") and _data_job(target) not in allowed)
+    assert not wrong, f"{module} imports {wrong}: data/{job}/ imports only {sorted(allowed)}"
+    if job == "tokenizers" and module not in (DATA_TRAINING_MODULE, f"{DATA}.tokenizers"):
+        reads_corpus = sorted(target for target in GRAPH[module] if _data_job(target) == "corpus")
+        assert not reads_corpus, f"{module} imports {reads_corpus}: only training.py reads a corpus"
+    if job == "input":
+        from_build = {target for target in GRAPH[module] if _data_job(target) == "build"}
+        assert from_build <= DATA_INPUT_READS, (
+            f"{module} imports {sorted(from_build - DATA_INPUT_READS)}: the input reads the "
+            "build's masking and dataset settings, never the builder")
+
+
+def test_nothing_in_data_imports_the_engine_or_the_tasks():
+    for module, targets in GRAPH.items():
+        if module.startswith(DATA):
+            wrong = sorted(target for target in targets
+                           if _unit(target) in ("train", "finetune", "pretraining", "convert"))
+            assert not wrong, f"{module} imports {wrong}"

@@ -15,7 +15,7 @@ import pytest
 import torch
 import transformers
 
-from albert_jax.data import tokenizer as tokenizer_lib
+from albert_jax.data import tokenizers as tokenizer_lib
 from albert_jax.finetune.demo import demo_sentences
 from cli_fixtures import cli, start_cli
 

@@ -1,4 +1,4 @@
-"""Training data in a bucket, mode (b) of albert_jax/data/shard_copy.py: data.dir=gs://... on the
+"""Training data in a bucket, mode (b) of albert_jax/data/input/shard_copy.py: data.dir=gs://... on the
 storage emulator; each host copies its own train shards and the eval split, and reads only them."""
 import collections
 import os
@@ -11,8 +11,9 @@ import pytest
 import tensorflow_datasets as tfds
 from etils import epath
 
-from albert_jax.data import builder, dataset_settings, pipeline, shard_copy
-from albert_jax.data import tokenizer as tokenizer_lib
+from albert_jax.data import tokenizers as tokenizer_lib
+from albert_jax.data.build import builder, dataset_settings
+from albert_jax.data.input import pipeline, shard_copy
 from albert_jax.errors import ConfigError
 from test_builder import REPO, small_config, write_corpus  # (tests/ is on sys.path under pytest)
 from test_pipeline import _assert_same_batches, _row_key, _take
@@ -221,7 +222,7 @@ _SMALL_DISK_SCRIPT = """
 import pathlib
 import sys
 sys.path[:0] = ["tests", "."]
-from albert_jax.data import pipeline
+from albert_jax.data.input import pipeline
 from test_builder import small_config
 config = small_config(pathlib.Path(sys.argv[1]), *sys.argv[2:4])
 config.data.dir, config.data.local_dir = sys.argv[4], sys.argv[5]

@@ -3,8 +3,8 @@ of the language would (hand-written), and the language codes it takes."""
 import pytest
 import sentencex
 
-from albert_jax.data import segmenter
-from albert_jax.data.segmenter import sentencex_language, split_sentences
+from albert_jax.data.corpus import segmenter
+from albert_jax.data.corpus.segmenter import sentencex_language, split_sentences
 from albert_jax.errors import ConfigError
 
 # (language, paragraph, the sentences a reader of the language expects), written by hand.

@@ -18,7 +18,7 @@ pytest.importorskip("transformers")
 
 from albert_jax.convert import serving  # noqa: E402
 from albert_jax.convert.huggingface import FinetunedHead  # noqa: E402
-from albert_jax.data.tokenizer import Tokenizer  # noqa: E402
+from albert_jax.data.tokenizers import Tokenizer  # noqa: E402
 from albert_jax.finetune import run as finetune_run  # noqa: E402
 from albert_jax.model import (  # noqa: E402
     AlbertForMultipleChoice,

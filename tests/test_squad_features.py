@@ -9,7 +9,7 @@ import pytest
 import tensorflow_datasets as tfds
 
 import squad_fixtures
-from albert_jax.data.tokenizer import preprocess_text
+from albert_jax.data.tokenizers import preprocess_text
 from albert_jax.errors import ConfigError
 from albert_jax.finetune.squad import data as squad
 from albert_jax.finetune.squad.data import Answer, SquadExample

@@ -23,7 +23,7 @@ import transformers
 from seqeval.metrics.sequence_labeling import precision_recall_fscore_support
 
 from albert_jax.convert import formats
-from albert_jax.data import tokenizer as tokenizer_lib
+from albert_jax.data import tokenizers as tokenizer_lib
 from albert_jax.finetune import fill_mask
 from albert_jax.finetune import run as finetune_run
 from albert_jax.finetune.core import entities

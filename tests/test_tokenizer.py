@@ -11,8 +11,9 @@ import sentencepiece as spm
 from etils import epath
 
 from albert_jax.data import corpus
-from albert_jax.data.tokenizer import (
+from albert_jax.data.tokenizers import (
     SentencePieceTokenizer,
+    TextSettings,
     Tokenizer,
     is_start_piece,
     preprocess_text,
@@ -88,7 +89,7 @@ def test_encode_known_sentence(tokenizer):
     assert pieces[-1] == "."  # A user-defined symbol is always its own piece (SPEC 2.1).
     assert tokenizer.decode(ids) == "the cat sat on cafe kabamp mat."
     assert tokenizer.encode("").shape == (0,)
-    cased = SentencePieceTokenizer(tokenizer._model_proto, lower=False)
+    cased = SentencePieceTokenizer(tokenizer._model_proto, settings=TextSettings(do_lower_case=False))
     assert cased.encode("The").tolist() == sp.encode("The")
 
 
@@ -98,7 +99,7 @@ def test_digit_comma_rule(tokenizer):
     text = "it cost 3,500, said (9,7, ok"
     raw = sp.encode(preprocess_text(text), out_type=str)
     assert any(piece[-1] == "," and piece[-2].isdigit() for piece in raw if len(piece) > 1), raw
-    hf_rule = SentencePieceTokenizer(tokenizer._model_proto, comma_rule="hf")
+    hf_rule = SentencePieceTokenizer(tokenizer._model_proto, settings=TextSettings(comma_rule="hf"))
     for rule_tokenizer in (tokenizer, hf_rule):
         pieces = rule_tokenizer.pieces(text)
         # No character is lost or added ("▁" aside: the reference rule adds some, SPEC 2.3).
@@ -108,7 +109,7 @@ def test_digit_comma_rule(tokenizer):
     # After "(" the re-encoded "9" keeps SentencePiece's "▁" under the reference's Python 3
     # behaviour (the default) and loses it under HuggingFace's.
     pieces, hf_pieces = tokenizer.pieces(text), hf_rule.pieces(text)
-    assert tokenizer.comma_rule == "reference"
+    assert tokenizer.settings.comma_rule == "reference"
     assert pieces[pieces.index("(") + 1].startswith("▁")
     assert not hf_pieces[hf_pieces.index("(") + 1].startswith("▁")
 
@@ -116,7 +117,7 @@ def test_digit_comma_rule(tokenizer):
 def test_digit_comma_rule_matches_huggingface(model_path, tokenizer):
     transformers = pytest.importorskip("transformers")
     hf = transformers.AlbertTokenizer(model_path, do_lower_case=True, keep_accents=False)
-    hf_rule = Tokenizer.load(model_path, comma_rule="hf")
+    hf_rule = Tokenizer.load(model_path, TextSettings(comma_rule="hf"))
     for text in ["It cost 1,234, said (9,5, ok", "x3.0, a1,b 12, (7,", "Naïve  3,000, café 2,"]:
         assert hf_rule.pieces(text) == hf.tokenize(text), text
         assert hf_rule.encode(text).tolist() == hf.convert_tokens_to_ids(hf.tokenize(text))
@@ -143,9 +144,9 @@ def test_word_start_table(tokenizer):
 def test_pickle_round_trip(tokenizer):
     text = "the cat, 1,000, (9,7"
     for comma_rule in ("reference", "hf"):
-        original = SentencePieceTokenizer(tokenizer._model_proto, comma_rule=comma_rule)
+        original = SentencePieceTokenizer(tokenizer._model_proto, settings=TextSettings(comma_rule=comma_rule))
         restored = pickle.loads(pickle.dumps(original))
-        assert restored.comma_rule == comma_rule
+        assert restored.settings.comma_rule == comma_rule
         assert restored.encode(text).tolist() == original.encode(text).tolist()
         assert (restored.word_start == tokenizer.word_start).all()
 

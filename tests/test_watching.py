@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from albert_jax.data import tokenizer as tokenizer_lib
+from albert_jax.data import tokenizers as tokenizer_lib
 from albert_jax.finetune.demo import demo_sentences
 from albert_jax.train import workdir as workdir_names
 from cli_fixtures import REPO, cli, config_flags, one_device_environment, start_cli

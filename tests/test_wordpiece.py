@@ -4,7 +4,7 @@
 The expectations come from the reference's rules (google-research/albert tokenization.py:
 `BasicTokenizer`, `WordpieceTokenizer`, `_is_whitespace`, `_is_control` (Cc and Cf only),
 `_is_punctuation`, `_is_chinese_char`), ported below as `reference_tokenize`, a plain
-line-by-line transcription kept independent of albert_jax/data/wordpiece.py (which is written
+line-by-line transcription kept independent of albert_jax/data/tokenizers/wordpiece.py (which is written
 for speed and offsets). Hand-written cases pin each rule; a few thousand generated lines of
 mixed Chinese / English / Korean / Japanese text compare the two.
 """
@@ -15,7 +15,13 @@ import unicodedata
 import numpy as np
 import pytest
 
-from albert_jax.data.tokenizer import Tokenizer, WordPieceTokenizer, check_kind, tokenizer_kind
+from albert_jax.data.tokenizers import (
+    TextSettings,
+    Tokenizer,
+    WordPieceTokenizer,
+    check_kind,
+    tokenizer_kind,
+)
 from albert_jax.errors import ConfigError
 
 # --- The reference, transcribed ---------------------------------------------------------------
@@ -138,11 +144,11 @@ def tokenizer(vocab_path) -> Tokenizer:
 
 @pytest.fixture(scope="module")
 def cased(vocab_path) -> Tokenizer:
-    return Tokenizer.load(vocab_path, lower=False)
+    return Tokenizer.load(vocab_path, TextSettings("wordpiece", do_lower_case=False))
 
 
 def _expect(tokenizer: Tokenizer, text: str) -> list[int]:
-    return [VOCAB[piece] for piece in reference_tokenize(text, VOCAB, tokenizer.lower)]
+    return [VOCAB[piece] for piece in reference_tokenize(text, VOCAB, tokenizer.settings.do_lower_case)]
 
 
 # Each case names the rule it pins.

@@ -17,8 +17,14 @@ import os
 from etils import epath
 
 from albert_jax import files
-from albert_jax.data import sentencepiece_hf, wordpiece
-from albert_jax.data.tokenizer import HF_SPM_FILE, Tokenizer, needs_comma_split
+from albert_jax.data.tokenizers import (
+    HF_SPM_FILE,
+    TextSettings,
+    Tokenizer,
+    hf_files,
+    needs_comma_split,
+    wordpiece,
+)
 from albert_jax.train import workdir as workdir_names
 
 _TF_TOKENIZER_FILE = "30k-clean.model"  # the official TF releases (SPEC 2.1)
@@ -102,18 +108,18 @@ def huggingface_files(tokenizer: Tokenizer, model_max_length: int) -> dict[str, 
     all our ids: a run with the reference's digit-comma rule and pieces it re-encodes."""
     if tokenizer.kind == "wordpiece":
         return wordpiece.huggingface_files(tokenizer.id_to_piece(range(tokenizer.vocab_size)),
-                                           lower=tokenizer.lower,
+                                           lower=tokenizer.settings.do_lower_case,
                                            model_max_length=model_max_length)
     comma_pieces = [piece for piece in tokenizer.id_to_piece(range(tokenizer.vocab_size))
                     if needs_comma_split(piece)]
-    if comma_pieces and tokenizer.comma_rule == "reference":
+    if comma_pieces and tokenizer.settings.comma_rule == "reference":
         print(f"note: {len(comma_pieces)} pieces of {tokenizer.path} end in a digit and a comma "
               f"(e.g. {comma_pieces[0]!r}): transformers cuts them by HuggingFace's digit-comma "
               "rule, this run by the reference's (data.comma_rule=reference, SPEC 2.3), so ids "
               "differ where a digit is followed by a comma; fine-tune with "
               "data.comma_rule=hf for the same ids")
-    return sentencepiece_hf.huggingface_files(
-        tokenizer.files(HF_SPM_FILE)[HF_SPM_FILE], lower=tokenizer.lower,
+    return hf_files.huggingface_files(
+        tokenizer.files(HF_SPM_FILE)[HF_SPM_FILE], lower=tokenizer.settings.do_lower_case,
         model_max_length=model_max_length, path=tokenizer.path)
 
 
@@ -133,12 +139,13 @@ def carry_tokenizer(source: str, path: str, config_path: str | None, target: str
     if found is None:
         print(f"no tokenizer found with {path}; give fine-tuning one with --config.tokenizer")
         return
-    tokenizer = Tokenizer.load(found, lower=source_lower(source, path))
+    tokenizer = Tokenizer.load(found, TextSettings.recorded(
+        found, TextSettings(do_lower_case=source_lower(source, path))))
     if target == "huggingface":
         write_huggingface_tokenizer(tokenizer, output, model_max_length)
     else:
         for name, content in tokenizer.files(workdir_names.TOKENIZER_FILES[tokenizer.kind]).items():
             files.write_atomically(os.fspath(epath.Path(output) / name), content)
-    casing = "lower-cased" if tokenizer.lower else "cased"
+    casing = "lower-cased" if tokenizer.settings.do_lower_case else "cased"
     print(f"kept the {tokenizer.kind} tokenizer {found} ({tokenizer.vocab_size} pieces, {casing}) "
           f"with {output}")

@@ -24,8 +24,10 @@ import numpy as np
 import tensorflow_datasets as tfds
 from etils import epath
 
-from albert_jax.data import corpus, dataset_settings, pipeline, shard_copy
-from albert_jax.data.tokenizer import Tokenizer
+from albert_jax.data import corpus
+from albert_jax.data.build import dataset_settings
+from albert_jax.data.input import pipeline, shard_copy
+from albert_jax.data.tokenizers import TextSettings, Tokenizer
 
 STATISTICS_EXAMPLES = 20_000  # per split: enough for +-1% on every fraction below
 
@@ -172,7 +174,7 @@ def inspect_from_config(config: ml_collections.ConfigDict, num_examples: int) ->
     if not (epath.Path(dataset_dir) / "dataset_info.json").exists():
         raise FileNotFoundError(
             f"no dataset at {dataset_dir}: run `albert-jax data build` with the same config first")
-    tokenizer = Tokenizer.load(config.data.tokenizer, lower=config.data.do_lower_case)
+    tokenizer = Tokenizer.load(config.data.tokenizer, TextSettings.from_config(config.data))
     print(f"dataset {dataset_dir}")
     readable_dir, train_shards = dataset_dir, None
     if shard_copy.is_bucket(dataset_dir):

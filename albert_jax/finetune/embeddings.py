@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from albert_jax.data import pipeline
+from albert_jax.data.input import pipeline
 from albert_jax.finetune.core import tables
 from albert_jax.finetune.core.examples import TextExample
 from albert_jax.finetune.core.features import classification_features

@@ -24,8 +24,8 @@ import numpy as np
 from etils import epath
 
 from albert_jax import config as config_lib
-from albert_jax.data import pipeline
-from albert_jax.data.tokenizer import Tokenizer
+from albert_jax.data.input import pipeline
+from albert_jax.data.tokenizers import TextSettings, Tokenizer
 from albert_jax.errors import ConfigError
 from albert_jax.finetune.core.task import ArraySource, padded, real_rows
 from albert_jax.model import ModelConfig
@@ -77,8 +77,8 @@ class FillMaskTask(PretrainingTask):
                 f"run {run_dir} has no tokenizer copy "
                 f"({' or '.join(workdir_names.TOKENIZER_FILES.values())}): a pretraining run "
                 "keeps its tokenizer there")
-        tokenizer = Tokenizer.load(os.fspath(tokenizer_path),
-                                   lower=bool(config.data.get("do_lower_case", True)))
+        tokenizer = Tokenizer.load(os.fspath(tokenizer_path), TextSettings.recorded(
+            os.fspath(tokenizer_path), TextSettings.from_config(config.data)))
         config = config.copy_and_resolve_references()
         config.length_buckets = config.get("length_buckets", config_lib.DEFAULT_LENGTH_BUCKETS)
         return cls(config, model_config, tokenizer, DEFAULT_TOP_K if top_k is None else top_k)

@@ -560,7 +560,7 @@ def format_plan(result: dict[str, Any]) -> str:
     if fits_with is None and result["levers_tried"]:
         lines.append("no lever tried fits: a larger slice, tensor parallelism or a smaller "
                      "batch per device is needed")
-    if "data_local_bytes_per_host" in result:  # pretraining; albert_jax/data/shard_copy.py
+    if "data_local_bytes_per_host" in result:  # pretraining; albert_jax/data/input/shard_copy.py
         local = result["data_local_bytes_per_host"]
         lines.append(f"with data.dir=gs://..., each of {result['hosts']} host(s) copies "
                      + ("an unknown amount (no built dataset)" if local is None

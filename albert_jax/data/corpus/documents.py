@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 from typing import Callable, Iterable, Iterator
 
-from albert_jax.data import segmenter
+from albert_jax.data.corpus import segmenter
 from albert_jax.data.corpus.settings import ReadSettings
 from albert_jax.data.corpus.stats import CorpusStats
 from albert_jax.errors import ConfigError

@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from albert_jax.data import segmenter
+from albert_jax.data.corpus import segmenter
 from albert_jax.errors import ConfigError
 
 DOCUMENTS = ("blank_lines", "records")

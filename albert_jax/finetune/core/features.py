@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from albert_jax.data.tokenizer import Tokenizer
+from albert_jax.data.tokenizers import Tokenizer
 
 _ROWS_PER_CHUNK = 4096  # Rows gathered at once: bounds the [rows, seq_len] int64 temporaries.
 

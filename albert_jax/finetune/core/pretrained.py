@@ -26,7 +26,7 @@ from absl import logging
 from etils import epath
 
 from albert_jax.convert import load_huggingface, load_tf_checkpoint, tokenizer_files
-from albert_jax.data.tokenizer import recorded_comma_rule
+from albert_jax.data.tokenizers import read_record
 from albert_jax.errors import ConfigError
 from albert_jax.model import ModelConfig
 from albert_jax.train import checkpoint
@@ -109,5 +109,6 @@ def load(path: str) -> Pretrained:
         raise ConfigError(f"config init_from={path}: the checkpoint has no `albert` backbone "
                           f"(top-level params: {sorted(params)})")
     tokenizer = tokenizer_files.workdir_tokenizer(root)
+    record = read_record(tokenizer) if tokenizer else None
     return Pretrained(model_config, params["albert"], tokenizer, kind,
-                      recorded_comma_rule(tokenizer) if tokenizer else None)
+                      record.get("comma_rule") if record else None)

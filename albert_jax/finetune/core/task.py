@@ -35,8 +35,8 @@ from etils import epath
 from albert_jax import config as config_lib
 from albert_jax import files
 from albert_jax.convert.huggingface import FinetunedHead
-from albert_jax.data import pipeline
-from albert_jax.data.tokenizer import Tokenizer
+from albert_jax.data.input import pipeline
+from albert_jax.data.tokenizers import TextSettings, Tokenizer
 from albert_jax.errors import ConfigError
 from albert_jax.finetune.core import pretrained as pretrained_lib
 from albert_jax.finetune.core.pretrained import Pretrained
@@ -76,11 +76,6 @@ def real_rows(predictions: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The rows of real examples (padding has example_weight 0)."""
     keep = predictions["example_weight"] > 0
     return {key: value[keep] for key, value in predictions.items()}
-
-
-def _do_lower_case(config: ml_collections.ConfigDict) -> bool:
-    """config.data.do_lower_case; True for a run saved before the key existed."""
-    return bool(config.data.get("do_lower_case", True))
 
 
 class FinetuneTask(Task):
@@ -169,8 +164,7 @@ class FinetuneTask(Task):
                      else "a from-scratch run (empty init_from) has no tokenizer")
             raise ConfigError(f"config {where}; give one with --config.tokenizer=PATH/TO/"
                               "spiece.model (or a WordPiece vocab.txt)")
-        tokenizer = Tokenizer.load(tokenizer_path, lower=_do_lower_case(config),
-                                   comma_rule=config.data.comma_rule)  # SPEC 2.3
+        tokenizer = Tokenizer.load(tokenizer_path, TextSettings.from_config(config.data))
         if pretrained:
             pretrained_lib.warn_if_comma_rule_differs(pretrained, config.data.comma_rule)
         base = (pretrained.model_config if pretrained
@@ -214,7 +208,8 @@ class FinetuneTask(Task):
         if path is None:
             raise FileNotFoundError(f"run {run_dir} has no tokenizer copy ("
                                     f"{' or '.join(workdir_names.TOKENIZER_FILES.values())})")
-        tokenizer = Tokenizer.load(os.fspath(path), lower=_do_lower_case(config))
+        tokenizer = Tokenizer.load(os.fspath(path), TextSettings.recorded(
+            os.fspath(path), TextSettings.from_config(config.data)))
         return cls(config, model_config, tokenizer, None, run_dir=run_dir)
 
     # --- What each family supplies ---------------------------------------------------------------

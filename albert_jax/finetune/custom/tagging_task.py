@@ -19,7 +19,7 @@ from typing import Any, Iterator
 import ml_collections
 from etils import epath
 
-from albert_jax.data.tokenizer import Tokenizer
+from albert_jax.data.tokenizers import Tokenizer
 from albert_jax.errors import ConfigError
 from albert_jax.finetune.core import registry
 from albert_jax.finetune.core.examples import Sentence

@@ -19,7 +19,7 @@ import ml_collections
 import numpy as np
 from etils import epath
 
-from albert_jax.data.tokenizer import Tokenizer
+from albert_jax.data.tokenizers import Tokenizer
 from albert_jax.errors import ConfigError
 from albert_jax.finetune.core import registry, scores, tables
 from albert_jax.finetune.core.pretrained import Pretrained

@@ -14,7 +14,7 @@ import ml_collections
 import numpy as np
 from etils import epath
 
-from albert_jax.data.tokenizer import Tokenizer
+from albert_jax.data.tokenizers import Tokenizer
 from albert_jax.finetune.core import registry, tables
 from albert_jax.finetune.core.examples import TextExample
 from albert_jax.finetune.core.pretrained import Pretrained

@@ -21,7 +21,7 @@ import numpy as np
 from etils import epath
 
 from albert_jax.convert.huggingface import FinetunedHead
-from albert_jax.data.tokenizer import Tokenizer
+from albert_jax.data.tokenizers import Tokenizer
 from albert_jax.finetune.core import features
 from albert_jax.finetune.core.pretrained import Pretrained
 from albert_jax.finetune.core.task import FinetuneTask

@@ -27,7 +27,7 @@ from etils import epath
 
 from albert_jax import files
 from albert_jax.convert.huggingface import FinetunedHead
-from albert_jax.data.tokenizer import Tokenizer
+from albert_jax.data.tokenizers import Tokenizer
 from albert_jax.finetune.core import entities
 from albert_jax.finetune.core.examples import Sentence
 from albert_jax.finetune.core.pretrained import Pretrained

@@ -21,7 +21,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from albert_jax.data.tokenizer import Tokenizer
+from albert_jax.data.tokenizers import Tokenizer
 from albert_jax.errors import ConfigError
 from albert_jax.finetune.core.examples import Sentence
 from albert_jax.finetune.core.windows import max_context_windows, sliding_windows

@@ -51,7 +51,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from absl import logging
 
-from albert_jax.data import tokenizer as tokenizer_lib
+from albert_jax.data import tokenizers as tokenizer_lib
 from albert_jax.errors import ConfigError
 from albert_jax.finetune.core.windows import max_context_windows, sliding_windows
 

@@ -28,7 +28,7 @@ import numpy as np
 from etils import epath
 
 from albert_jax.convert.huggingface import FinetunedHead
-from albert_jax.data.tokenizer import Tokenizer
+from albert_jax.data.tokenizers import Tokenizer
 from albert_jax.errors import ConfigError
 from albert_jax.finetune.core import registry, tables
 from albert_jax.finetune.core.pretrained import Pretrained

@@ -4,11 +4,15 @@
 
 `DatasetSettings` is the TFDS builder config of `builder.AlbertPretraining` (not the run config,
 which it is made from). Its name ends in a hash of everything that changes the data (the corpus
-files' names and sizes, the tokenizer file's bytes and digit-comma rule, seq_len, masking and
+files' names and sizes, the tokenizer file's bytes and text settings, seq_len, masking and
 instance settings, dupe_factor, seed, format), so two different run configs never share a
 folder, and a finished folder is reused as is (also from another machine where the corpus
 lies under another path). The builder writes the data; the pipeline and `data inspect` find it
 here, without the builder.
+
+It holds the tokenizer's `TextSettings` and the corpus's `ReadSettings` whole (`text`,
+`reading`); its metadata and its name see their fields flat (`as_dict`), as they were before
+the records existed, so every dataset keeps its folder and bytes.
 """
 from __future__ import annotations
 
@@ -24,29 +28,30 @@ import tensorflow_datasets as tfds
 from etils import epath
 
 from albert_jax.data import corpus
-from albert_jax.data import tokenizer as tokenizer_lib
-from albert_jax.data.corpus import (
-    ReadSettings,  # (the field `corpus` hides the module in the class)
-)
-from albert_jax.data.instances import SENTENCE_OBJECTIVES
+from albert_jax.data.corpus import ReadSettings
+from albert_jax.data.tokenizers import COMMA_RULES, TextSettings, tokenizer_kind
+from albert_jax.data.build.instances import SENTENCE_OBJECTIVES
 from albert_jax.errors import ConfigError
 
 NAME = "albert_pretraining"  # the TFDS name of `builder.AlbertPretraining`
 DATASET_VERSION = "2.0.0"
 FORMATS = ("array_record", "tfrecord")
 _TFDS_FIELDS = frozenset(field.name for field in dataclasses.fields(tfds.core.BuilderConfig))
+# The records held whole, seen flat in the metadata and the name. The tokenizer's kind is left
+# out: its bytes (tokenizer_sha256) decide it.
+_FLAT_RECORDS = {"text": ("do_lower_case", "comma_rule"),
+                 "reading": tuple(field.name for field in dataclasses.fields(ReadSettings))}
 
 
 @dataclasses.dataclass(eq=False)
 class DatasetSettings(tfds.core.BuilderConfig):
     """Everything that changes the written examples; `name` is derived from it by
-    `from_run_config`. A build stores these fields in its metadata as `settings`."""
+    `from_run_config`. A build stores these fields in its metadata as `settings` (`as_dict`)."""
     corpus: str = corpus.DEMO
     corpus_signature: str = ""  # file names and sizes (a changed file gets a new folder)
     tokenizer: str = ""
     tokenizer_sha256: str = ""
-    do_lower_case: bool = True
-    comma_rule: str = tokenizer_lib.DEFAULT_COMMA_RULE
+    text: TextSettings = TextSettings()  # how the tokenizer turns text into ids
     seq_len: int = 512
     max_predictions: int = 20
     masked_lm_prob: float = 0.15
@@ -58,12 +63,7 @@ class DatasetSettings(tfds.core.BuilderConfig):
     reference_compat: bool = False
     eval_fraction: float = 0.01
     unit_bytes: int = 32 << 20  # corpus text per build unit (blocks and seeds are per unit)
-    # How the corpus's text becomes documents of sentences (`corpus.ReadSettings`).
-    text_column: str = "text"
-    documents: str = ""
-    sentences: str = ""
-    language: str = "en"
-    language_column: str = ""
+    reading: ReadSettings = ReadSettings()  # how the corpus's text becomes documents
     # The segmenter's library and version where the build cuts sentences with it ("": it does
     # not): another version may cut them otherwise, so it gets its own folder.
     segmenter: str = ""
@@ -90,56 +90,59 @@ class DatasetSettings(tfds.core.BuilderConfig):
                 f"--config.data.tokenizer at a SentencePiece model such as 30k-clean.model or a "
                 f"WordPiece vocab.txt")
         sources = corpus.sized_sources(data.corpus) if sources is None else sources
-        settings = dict(
-            corpus=data.corpus, corpus_signature=_corpus_signature(sources),
+        tokenizer_bytes = tokenizer_path.read_bytes()
+        text = dataclasses.replace(TextSettings.from_config(data),
+                                   kind=tokenizer_kind(os.fspath(data.tokenizer), tokenizer_bytes))
+        settings = cls(
+            name="", corpus=data.corpus, corpus_signature=_corpus_signature(sources),
             tokenizer=os.fspath(data.tokenizer),
-            tokenizer_sha256=hashlib.sha256(tokenizer_path.read_bytes()).hexdigest(),
-            do_lower_case=bool(data.do_lower_case), comma_rule=str(data.comma_rule),
+            tokenizer_sha256=hashlib.sha256(tokenizer_bytes).hexdigest(), text=text,
             seq_len=int(config.seq_len),
             max_predictions=int(data.max_predictions), masked_lm_prob=float(data.masked_lm_prob),
             max_ngram=int(data.max_ngram), favor_shorter_ngram=bool(data.favor_shorter_ngram),
             short_seq_prob=float(data.short_seq_prob), dupe_factor=int(data.dupe_factor),
             sentence_objective=str(data.sentence_objective),
             reference_compat=bool(data.reference_compat), eval_fraction=float(data.eval_fraction),
-            unit_bytes=int(data.unit_bytes), **dataclasses.asdict(reading),
+            unit_bytes=int(data.unit_bytes), reading=reading,
             segmenter=_segmenter_identity(reading, sources),
             byte_ranges=any(corpus.cut_into_byte_ranges(source, size, int(data.unit_bytes))
                             for source, size in sources),
             seed=int(config.seed if data.get("seed") is None else data.seed),
             file_format=str(data.format))
+        fields = settings.as_dict()
         # Paths are not part of the identity: a moved corpus or a copied tokenizer file (same
         # names, sizes and bytes) gives the same data, so it finds the same folder. Nor are the
         # reading keys at their defaults: a text corpus keeps the folder it had before they were.
         default_reading = (dataclasses.asdict(corpus.ReadSettings())
                            | {"segmenter": "", "byte_ranges": False})
-        identity = {key: value for key, value in settings.items()
+        identity = {key: value for key, value in fields.items()
                     if key not in ("corpus", "tokenizer")
                     and not (key in default_reading and value == default_reading[key])}
         digest = hashlib.sha256(repr(sorted(identity.items())).encode()).hexdigest()[:12]
-        name = (f"seq{settings['seq_len']}_pred{settings['max_predictions']}_"
-                f"dupe{settings['dupe_factor']}_{settings['sentence_objective']}_{digest}")
+        settings.name = (f"seq{settings.seq_len}_pred{settings.max_predictions}_"
+                         f"dupe{settings.dupe_factor}_{settings.sentence_objective}_{digest}")
         # Short whatever the corpus: TFDS logs it and stores it in dataset_info.json; the full
         # settings (every file's name and size) are in the metadata.
-        description = f"{corpus.describe(data.corpus, sources)}; " + ", ".join(
-            f"{key}={value!r}" for key, value in settings.items()
+        settings.description = f"{corpus.describe(data.corpus, sources)}; " + ", ".join(
+            f"{key}={value!r}" for key, value in fields.items()
             if key not in ("corpus", "corpus_signature", "tokenizer_sha256")
             and not (key in default_reading and value == default_reading[key]))
-        return cls(name=name, description=description, **settings)
+        return settings
 
     def __repr__(self) -> str:  # (not the dataclass's: TFDS logs it, and a signature is long)
         return f"DatasetSettings({self.name}: {self.description})"
 
-    @property
-    def read_settings(self) -> ReadSettings:
-        """How the build reads the corpus."""
-        return ReadSettings(**{field.name: getattr(self, field.name)
-                               for field in dataclasses.fields(ReadSettings)})
-
     def as_dict(self) -> dict[str, Any]:
-        """The fields above in order (not TFDS's own: name, version, ...), as a build stores
-        them in its metadata under `settings`."""
-        return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)
-                if field.name not in _TFDS_FIELDS}
+        """The fields above in order (not TFDS's own: name, version, ...), the records' fields
+        flat in their place, as a build stores them in its metadata under `settings`."""
+        fields: dict[str, Any] = {}
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if field.name in _FLAT_RECORDS:
+                fields.update((key, getattr(value, key)) for key in _FLAT_RECORDS[field.name])
+            elif field.name not in _TFDS_FIELDS:
+                fields[field.name] = value
+        return fields
 
 
 def dataset_dir(config: ml_collections.ConfigDict) -> str:
@@ -173,8 +176,8 @@ def _check_settings(config: ml_collections.ConfigDict) -> None:
     if data.unit_bytes < 1:
         problems.append(f"data.unit_bytes={data.unit_bytes} (need >= 1: bytes of corpus text "
                         f"per build unit)")
-    if data.comma_rule not in tokenizer_lib.COMMA_RULES:
-        problems.append(f"data.comma_rule={data.comma_rule!r} (one of {tokenizer_lib.COMMA_RULES})")
+    if data.comma_rule not in COMMA_RULES:
+        problems.append(f"data.comma_rule={data.comma_rule!r} (one of {COMMA_RULES})")
     if data.format not in FORMATS:
         problems.append(f"data.format={data.format!r} (one of {FORMATS})")
     if problems:

@@ -47,9 +47,10 @@ from etils import epath
 from tensorflow_datasets.core.dataset_builder import FileReaderBuilder
 
 from albert_jax import file_lock, files
-from albert_jax.data import build_unit, corpus, masking, shard_writer
-from albert_jax.data.dataset_settings import DATASET_VERSION, DatasetSettings
-from albert_jax.data.tokenizer import Tokenizer
+from albert_jax.data.build import build_unit, masking, shard_writer
+from albert_jax.data import corpus
+from albert_jax.data.build.dataset_settings import DATASET_VERSION, DatasetSettings
+from albert_jax.data.tokenizers import Tokenizer
 from albert_jax.errors import ConfigError
 
 LOCK_FILE = "build.lock"
@@ -95,8 +96,7 @@ class AlbertPretraining(FileReaderBuilder):
     def tokenizer(self) -> Tokenizer:
         if self._tokenizer is None:
             settings = self.builder_config
-            self._tokenizer = Tokenizer.load(settings.tokenizer, lower=settings.do_lower_case,
-                                             comma_rule=settings.comma_rule)
+            self._tokenizer = Tokenizer.load(settings.tokenizer, settings.text)
         return self._tokenizer
 
     def _info(self) -> tfds.core.DatasetInfo:
@@ -120,8 +120,7 @@ def make_builder(config: ml_collections.ConfigDict, *, num_processes: int | None
     """The builder of a run config (checks it and the tokenizer file; builds nothing).
     `sources`: `corpus.sized_sources` of the config's corpus, where the caller has it."""
     settings = DatasetSettings.from_run_config(config, sources=sources)
-    tokenizer = Tokenizer.load(config.data.tokenizer, lower=config.data.do_lower_case,
-                               comma_rule=settings.comma_rule)
+    tokenizer = Tokenizer.load(config.data.tokenizer, settings.text)
     if tokenizer.vocab_size > config.data.vocab_size:
         raise ConfigError(
             f"tokenizer {config.data.tokenizer} has {tokenizer.vocab_size} pieces but "
@@ -146,7 +145,7 @@ def build_from_config(config: ml_collections.ConfigDict, *, num_processes: int |
     builder = make_builder(config, num_processes=num_processes, sources=sources)
     beam_options = None
     if beam_pipeline_options:
-        from albert_jax.data import beam_build  # Apache Beam only where asked for
+        from albert_jax.data.build import beam_build  # Apache Beam only where asked for
         beam_options = beam_build.pipeline_options(beam_pipeline_options)
         beam_build.check_paths_reach_workers(beam_options, {
             "data.corpus": [source for source, size in sources if size is not None],
@@ -155,7 +154,7 @@ def build_from_config(config: ml_collections.ConfigDict, *, num_processes: int |
         _print_existing(builder)
         return builder.data_dir
     # Before anything is written: a file without data.text_column is one line here.
-    parts = corpus.plan_parts(sources, builder.builder_config.read_settings,
+    parts = corpus.plan_parts(sources, builder.builder_config.reading,
                               builder.builder_config.unit_bytes)
     dataset_dir = epath.Path(builder.data_dir)
     dataset_dir.mkdir(parents=True, exist_ok=True)
@@ -244,7 +243,7 @@ def _build(builder: AlbertPretraining, config: ml_collections.ConfigDict,
           + f"; {len(pending)} to build with {where}")
     start = time.time()
     if beam_options is not None:
-        from albert_jax.data import beam_build
+        from albert_jax.data.build import beam_build
         beam_build.run(context, pending, beam_options)
     else:
         _run_locally(context, pending, builder.num_processes)

@@ -1,42 +1,39 @@
 """Tokenizers with ALBERT's preprocessing: SentencePiece (`.model`, SPEC 2.1-2.4) or WordPiece
-(`vocab.txt`, the Chinese models, SPEC 2.5), behind one interface: train, load, encode.
+(`vocab.txt`, the Chinese models, SPEC 2.5), behind one interface: load, encode.
 
   tokenizer = Tokenizer.load("30k-clean.model")       # the released model works unchanged
   tokenizer = Tokenizer.load("vocab_chinese.txt")     # a BERT vocabulary: WordPiece
   ids = tokenizer.encode("Hello World, 1,000,")         # int32 [num_pieces]
   tokenizer.word_start                                  # bool [vocab_size], for n-gram masking
   ids, char_starts, char_ends = tokenizer.encode_with_offsets(text)  # exact character spans
-  Tokenizer.load(path, comma_rule="hf")               # HuggingFace's digit-comma rule (SPEC 2.3)
+  Tokenizer.load(path, TextSettings(comma_rule="hf"))   # HuggingFace's digit-comma rule (SPEC 2.3)
 
 The file decides the kind (`tokenizer_kind`): a name ending in `.model` is a SentencePiece model,
 any other a WordPiece vocabulary (UTF-8 text, one piece per line). A workdir keeps its tokenizer
-as the model file plus a settings file beside it (`Tokenizer.files`), so `Tokenizer.load` of a
-workdir's model gets the run's digit-comma rule back; a vocabulary is kept as it is.
-
-`albert-jax tokenizer train --config=configs/pretrain.py:runlocal` trains a model on the corpus of
-a config (`train_from_config`); `--config.data.tokenizer_kind=wordpiece` a WordPiece vocabulary.
+as the model file plus its text settings beside it (`Tokenizer.files`, text_settings.py), so
+`Tokenizer.load` of a workdir's model gets the run's settings back; a vocabulary is kept as it is.
+Training a model or a vocabulary from a corpus is training.py's.
 """
 from __future__ import annotations
 
-import io
-import json
+import dataclasses
 import os
-import re
-import time
-import unicodedata
-from typing import Iterable, Iterator
+from typing import Iterable
 
-import ml_collections
 import numpy as np
 import sentencepiece as spm
 from etils import epath
 from sentencepiece import sentencepiece_pb2
 
-from albert_jax import files
-from albert_jax.data import corpus, wordpiece
-from albert_jax.errors import ConfigError
-
-SPIECE_UNDERLINE = "\u2581"  # "▁", SentencePiece's word-start marker.
+from albert_jax.data.tokenizers import wordpiece
+from albert_jax.data.tokenizers.preprocessing import (
+    SPIECE_UNDERLINE,
+    is_start_piece,
+    needs_comma_split,
+    preprocess_text,
+    preprocess_with_origins,
+)
+from albert_jax.data.tokenizers.text_settings import TextSettings, record_path
 
 # SPEC 2.1: the ids and symbols of the released `30k-clean.model`.
 PAD, UNK, CLS, SEP, MASK = "<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"
@@ -44,120 +41,7 @@ CONTROL_SYMBOLS = (CLS, SEP, MASK)
 # User-defined symbols of the released model: ( ) " - . – £ € (en dash, pound, euro).
 USER_DEFINED_SYMBOLS = ("(", ")", '"', "-", ".", "\u2013", "\u00a3", "\u20ac")
 
-# SPEC 1.4.2 `_is_start_piece_sp`. The reference's set literal is '!"#$%&\"()*+,-./:;?@[\\]^_`{|}~'
-# (note `\"` where string.punctuation has `'`): the apostrophe is NOT in it. Its `€`/`£` entries
-# are UTF-8 bytes and never match a str piece under Python 3, so they are left out here.
-_START_PUNCTUATION = frozenset('!"#$%&()*+,-./:;?@[\\]^_`{|}~')
-_START_ALLOWED_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz") | _START_PUNCTUATION
-
 _TRAIN_COMMAND = "albert-jax tokenizer train --config=..."
-
-# SPEC 2.3: what happens to the "▁" that re-encoding a digit-comma piece adds in front.
-# "reference": kept, as the reference's `encode_pieces` runs under Python 3 (the default);
-# "hf": removed when the piece did not start a word, as under Python 2 and in HuggingFace's
-# AlbertTokenizer.
-COMMA_RULES = ("reference", "hf")
-DEFAULT_COMMA_RULE = "reference"
-
-
-def preprocess_text(text: str, lower: bool = True) -> str:
-    """ALBERT's `preprocess_text` (SPEC 2.2): fold whitespace, strip accents (NFKD), lower-case.
-
-    Unlike HuggingFace's AlbertTokenizer it does not rewrite ``/'' quotes (the reference does not).
-    """
-    text = " ".join(text.split())
-    if text.isascii():  # NFKD leaves ASCII as it is and it has no combining marks.
-        return text.lower() if lower else text
-    text = unicodedata.normalize("NFKD", text)
-    text = "".join(char for char in text if not unicodedata.combining(char))
-    return text.lower() if lower else text
-
-
-def is_start_piece(piece: str) -> bool:
-    """SPEC 1.4.2: does `piece` start a whole word for n-gram masking (Python 3 behaviour)?"""
-    return (piece.startswith(SPIECE_UNDERLINE) or piece.startswith("<")
-            or piece in _START_PUNCTUATION
-            or not all(char.lower() in _START_ALLOWED_CHARS for char in piece))
-
-
-def needs_comma_split(piece: str) -> bool:
-    # SPEC 2.3: a piece such as "▁1,000," or "000," (digit then a final comma).
-    return len(piece) > 1 and piece[-1] == "," and piece[-2].isdigit()
-
-
-def settings_path(model_path: str) -> str:
-    """The settings file kept beside a workdir's tokenizer model (`Tokenizer.files`)."""
-    return f"{model_path}.json"
-
-
-def recorded_comma_rule(model_path: str) -> str | None:
-    """The digit-comma rule recorded beside `model_path` by `Tokenizer.files`; None without a
-    settings file (a model that is not a workdir's copy, or a workdir written before the rule
-    was recorded)."""
-    path = epath.Path(settings_path(model_path))
-    if not path.exists():
-        return None
-    try:
-        comma_rule = json.loads(path.read_text())["comma_rule"]
-    except (ValueError, KeyError, TypeError):
-        comma_rule = None
-    if comma_rule not in COMMA_RULES:
-        raise ValueError(f"{path} records no digit-comma rule (want {{\"comma_rule\": one of "
-                         f"{list(COMMA_RULES)}}}); fix or delete it")
-    return comma_rule
-
-
-def check_comma_rule(comma_rule: str) -> None:
-    """Raises ConfigError unless `comma_rule` is one of `COMMA_RULES`."""
-    if comma_rule not in COMMA_RULES:
-        raise ConfigError(f"config data.comma_rule={comma_rule!r} is not a digit-comma rule; use "
-                         f"{COMMA_RULES[0]!r} (the reference, SPEC 2.3) or {COMMA_RULES[1]!r} "
-                         "(HuggingFace's AlbertTokenizer)")
-
-
-def _preprocess_with_origins(text: str, lower: bool) -> tuple[str, np.ndarray]:
-    """`preprocess_text(text, lower)` (SPEC 2.2) and, for each of its characters, the index of
-    the original character it comes from: int32 [len(preprocessed)].
-
-    Applied character by character: the whitespace fold keeps one space per run (mapped to the
-    run's first character), NFKD and the dropping of combining marks act on one character at a
-    time (NFKD's canonical reordering only moves combining marks, which are dropped), and
-    lower-casing keeps lengths after NFKD. The result is checked against `preprocess_text`.
-    """
-    parts, origins = [], []
-    space_at = None  # index of the first whitespace character after a word
-    seen_word = False
-    for index, char in enumerate(text):
-        if char.isspace():
-            if seen_word and space_at is None:
-                space_at = index
-            continue
-        if space_at is not None:
-            parts.append(" ")
-            origins.append(space_at)
-            space_at = None
-        seen_word = True
-        if char < "\x80":
-            part = char.lower() if lower else char
-        else:
-            part = "".join(c for c in unicodedata.normalize("NFKD", char)
-                           if not unicodedata.combining(c))
-            part = part.lower() if lower else part
-        parts.append(part)
-        origins.extend([index] * len(part))
-    preprocessed = preprocess_text(text, lower)
-    # The whole-string lower() differs from the per-character one only in context-dependent
-    # mappings of the same length (the Greek final sigma), so lengths must agree.
-    if len(preprocessed) != len(origins):
-        raise RuntimeError(f"character alignment of {text[:50]!r}... disagrees with "
-                           "preprocess_text (SPEC 2.2); please report this text")
-    return preprocessed, np.asarray(origins, dtype=np.int32)
-
-
-KINDS = ("sentencepiece", "wordpiece")
-# Sentences a tokenizer is trained on at most (SentencePiece's input_sentence_size):
-# `train_from_config` reads no more of the corpus than that.
-INPUT_SENTENCE_SIZE = 10_000_000
 HF_SPM_FILE = "spiece.model"  # the file transformers' AlbertTokenizer reads
 _MODEL_SUFFIX = ".model"
 
@@ -184,19 +68,6 @@ def tokenizer_kind(path: str, content: bytes) -> str:
     return "wordpiece"
 
 
-def check_kind(path: str, kind: str) -> None:
-    """Raises ConfigError when `path` is not named as a file of `kind` (`tokenizer_kind`)."""
-    if kind not in KINDS:
-        raise ConfigError(f"config data.tokenizer_kind={kind!r}; use one of {list(KINDS)}")
-    named = "sentencepiece" if os.fspath(path).endswith(_MODEL_SUFFIX) else "wordpiece"
-    if named != kind:
-        want = ("a name ending in .model" if kind == "sentencepiece"
-                else "another name, e.g. .../vocab.txt")
-        raise ConfigError(
-            f"config data.tokenizer={path!r} names a {named} file but data.tokenizer_kind="
-            f"{kind!r}; give data.tokenizer {want}")
-
-
 class Tokenizer:
     """What the data, the tasks and the workdir need of a tokenizer; `Tokenizer.load` gives a
     `SentencePieceTokenizer` or a `WordPieceTokenizer` as the file is (`tokenizer_kind`).
@@ -208,8 +79,8 @@ class Tokenizer:
       pad_id, unk_id, cls_id, sep_id, mask_id: the ids the data and the tasks write.
       word_start: bool [vocab_size], does each piece start a word (SPEC 1.4.2 / 2.5), for
         whole-word n-gram masking.
-      lower: whether `encode` lower-cases (`data.do_lower_case`).
-      comma_rule: "reference" or "hf", the SPEC 2.3 digit-comma rule (SentencePiece only).
+      settings: the text settings it tokenizes with (lower-casing, the digit-comma rule; its
+        `kind` is the file's).
     """
     kind: str
     path: str
@@ -220,16 +91,13 @@ class Tokenizer:
     sep_id: int
     mask_id: int
     word_start: np.ndarray
-    lower: bool
-    comma_rule: str = DEFAULT_COMMA_RULE
+    settings: TextSettings
 
     @staticmethod
-    def load(path: str, *, lower: bool = True, comma_rule: str | None = None) -> "Tokenizer":
+    def load(path: str, settings: TextSettings | None = None) -> "Tokenizer":
         """Loads a `.model` file or a vocabulary (local or any path etils.epath reads, e.g.
-        gs://).
-
-        comma_rule None: the rule recorded beside the model (`recorded_comma_rule`), else the
-        default "reference".
+        gs://) with `settings`; None: the settings recorded beside the model
+        (`TextSettings.recorded`), else the defaults. The file decides the kind.
         """
         file = epath.Path(path)
         if not file.exists():
@@ -237,18 +105,17 @@ class Tokenizer:
                 f"tokenizer {path} does not exist; create one with `{_TRAIN_COMMAND}` (it writes "
                 f"config.data.tokenizer) or point config.data.tokenizer at e.g. 30k-clean.model "
                 f"or a BERT vocab.txt")
-        if comma_rule is None:
-            comma_rule = recorded_comma_rule(os.fspath(path)) or DEFAULT_COMMA_RULE
-        return Tokenizer.from_bytes(file.read_bytes(), path=os.fspath(path), lower=lower,
-                                    comma_rule=comma_rule)
+        if settings is None:
+            settings = TextSettings.recorded(os.fspath(path), TextSettings())
+        return Tokenizer.from_bytes(file.read_bytes(), path=os.fspath(path), settings=settings)
 
     @staticmethod
-    def from_bytes(content: bytes, *, path: str, lower: bool = True,
-                   comma_rule: str = DEFAULT_COMMA_RULE) -> "Tokenizer":
+    def from_bytes(content: bytes, *, path: str,
+                   settings: TextSettings = TextSettings()) -> "Tokenizer":
         """The tokenizer in `content`, of the kind `path` names (`tokenizer_kind`)."""
         if tokenizer_kind(path, content) == "wordpiece":
-            return WordPieceTokenizer(content, lower=lower, path=path)
-        return SentencePieceTokenizer(content, lower=lower, comma_rule=comma_rule, path=path)
+            return WordPieceTokenizer(content, settings=settings, path=path)
+        return SentencePieceTokenizer(content, settings=settings, path=path)
 
     def files(self, name: str) -> dict[str, bytes]:
         """{file name: content} that keep this tokenizer in a workdir as `name`, which
@@ -290,13 +157,12 @@ class SentencePieceTokenizer(Tokenizer):
     """A loaded SentencePiece model plus the ALBERT conventions around it (SPEC 2.1-2.4)."""
     kind = "sentencepiece"
 
-    def __init__(self, model_proto: bytes, *, lower: bool = True,
-                 comma_rule: str = DEFAULT_COMMA_RULE, path: str = "<bytes>"):
-        check_comma_rule(comma_rule)
+    def __init__(self, model_proto: bytes, *, settings: TextSettings = TextSettings(),
+                 path: str = "<bytes>"):
+        settings.check()
         self._model_proto = model_proto
         self.path = path
-        self.lower = lower
-        self.comma_rule = comma_rule
+        self.settings = dataclasses.replace(settings, kind=self.kind)
         self._sp = spm.SentencePieceProcessor()
         try:
             self._sp.LoadFromSerializedProto(model_proto)
@@ -327,20 +193,18 @@ class SentencePieceTokenizer(Tokenizer):
         self._comma_split = np.array([needs_comma_split(piece) for piece in pieces], dtype=bool)
 
     def files(self, name: str) -> dict[str, bytes]:
-        """The model and its settings (the digit-comma rule)."""
-        settings = json.dumps({"comma_rule": self.comma_rule}, indent=2) + "\n"
-        return {name: self._model_proto, settings_path(name): settings.encode("utf-8")}
+        """The model and its text settings (`TextSettings.record`)."""
+        return {name: self._model_proto, record_path(name): self.settings.record()}
 
     def __getstate__(self) -> dict:  # Picklable for worker processes: ship the model bytes.
-        return {"model_proto": self._model_proto, "lower": self.lower,
-                "comma_rule": self.comma_rule, "path": self.path}
+        return {"model_proto": self._model_proto, "settings": self.settings, "path": self.path}
 
     def __setstate__(self, state: dict) -> None:
-        SentencePieceTokenizer.__init__(self, state["model_proto"], lower=state["lower"],
-                                        comma_rule=state["comma_rule"], path=state["path"])
+        SentencePieceTokenizer.__init__(self, state["model_proto"], settings=state["settings"],
+                                        path=state["path"])
 
     def preprocess(self, text: str) -> str:
-        return preprocess_text(text, self.lower)  # SPEC 2.2
+        return preprocess_text(text, self.settings.do_lower_case)  # SPEC 2.2
 
     def bare_piece(self, piece: str) -> tuple[bool, str]:
         # (the lone "▁" piece stays visible)
@@ -358,7 +222,7 @@ class SentencePieceTokenizer(Tokenizer):
         HuggingFace's AlbertTokenizer do: "x0," -> ["▁x", "0", ","].
         """
         new_pieces = []
-        for piece in self._sp.encode(preprocess_text(text, self.lower), out_type=str):
+        for piece in self._sp.encode(preprocess_text(text, self.settings.do_lower_case), out_type=str):
             if not needs_comma_split(piece):
                 new_pieces.append(piece)
                 continue
@@ -373,7 +237,7 @@ class SentencePieceTokenizer(Tokenizer):
         """(sub-piece, begin, end) of re-encoded digit-comma `piece` (without its comma) under
         `comma_rule` (see `pieces`): "hf" drops the "▁" re-encoding added to a piece that did
         not start a word (the whole first sub-piece when it is "▁" alone)."""
-        if self.comma_rule == "reference" or piece[0] == SPIECE_UNDERLINE or not sub_pieces:
+        if self.settings.comma_rule == "reference" or piece[0] == SPIECE_UNDERLINE or not sub_pieces:
             return sub_pieces
         (first, begin, end), rest = sub_pieces[0], sub_pieces[1:]
         if first[0] != SPIECE_UNDERLINE:
@@ -382,7 +246,7 @@ class SentencePieceTokenizer(Tokenizer):
 
     def encode(self, text: str) -> np.ndarray:
         """Token ids of one sentence, int32 [num_pieces]; same pieces as `pieces(text)`."""
-        ids = np.asarray(self._sp.encode(preprocess_text(text, self.lower)), dtype=np.int32)
+        ids = np.asarray(self._sp.encode(preprocess_text(text, self.settings.do_lower_case)), dtype=np.int32)
         if not ids.size:
             return ids
         # An unknown piece maps to unk_id whatever its text (which may end in a digit and a
@@ -419,7 +283,7 @@ class SentencePieceTokenizer(Tokenizer):
         input, after its NFKC normalisation), with the SPEC 2.3 digit-comma rule as in `pieces`
         (the "▁" that comma_rule "reference" keeps covers nothing).
         """
-        preprocessed, origins = _preprocess_with_origins(text, self.lower)
+        preprocessed, origins = preprocess_with_origins(text, self.settings.do_lower_case)
         spans = self._pieces_with_spans(preprocessed)
         ids = np.asarray([self._sp.piece_to_id(piece) for piece, _, _ in spans], dtype=np.int32)
         if not np.array_equal(ids, self.encode(text)):
@@ -487,7 +351,7 @@ class SentencePieceTokenizer(Tokenizer):
 
 class WordPieceTokenizer(Tokenizer):
     """A BERT WordPiece vocabulary (`vocab.txt`) tokenized as the reference's
-    `FullTokenizer(vocab_file=..., do_lower_case=lower)` (SPEC 2.5; data/wordpiece.py).
+    `FullTokenizer(vocab_file=..., do_lower_case=lower)` (SPEC 2.5; wordpiece.py).
 
     pad_id is 0, what the reference pads `input_ids` with whatever the vocabulary (BERT's
     vocabularies have [PAD] there); the other special ids are those of [UNK], [CLS], [SEP],
@@ -495,12 +359,14 @@ class WordPieceTokenizer(Tokenizer):
     """
     kind = "wordpiece"
 
-    def __init__(self, vocab: bytes, *, lower: bool = True, path: str = "<bytes>"):
+    def __init__(self, vocab: bytes, *, settings: TextSettings = TextSettings(),
+                 path: str = "<bytes>"):
         self._vocab_bytes = vocab
         self.path = path
-        self.lower = lower
+        self.settings = dataclasses.replace(settings, kind=self.kind)
         self._pieces = wordpiece.read_vocab(path, vocab)
-        self._splitter = wordpiece.WordPieceSplitter(self._pieces, lower=lower)
+        self._splitter = wordpiece.WordPieceSplitter(self._pieces,
+                                                    lower=settings.do_lower_case)
         ids = self._splitter.vocab
         self.vocab_size = len(self._pieces)
         self.pad_id, self.unk_id = 0, ids[wordpiece.UNK]
@@ -515,10 +381,11 @@ class WordPieceTokenizer(Tokenizer):
         return {name: self._vocab_bytes}
 
     def __getstate__(self) -> dict:  # Picklable for worker processes: ship the vocabulary.
-        return {"vocab": self._vocab_bytes, "lower": self.lower, "path": self.path}
+        return {"vocab": self._vocab_bytes, "settings": self.settings, "path": self.path}
 
     def __setstate__(self, state: dict) -> None:
-        WordPieceTokenizer.__init__(self, state["vocab"], lower=state["lower"], path=state["path"])
+        WordPieceTokenizer.__init__(self, state["vocab"], settings=state["settings"],
+                                    path=state["path"])
 
     def preprocess(self, text: str) -> str:
         return text  # the reference's processors only convert a vocab_file model's text to str
@@ -555,111 +422,3 @@ class WordPieceTokenizer(Tokenizer):
     def bare_piece(self, piece: str) -> tuple[bool, str]:
         is_start = wordpiece.is_start_piece(piece)
         return is_start, piece if is_start else piece[len(wordpiece.CONTINUATION):]
-
-
-def train(sentences: Iterable[str], model_path: str, vocab_size: int, *,
-          input_sentence_size: int = INPUT_SENTENCE_SIZE, seed: int = 0, lower: bool = True) -> str:
-    """Trains a unigram SentencePiece model with the ALBERT settings (SPEC 2.1); returns model_path.
-
-    Sentences are preprocessed (SPEC 2.2, lower-cased unless `lower=False`) first. `model_path`
-    (local or gs://) and its `.vocab` are written atomically (temp file, then rename). Training
-    is deterministic for a given input: SentencePiece's sampling generator is seeded with `seed`
-    and it runs one thread. A `vocab_size` the corpus cannot support raises ValueError with the largest size
-    that works (rather than `hard_vocab_limit=False`, which would silently change the size that
-    the model config and the data depend on).
-    """
-    model_path = os.fspath(model_path)
-
-    def preprocessed() -> Iterator[str]:
-        for sentence in sentences:
-            text = preprocess_text(sentence, lower)
-            if text:
-                yield text
-
-    spm.set_random_generator_seed(seed)
-    model_file = io.BytesIO()
-    try:
-        spm.SentencePieceTrainer.train(
-            sentence_iterator=preprocessed(), model_writer=model_file, model_type="unigram",
-            vocab_size=vocab_size, pad_id=0, unk_id=1, bos_id=-1, eos_id=-1,
-            control_symbols=list(CONTROL_SYMBOLS), user_defined_symbols=list(USER_DEFINED_SYMBOLS),
-            shuffle_input_sentence=True, input_sentence_size=input_sentence_size,
-            character_coverage=0.99995, num_threads=1, minloglevel=2)
-    except RuntimeError as error:
-        limit = re.search(r"value <= (\d+)", str(error))
-        if limit:
-            raise ValueError(
-                f"vocab_size={vocab_size} is too large for this corpus: lower it to at most "
-                f"{limit.group(1)} (e.g. --config.data.vocab_size={limit.group(1)}) or use more "
-                f"text") from None
-        raise ValueError(f"SentencePiece training for {model_path} failed: {error}") from None
-    model_proto = model_file.getvalue()
-    # Validates the special ids (SPEC 2.1).
-    tokenizer = SentencePieceTokenizer(model_proto, path=model_path)
-    vocab_lines = "".join(f"{tokenizer.id_to_piece([i])[0]}\t{tokenizer._sp.get_score(i):g}\n"
-                          for i in range(tokenizer.vocab_size))
-    # Local or in a bucket (gs://): each file through a temporary one and a rename (on a
-    # bucket one object upload, atomic anyway); the model last, as its presence means "trained".
-    vocab_path = os.path.splitext(model_path)[0] + ".vocab"
-    files.write_atomically(vocab_path, vocab_lines.encode("utf-8"))
-    files.write_atomically(model_path, model_proto)
-    return model_path
-
-
-def train_from_config(config: ml_collections.ConfigDict) -> None:
-    """`albert-jax tokenizer train`: trains config.data.tokenizer on config.data.corpus, a
-    SentencePiece model or, with config.data.tokenizer_kind="wordpiece", a WordPiece vocabulary.
-
-    Trains on at most config.data.input_sentence_size sentences (default INPUT_SENTENCE_SIZE),
-    read from the corpus's sources in an order drawn from config.seed until there are that many
-    (`corpus.sample_sentences`), documents and sentences made as the build makes them
-    (data.documents, data.sentences, data.language, ...): a corpus of any size, in any format,
-    is read only that far. Skips (and says so)
-    when the file already exists, so the demo can be rerun.
-    """
-    model_path = config.data.tokenizer
-    kind = config.data.get("tokenizer_kind", "sentencepiece")
-    check_kind(model_path, kind)
-    if epath.Path(model_path).exists():
-        print(f"tokenizer {model_path} exists; skipping training (delete it to retrain)")
-        return
-    sample_size = int(config.data.get("input_sentence_size", INPUT_SENTENCE_SIZE))
-    settings = corpus.ReadSettings.from_config(config.data)
-    sources = corpus.list_sources(config.data.corpus)
-    stats = corpus.CorpusStats()
-    num_sentences = 0
-
-    def sentences() -> Iterator[str]:
-        nonlocal num_sentences
-        for sentence in corpus.sample_sentences(sources, sample_size, config.seed, stats,
-                                                settings):
-            num_sentences += 1
-            yield sentence
-
-    start = time.time()
-    if kind == "wordpiece":
-        train_wordpiece(sentences(), model_path, config.data.vocab_size,
-                        lower=config.data.do_lower_case)
-        what = "WordPiece vocabulary (HuggingFace tokenizers' trainer on BasicTokenizer words)"
-    else:
-        train(sentences(), model_path, config.data.vocab_size, seed=config.seed,
-              lower=config.data.do_lower_case, input_sentence_size=sample_size)
-        what = "SentencePiece unigram tokenizer"
-    read = ("the whole corpus" if num_sentences < sample_size
-            else f"reading stopped at data.input_sentence_size={sample_size:,} sentences")
-    print(f"trained {what}: {num_sentences} sentences from {config.data.corpus!r} ({stats.sources} "
-          f"of {len(sources)} sources, visited in an order drawn from seed {config.seed}; "
-          f"{read}), vocab_size {config.data.vocab_size}, wrote {model_path} in "
-          f"{time.time() - start:.1f}s\n{stats.report()}")
-
-
-def train_wordpiece(sentences: Iterable[str], vocab_path: str, vocab_size: int, *,
-                    lower: bool = True) -> str:
-    """Trains a WordPiece vocabulary of `vocab_size` pieces (`wordpiece.train_vocab`: [PAD]
-    [UNK] [CLS] [SEP] [MASK] first) and writes it to `vocab_path` (local or gs://) atomically,
-    one piece per line; returns vocab_path."""
-    pieces = wordpiece.train_vocab(sentences, vocab_size, lower=lower)
-    content = "".join(f"{piece}\n" for piece in pieces).encode("utf-8")
-    WordPieceTokenizer(content, lower=lower, path=vocab_path)  # Validates the special pieces.
-    files.write_atomically(os.fspath(vocab_path), content)
-    return os.fspath(vocab_path)

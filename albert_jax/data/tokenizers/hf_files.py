@@ -38,17 +38,9 @@ from typing import Iterator
 
 import sentencepiece as spm
 
-from albert_jax.data import wordpiece
-from albert_jax.data.tokenizer import (
-    CLS,
-    HF_SPM_FILE,
-    MASK,
-    PAD,
-    SEP,
-    SPIECE_UNDERLINE,
-    UNK,
-    needs_comma_split,
-)
+from albert_jax.data.tokenizers import wordpiece
+from albert_jax.data.tokenizers.preprocessing import SPIECE_UNDERLINE, needs_comma_split
+from albert_jax.data.tokenizers.tokenizer import CLS, HF_SPM_FILE, MASK, PAD, SEP, UNK
 
 # sentencepiece_model.proto: ModelProto.trainer_spec = 2, .normalizer_spec = 3;
 # TrainerSpec.model_type = 3 (UNIGRAM = 1);
@@ -225,7 +217,7 @@ def _tokenizer_json(model_proto: bytes, lower: bool, path: str) -> str:
 def huggingface_files(model_proto: bytes, *, lower: bool, model_max_length: int,
                       path: str = "<bytes>") -> dict[str, bytes]:
     """{file name: content} of a transformers ALBERT tokenizer folder that gives the ids of
-    `SentencePieceTokenizer(model_proto, lower=lower).encode` (see the module docstring):
+    `SentencePieceTokenizer(model_proto, settings=TextSettings(do_lower_case=lower)).encode` (see the module docstring):
     spiece.model, tokenizer.json, tokenizer_config.json, special_tokens_map.json."""
     names = {"bos_token": CLS, "eos_token": SEP, "unk_token": UNK, "sep_token": SEP,
              "pad_token": PAD, "cls_token": CLS, "mask_token": MASK}

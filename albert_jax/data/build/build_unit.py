@@ -38,9 +38,10 @@ import tensorflow_datasets as tfds
 from etils import epath
 
 from albert_jax import files
-from albert_jax.data import corpus, example_bytes, instances, masking, shard_writer
-from albert_jax.data.dataset_settings import DatasetSettings
-from albert_jax.data.tokenizer import Tokenizer
+from albert_jax.data.build import example_bytes, instances, masking, shard_writer
+from albert_jax.data import corpus
+from albert_jax.data.build.dataset_settings import DatasetSettings
+from albert_jax.data.tokenizers import Tokenizer
 
 SPLITS = ("eval", "train")  # the split index in the seeds
 UNITS_DIR = "_units"
@@ -110,7 +111,7 @@ def build_unit(context: BuildContext, unit: Unit) -> dict[str, Any]:
         for source in unit.sources:
             source_name = corpus.part_name(source)
             for document_index, document in enumerate(
-                    corpus.read_documents(source, settings.read_settings, reading)):
+                    corpus.read_documents(source, settings.reading, reading)):
                 if _is_eval_document(source_name, document_index, settings.eval_fraction):
                     held_eval_documents.append(document)
                 else:
