@@ -133,6 +133,7 @@ def finetune_config(args: ml_collections.ConfigDict) -> ml_collections.ConfigDic
     config.data.tfds_data_dir = ""
     config.data.comma_rule = "reference"  # SPEC 2.3 digit-comma rule; "hf": HuggingFace's
     config.data.do_lower_case = True  # the reference's --do_lower_case (all released models)
+    config.data.keep_accents = False  # True: combining marks kept (SPEC 2.2 drops them)
     config.data.num_workers = 0
     config.data.prefetch = 2
 

@@ -101,7 +101,13 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.data.sentence_objective = "sop"  # "sop" | "nsp" | "none" (paper Table 5 ablations)
     config.data.reference_compat = False  # True: SPEC 1.3.5a single-chunk quirk, as released
     config.data.do_lower_case = True
+    # True: accents and every combining mark kept (SPEC 2.2 drops them: Hindi virama, Thai tone
+    # marks, Japanese dakuten, Vietnamese tones)
+    config.data.keep_accents = False
     config.data.comma_rule = "reference"  # SPEC 2.3 digit-comma rule; "hf": HuggingFace's
+    # where whole words start for n-gram masking: "reference" (SPEC 1.4.2) or "spaces" (every
+    # script)
+    config.data.word_boundaries = "reference"
     config.data.eval_fraction = 0.01  # documents held out for the eval split
     config.data.shuffle_buffer_seed = config_dict.placeholder(int)  # None: derived from seed
     # The seed of the built examples (pairs, masks); None: config.seed. Fixed, runs of several

@@ -39,8 +39,15 @@ FORMATS = ("array_record", "tfrecord")
 _TFDS_FIELDS = frozenset(field.name for field in dataclasses.fields(tfds.core.BuilderConfig))
 # The records held whole, seen flat in the metadata and the name. The tokenizer's kind is left
 # out: its bytes (tokenizer_sha256) decide it.
-_FLAT_RECORDS = {"text": ("do_lower_case", "comma_rule"),
+_FLAT_RECORDS = {"text": ("do_lower_case", "keep_accents", "comma_rule", "word_boundaries"),
                  "reading": tuple(field.name for field in dataclasses.fields(ReadSettings))}
+# Text settings that joined after datasets were built: at their defaults a build's metadata
+# leaves them out, so those datasets keep their bytes.
+_TEXT_KEYS_OMITTED_AT_DEFAULT = {"keep_accents": False, "word_boundaries": "reference"}
+# Keys that joined the identity after datasets were built: at their defaults they are left out
+# of a dataset's name and description, so those datasets keep their folders.
+_LATER_KEYS = (dataclasses.asdict(ReadSettings()) | {"segmenter": "", "byte_ranges": False}
+               | _TEXT_KEYS_OMITTED_AT_DEFAULT)
 
 
 @dataclasses.dataclass(eq=False)
@@ -113,11 +120,9 @@ class DatasetSettings(tfds.core.BuilderConfig):
         # Paths are not part of the identity: a moved corpus or a copied tokenizer file (same
         # names, sizes and bytes) gives the same data, so it finds the same folder. Nor are the
         # reading keys at their defaults: a text corpus keeps the folder it had before they were.
-        default_reading = (dataclasses.asdict(corpus.ReadSettings())
-                           | {"segmenter": "", "byte_ranges": False})
         identity = {key: value for key, value in fields.items()
                     if key not in ("corpus", "tokenizer")
-                    and not (key in default_reading and value == default_reading[key])}
+                    and not (key in _LATER_KEYS and value == _LATER_KEYS[key])}
         digest = hashlib.sha256(repr(sorted(identity.items())).encode()).hexdigest()[:12]
         settings.name = (f"seq{settings.seq_len}_pred{settings.max_predictions}_"
                          f"dupe{settings.dupe_factor}_{settings.sentence_objective}_{digest}")
@@ -126,7 +131,7 @@ class DatasetSettings(tfds.core.BuilderConfig):
         settings.description = f"{corpus.describe(data.corpus, sources)}; " + ", ".join(
             f"{key}={value!r}" for key, value in fields.items()
             if key not in ("corpus", "corpus_signature", "tokenizer_sha256")
-            and not (key in default_reading and value == default_reading[key]))
+            and not (key in _LATER_KEYS and value == _LATER_KEYS[key]))
         return settings
 
     def __repr__(self) -> str:  # (not the dataclass's: TFDS logs it, and a signature is long)
@@ -139,7 +144,8 @@ class DatasetSettings(tfds.core.BuilderConfig):
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
             if field.name in _FLAT_RECORDS:
-                fields.update((key, getattr(value, key)) for key in _FLAT_RECORDS[field.name])
+                fields.update((key, getattr(value, key)) for key in _FLAT_RECORDS[field.name]
+                              if _TEXT_KEYS_OMITTED_AT_DEFAULT.get(key, ...) != getattr(value, key))
             elif field.name not in _TFDS_FIELDS:
                 fields[field.name] = value
         return fields

@@ -5,8 +5,9 @@
   tokenizer = Tokenizer.load(path, settings)                # tokenizers/tokenizer.py
 
 The record is what every path from text to ids needs besides the model file: the kind of file
-(`data.tokenizer_kind`), lower-casing (`data.do_lower_case`, SPEC 2.2) and the digit-comma rule
-(`data.comma_rule`, SPEC 2.3). A workdir keeps it as JSON beside its SentencePiece model
+(`data.tokenizer_kind`), lower-casing (`data.do_lower_case`, SPEC 2.2), accents
+(`data.keep_accents`), the digit-comma rule (`data.comma_rule`, SPEC 2.3) and where whole words
+start for n-gram masking (`data.word_boundaries`, SPEC 1.4.2). A workdir keeps it as JSON beside its SentencePiece model
 (`record_path`), so a run that reads the workdir later tokenizes as the run that wrote it.
 """
 from __future__ import annotations
@@ -26,6 +27,7 @@ from albert_jax.data.tokenizers.preprocessing import (
 from albert_jax.errors import ConfigError
 
 KINDS = ("sentencepiece", "wordpiece")
+WORD_BOUNDARIES = ("reference", "spaces")
 _MODEL_SUFFIX = ".model"
 
 
@@ -37,11 +39,17 @@ class TextSettings:
       kind: "sentencepiece" (a `.model` file, SPEC 2.1) or "wordpiece" (a BERT vocabulary,
         SPEC 2.5).
       do_lower_case: whether text is lower-cased before tokenizing (SPEC 2.2).
+      keep_accents: False: SPEC 2.2 exactly (NFKD, combining marks dropped); True: the marks
+        are kept (HF AlbertTokenizer's keep_accents).
       comma_rule: "reference" or "hf", the SPEC 2.3 digit-comma rule (SentencePiece only).
+      word_boundaries: "reference" (SPEC 1.4.2's `_is_start_piece_sp`) or "spaces" (a piece
+        starts a word where the text has a space, in every script).
     """
     kind: str = KINDS[0]
     do_lower_case: bool = True
+    keep_accents: bool = False
     comma_rule: str = DEFAULT_COMMA_RULE
+    word_boundaries: str = WORD_BOUNDARIES[0]
 
     @classmethod
     def from_config(cls, data: Any) -> "TextSettings":
@@ -49,7 +57,10 @@ class TextSettings:
         defaults = cls()
         settings = cls(kind=str(data.get("tokenizer_kind", defaults.kind)),
                        do_lower_case=bool(data.get("do_lower_case", defaults.do_lower_case)),
-                       comma_rule=str(data.get("comma_rule", defaults.comma_rule)))
+                       keep_accents=bool(data.get("keep_accents", defaults.keep_accents)),
+                       comma_rule=str(data.get("comma_rule", defaults.comma_rule)),
+                       word_boundaries=str(data.get("word_boundaries",
+                                                    defaults.word_boundaries)))
         settings.check()
         return settings
 
@@ -64,6 +75,10 @@ class TextSettings:
         if self.kind not in KINDS:
             raise ConfigError(f"config data.tokenizer_kind={self.kind!r}; use one of {list(KINDS)}")
         check_comma_rule(self.comma_rule)
+        if self.word_boundaries not in WORD_BOUNDARIES:
+            raise ConfigError(f"config data.word_boundaries={self.word_boundaries!r}; use "
+                              f"{WORD_BOUNDARIES[0]!r} (SPEC 1.4.2) or {WORD_BOUNDARIES[1]!r} "
+                              "(whole words in every script)")
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -91,7 +106,8 @@ def read_record(model_path: str) -> dict[str, Any] | None:
         record = {key: value for key, value in record.items() if key in fields}
     except (ValueError, AttributeError):
         record = {}
-    if record.get("comma_rule") not in COMMA_RULES or record.get("kind", KINDS[0]) not in KINDS:
+    if (record.get("comma_rule") not in COMMA_RULES or record.get("kind", KINDS[0]) not in KINDS
+            or record.get("word_boundaries", WORD_BOUNDARIES[0]) not in WORD_BOUNDARIES):
         raise ValueError(f"{path} records no tokenizer settings we can read (want e.g. "
                          f"{json.dumps(TextSettings().as_dict())}); fix or delete it")
     return record
