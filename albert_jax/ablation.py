@@ -10,7 +10,7 @@ workdir `W/<row>/seed<k>` by the one loop (train/loop.py), then evaluated on hel
   the same held-out documents (the eval split is chosen by a hash of the document, not by the
   objective), with the row's own sentence head: the NSP model on SOP data, the SOP model on NSP
   data, and the `none` model with its untrained head, as the paper's Table 5 does. Label 1 means
-  "swapped" in SOP data and "random next" in NSP data, 0 "in order" in both (data/build/instances.py),
+  "swapped" in SOP data and "random next" in NSP data, 0 "in order" in both (data/building/instances.py),
   so one head is scored on either. MLM accuracy is read from the SOP-format set for every row:
   the same examples and masks for all rows.
 - downstream fine-tuning from the row's checkpoint: at demo scale the paraphrase task of
@@ -46,7 +46,7 @@ from etils import epath
 from albert_jax import config as config_lib
 from albert_jax import pretraining
 from albert_jax.data import tokenizers
-from albert_jax.data.build import builder
+from albert_jax.data.building import builder
 from albert_jax.files import write_atomically
 from albert_jax.finetune import demo as finetune_demo
 from albert_jax.finetune import run as finetune_run
@@ -126,7 +126,7 @@ def majority_baselines(config: ml_collections.ConfigDict,
     """format -> the accuracy of constant guesses on its eval set (the most frequent masked
     token, the majority sentence label): chance level, which is not 50 % for every format (an
     NSP-format set has more "random next" pairs: a single-segment chunk always takes its B
-    from another document, data/build/instances.py)."""
+    from another document, data/building/instances.py)."""
     model_config = config_lib.model_config(config)
     return {objective: pretraining.majority_baselines(pretraining.PretrainingTask(
                 with_objective(config, objective), model_config).eval_batches(

@@ -48,7 +48,7 @@ from albert_jax import config as config_lib
 from albert_jax.convert import formats, serving, tokenizer_files
 from albert_jax.convert.huggingface import FinetunedHead
 from albert_jax.data import inspection, tokenizers
-from albert_jax.data.build import builder, dataset_settings
+from albert_jax.data.building import builder, dataset_settings
 from albert_jax.data.input import shard_copy
 from albert_jax.errors import ConfigError, SweepStopped
 from albert_jax.finetune import registry, sweep

@@ -4,7 +4,7 @@
   ...
   lock.release()
 
-`train/workdir_lock.py` holds `<workdir>/run.lock` for a run; `data/build/builder.py` holds
+`train/workdir_lock.py` holds `<workdir>/run.lock` for a run; `data/building/builder.py` holds
 `<dataset folder>/build.lock` for a data build. The lock file records who holds it: {"pid",
 "host", "boot_id", "process_start", "started", "command", "token"}. It is taken before anything else is written to the folder and removed when
 the holder ends (also on an exception); a SIGKILL or a crash leaves it, and the next one takes it

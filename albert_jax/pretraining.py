@@ -137,7 +137,7 @@ class PretrainingTask(Task):
         return pipeline.make_iterator(self.config, "train")
 
     def train_batch_spec(self, batch_size: int) -> dict[str, jax.ShapeDtypeStruct]:
-        # SPEC 1.5 features (data/build/builder.py example_features).
+        # SPEC 1.5 features (data/building/builder.py example_features).
         seq, predictions = self.config.seq_len, self.config.data.max_predictions
         def ints(*shape: int) -> jax.ShapeDtypeStruct:
             return jax.ShapeDtypeStruct((batch_size, *shape), jnp.int32)

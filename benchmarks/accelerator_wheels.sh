@@ -23,7 +23,7 @@ BINARY=(
   ml-collections==1.1.0            # configs, every module
   grain==0.2.18                    # data pipeline, checkpointed iterators (train/checkpoint.py)
   array-record==0.8.6              # grain's and TFDS's record files
-  tensorflow-datasets==4.9.10      # data/build/dataset_settings.py (imported by the data modules)
+  tensorflow-datasets==4.9.10      # data/building/dataset_settings.py (imported by the data modules)
   tensorflow-metadata==1.21.0      # TFDS
   googleapis-common-protos==1.76.0 # tensorflow-metadata
   dm-tree==0.1.10                  # TFDS

@@ -245,7 +245,7 @@ def _our_build(name: str, code: Callable[[dict], str], arguments, corpus_glob: s
 
 def _builder_code(overrides: dict) -> str:
     """`builder.build_from_config(config, num_processes=1)`: what `data build` runs, inline."""
-    return ("from configs import pretrain\nfrom albert_jax.data.build import builder\n"
+    return ("from configs import pretrain\nfrom albert_jax.data.building import builder\n"
             "config = pretrain.get_config()\n"
             f"for key, value in {overrides!r}.items():\n"
             "    *path, name = key.split('.')\n"

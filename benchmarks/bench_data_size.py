@@ -31,7 +31,7 @@ from albert_jax.data import (
     corpus,  # noqa: E402
     tokenizers,  # noqa: E402
 )
-from albert_jax.data.build import builder  # noqa: E402
+from albert_jax.data.building import builder  # noqa: E402
 from configs import pretrain as pretrain_config  # noqa: E402
 
 NUM_FILES = 8

@@ -17,7 +17,7 @@ import time
 import numpy as np
 
 from albert_jax.data import corpus, tokenizers
-from albert_jax.data.build import instances, masking
+from albert_jax.data.building import instances, masking
 
 
 def _timed(function):

@@ -41,7 +41,7 @@ from albert_jax.data import (
     corpus,  # noqa: E402
     tokenizers,  # noqa: E402
 )
-from albert_jax.data.build import builder, dataset_settings  # noqa: E402
+from albert_jax.data.building import builder, dataset_settings  # noqa: E402
 from albert_jax.data.input import pipeline  # noqa: E402
 from albert_jax.model import AlbertForPreTraining, get_config  # noqa: E402
 from configs import pretrain as pretrain_config  # noqa: E402

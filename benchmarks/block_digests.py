@@ -22,8 +22,8 @@ import sys
 
 sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # configs/ (PYTHONPATH first)
 from albert_jax.data import corpus  # noqa: E402
-from albert_jax.data.build import build_unit, masking  # noqa: E402
-from albert_jax.data.build.dataset_settings import DatasetSettings  # noqa: E402
+from albert_jax.data.building import build_unit, masking  # noqa: E402
+from albert_jax.data.building.dataset_settings import DatasetSettings  # noqa: E402
 from albert_jax.data.tokenizers import Tokenizer  # noqa: E402
 from configs import pretrain  # noqa: E402
 

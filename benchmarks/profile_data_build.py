@@ -22,7 +22,7 @@ import time
 import numpy as np
 from block_digests import block_work, corpus_blocks  # (this folder)
 
-from albert_jax.data.build import build_unit, instances, masking
+from albert_jax.data.building import build_unit, instances, masking
 
 
 def staged(settings, tokenizer, masking_settings, documents: list[list[str]],

@@ -18,7 +18,7 @@ import tensorflow_datasets as tfds
 from etils import epath
 
 from albert_jax.data import corpus as corpus_lib
-from albert_jax.data.build import beam_build, build_unit, builder, dataset_settings
+from albert_jax.data.building import beam_build, build_unit, builder, dataset_settings
 from albert_jax.errors import ConfigError
 from cli_fixtures import REPO, cli, config_flags, run_config, start_cli
 
@@ -244,6 +244,6 @@ def test_the_package_beam_stages_for_dataflow_workers(tmp_path):
         names = archive.getnames()
     root = names[0].split("/")[0]
     assert root.startswith("albert_jax-") or root.startswith("albert-jax-"), root
-    for module in ("albert_jax/data/build/build_unit.py", "albert_jax/data/build/beam_build.py",
+    for module in ("albert_jax/data/building/build_unit.py", "albert_jax/data/building/beam_build.py",
                    "setup.cfg", "pyproject.toml"):
         assert f"{root}/{module}" in names, module

@@ -15,8 +15,8 @@ import pathlib
 
 import numpy as np
 
-from albert_jax.data.build import build_unit, masking
-from albert_jax.data.build.dataset_settings import DatasetSettings
+from albert_jax.data.building import build_unit, masking
+from albert_jax.data.building.dataset_settings import DatasetSettings
 from albert_jax.data.tokenizers import Tokenizer
 
 GOLDEN = pathlib.Path(__file__).parent / "golden"

@@ -11,7 +11,7 @@ import tensorflow_datasets as tfds
 
 from albert_jax.data import corpus
 from albert_jax.data import tokenizers as tokenizer_lib
-from albert_jax.data.build import builder, dataset_settings, masking
+from albert_jax.data.building import builder, dataset_settings, masking
 from albert_jax.data.input import pipeline
 from albert_jax.data.inspection import masked_word_runs, split_statistics
 

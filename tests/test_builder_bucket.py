@@ -9,7 +9,7 @@ import tensorflow_datasets as tfds
 from array_record.python.array_record_data_source import ArrayRecordDataSource
 from etils import epath
 
-from albert_jax.data.build import builder, dataset_settings
+from albert_jax.data.building import builder, dataset_settings
 from cli_fixtures import DEMO_DATA, build_demo_pretraining_data, cli, config_flags, run_config
 from test_builder import write_corpus
 

@@ -13,7 +13,7 @@ import sentencepiece as spm
 
 from albert_jax import pretraining
 from albert_jax.convert import save_huggingface
-from albert_jax.data.build import builder
+from albert_jax.data.building import builder
 from albert_jax.data.tokenizers import TextSettings, Tokenizer, preprocess_text, read_record, train
 from albert_jax.errors import ConfigError
 from albert_jax.finetune import run as finetune_run

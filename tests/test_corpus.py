@@ -8,7 +8,7 @@ import pytest
 from etils import epath
 
 from albert_jax.data import corpus
-from albert_jax.data.build import dataset_settings
+from albert_jax.data.building import dataset_settings
 from albert_jax.data.corpus import (
     CorpusStats,
     demo,

@@ -22,7 +22,7 @@ import tensorflow_datasets as tfds
 import zstandard
 
 from albert_jax.data import corpus
-from albert_jax.data.build import builder, dataset_settings
+from albert_jax.data.building import builder, dataset_settings
 from albert_jax.data.corpus import ReadSettings, parts, segmenter
 from albert_jax.errors import ConfigError
 from cli_fixtures import cli, config_flags, run_config, start_cli

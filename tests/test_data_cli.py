@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from albert_jax.data.build import dataset_settings
+from albert_jax.data.building import dataset_settings
 from test_builder import write_corpus  # (tests/ is on sys.path under pytest)
 
 REPO = pathlib.Path(__file__).resolve().parents[1]

@@ -4,7 +4,7 @@ import pytest
 import tensorflow_datasets as tfds
 from tensorflow_datasets.core import example_serializer
 
-from albert_jax.data.build import build_unit, example_bytes
+from albert_jax.data.building import build_unit, example_bytes
 
 
 def _tfds_bytes(features: tfds.features.FeaturesDict, example: dict) -> bytes:

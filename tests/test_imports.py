@@ -133,15 +133,16 @@ DATA = "albert_jax.data"
 DATA_JOBS = {
     "corpus": set(),
     "tokenizers": {"corpus"},
-    "build": {"corpus", "tokenizers"},
-    "input": {"build"},
+    "building": {"corpus", "tokenizers"},
+    "input": {"building"},
 }
 DATA_TRAINING_MODULE = f"{DATA}.tokenizers.training"  # the one tokenizer module that reads a corpus
-DATA_INPUT_READS = {f"{DATA}.build", f"{DATA}.build.masking", f"{DATA}.build.dataset_settings"}
+DATA_INPUT_READS = {f"{DATA}.building", f"{DATA}.building.masking",
+                    f"{DATA}.building.dataset_settings"}
 
 
 def _data_job(module: str) -> str | None:
-    """`build` for albert_jax.data.build.builder; None outside data/'s job folders."""
+    """`building` for albert_jax.data.building.builder; None outside data/'s job folders."""
     parts = module.split(".")
     return parts[2] if len(parts) > 2 and parts[1] == "data" and parts[2] in DATA_JOBS else None
 
@@ -165,7 +166,7 @@ def test_data_jobs_import_one_way(module):
         reads_corpus = sorted(target for target in GRAPH[module] if _data_job(target) == "corpus")
         assert not reads_corpus, f"{module} imports {reads_corpus}: only training.py reads a corpus"
     if job == "input":
-        from_build = {target for target in GRAPH[module] if _data_job(target) == "build"}
+        from_build = {target for target in GRAPH[module] if _data_job(target) == "building"}
         assert from_build <= DATA_INPUT_READS, (
             f"{module} imports {sorted(from_build - DATA_INPUT_READS)}: the input reads the "
             "build's masking and dataset settings, never the builder")

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from albert_jax.data.build.instances import create_instances, truncate_seq_pair
+from albert_jax.data.building.instances import create_instances, truncate_seq_pair
 
 CLS, SEP = 2, 3
 

@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from albert_jax.data.build import masking
-from albert_jax.data.build.instances import Instance
+from albert_jax.data.building import masking
+from albert_jax.data.building.instances import Instance
 
 PAD, CLS, SEP, MASK = 0, 2, 3, 4
 SPECIAL = (PAD, CLS, SEP)

@@ -8,7 +8,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from albert_jax.data.build import dataset_settings, masking
+from albert_jax.data.building import dataset_settings, masking
 from albert_jax.data.input import pipeline
 from albert_jax.errors import ConfigError
 from albert_jax.train import sharding

@@ -12,7 +12,7 @@ import tensorflow_datasets as tfds
 from etils import epath
 
 from albert_jax.data import tokenizers as tokenizer_lib
-from albert_jax.data.build import builder, dataset_settings
+from albert_jax.data.building import builder, dataset_settings
 from albert_jax.data.input import pipeline, shard_copy
 from albert_jax.errors import ConfigError
 from test_builder import REPO, small_config, write_corpus  # (tests/ is on sys.path under pytest)

@@ -12,7 +12,7 @@ import os
 import pytest
 
 from albert_jax.cli import _plan_task
-from albert_jax.data.build import dataset_settings
+from albert_jax.data.building import dataset_settings
 from albert_jax.errors import ConfigError
 from albert_jax.train import flops, plan, sharding
 from cli_fixtures import cli

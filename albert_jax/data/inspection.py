@@ -25,7 +25,7 @@ import tensorflow_datasets as tfds
 from etils import epath
 
 from albert_jax.data import corpus
-from albert_jax.data.build import dataset_settings
+from albert_jax.data.building import dataset_settings
 from albert_jax.data.input import pipeline, shard_copy
 from albert_jax.data.tokenizers import TextSettings, Tokenizer
 

@@ -61,7 +61,7 @@ import numpy as np
 import tensorflow_datasets as tfds
 from absl import flags
 
-from albert_jax.data.build import dataset_settings, masking
+from albert_jax.data.building import dataset_settings, masking
 from albert_jax.data.input import shard_copy
 from albert_jax.errors import ConfigError
 

@@ -28,9 +28,9 @@ import tensorflow_datasets as tfds
 from etils import epath
 
 from albert_jax.data import corpus
+from albert_jax.data.building.instances import SENTENCE_OBJECTIVES
 from albert_jax.data.corpus import ReadSettings
 from albert_jax.data.tokenizers import COMMA_RULES, TextSettings, tokenizer_kind
-from albert_jax.data.build.instances import SENTENCE_OBJECTIVES
 from albert_jax.errors import ConfigError
 
 NAME = "albert_pretraining"  # the TFDS name of `builder.AlbertPretraining`

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from albert_jax.data.build import build_unit
+from albert_jax.data.building import build_unit
 from albert_jax.errors import ConfigError
 
 LOCAL_EXAMPLE = "runner=FnApiRunner,direct_running_mode=multi_processing,direct_num_workers=N"

@@ -47,9 +47,9 @@ from etils import epath
 from tensorflow_datasets.core.dataset_builder import FileReaderBuilder
 
 from albert_jax import file_lock, files
-from albert_jax.data.build import build_unit, masking, shard_writer
 from albert_jax.data import corpus
-from albert_jax.data.build.dataset_settings import DATASET_VERSION, DatasetSettings
+from albert_jax.data.building import build_unit, masking, shard_writer
+from albert_jax.data.building.dataset_settings import DATASET_VERSION, DatasetSettings
 from albert_jax.data.tokenizers import Tokenizer
 from albert_jax.errors import ConfigError
 
@@ -145,7 +145,7 @@ def build_from_config(config: ml_collections.ConfigDict, *, num_processes: int |
     builder = make_builder(config, num_processes=num_processes, sources=sources)
     beam_options = None
     if beam_pipeline_options:
-        from albert_jax.data.build import beam_build  # Apache Beam only where asked for
+        from albert_jax.data.building import beam_build  # Apache Beam only where asked for
         beam_options = beam_build.pipeline_options(beam_pipeline_options)
         beam_build.check_paths_reach_workers(beam_options, {
             "data.corpus": [source for source, size in sources if size is not None],
@@ -243,7 +243,7 @@ def _build(builder: AlbertPretraining, config: ml_collections.ConfigDict,
           + f"; {len(pending)} to build with {where}")
     start = time.time()
     if beam_options is not None:
-        from albert_jax.data.build import beam_build
+        from albert_jax.data.building import beam_build
         beam_build.run(context, pending, beam_options)
     else:
         _run_locally(context, pending, builder.num_processes)

@@ -14,7 +14,7 @@ from typing import Any, Collection, Mapping, NamedTuple
 
 import numpy as np
 
-from albert_jax.data.build.instances import Instance
+from albert_jax.data.building.instances import Instance
 
 # SPEC 1.4.7: [MASK] 80%, the original token 10%, a random vocabulary id 10%.
 MASK_PROB = 0.8

@@ -38,9 +38,9 @@ import tensorflow_datasets as tfds
 from etils import epath
 
 from albert_jax import files
-from albert_jax.data.build import example_bytes, instances, masking, shard_writer
 from albert_jax.data import corpus
-from albert_jax.data.build.dataset_settings import DatasetSettings
+from albert_jax.data.building import example_bytes, instances, masking, shard_writer
+from albert_jax.data.building.dataset_settings import DatasetSettings
 from albert_jax.data.tokenizers import Tokenizer
 
 SPLITS = ("eval", "train")  # the split index in the seeds
