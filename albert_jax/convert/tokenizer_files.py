@@ -102,7 +102,7 @@ def source_tokenizer(source: str, path: str, config_path: str | None) -> str | N
 def huggingface_files(tokenizer: Tokenizer, model_max_length: int) -> dict[str, bytes]:
     """{file name: content} of `tokenizer` for a transformers model folder, so that
     `AutoTokenizer.from_pretrained(folder)` gives the ids of `tokenizer.encode`, with its casing:
-    spiece.model and a tokenizer.json for AlbertTokenizerFast (`sentencepiece_hf`), or a
+    spiece.model and a tokenizer.json for AlbertTokenizerFast (`hf_files`), or a
     WordPiece vocabulary as BertTokenizerFast (`wordpiece.huggingface_files`), each with
     tokenizer_config.json and special_tokens_map.json. Says so when transformers cannot give
     all our ids: a run with the reference's digit-comma rule and pieces it re-encodes."""

@@ -12,7 +12,7 @@ A document is a `list[str]` of its sentences (non-empty, stripped), as SPEC 1.2 
 One module a job: `sources.py` (a corpus spec -> files, HF, TFDS, demo), `settings.py` (the
 reading keys), `lines.py` (a file's lines, decompressed, byte ranges), `records.py` (Parquet,
 Arrow, JSON Lines records), `tfds_source.py`, `demo.py`, `documents.py` (lines and records ->
-documents of sentences), `parts.py` (the units a format offers), `reading.py` (a part's
+documents of sentences), `segmenter.py` (paragraphs cut into sentences in any language), `parts.py` (the units a format offers), `reading.py` (a part's
 documents), `stats.py` (what reading saw: bad input is counted, never a crash).
 """
 from albert_jax.data.corpus.demo import demo_documents
