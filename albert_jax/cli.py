@@ -535,10 +535,11 @@ def _run(command: Callable[[], None], name: str) -> None:
                  "(set ALBERT_JAX_TRACEBACK=1 to see where it was raised)")
 
 
-if __name__ == "__main__":
-    main()
-
 
 def _not_from_tfds(record: logging.LogRecord) -> bool:
     """False for a log record written by TensorFlow Datasets' own modules."""
     return f"{os.sep}tensorflow_datasets{os.sep}" not in record.pathname
+
+
+if __name__ == "__main__":
+    main()
