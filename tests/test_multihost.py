@@ -259,10 +259,11 @@ def test_one_process_checkpoint_resumes_in_two_processes_on_another_mesh(
 @pytest.mark.slow
 def test_a_run_resumed_inside_a_log_interval_logs_what_an_uninterrupted_run_does(
         demo_pretraining_data, tmp_path):
-    """On the data=2 x fsdp=4 mesh: 6 steps, a train record every 3, checkpoints at 4 and 6.
-    Resumed from step 4 (as after a kill past it), the record of step 6 averages steps 4-6, as
-    the uninterrupted run's does: step 4 from the interval the checkpoint saved."""
-    config = run_config({**demo_pretraining_data, **RUN, "total_steps": 6, "log_every_steps": 3})
+    """On the data=8 mesh: 6 steps, a train record every 3, checkpoints at 4 and 6. Resumed from
+    step 4 (as after a kill past it), the record of step 6 averages steps 4-6, as the
+    uninterrupted run's does: step 4 from the interval the checkpoint saved."""
+    config = run_config({**demo_pretraining_data, **RUN, **DATA_8, "total_steps": 6,
+                         "log_every_steps": 3})
     straight, workdir = tmp_path / "straight", tmp_path / "resumed"
     train_in_this_process(config, straight)
     shutil.copytree(straight, workdir)
