@@ -151,7 +151,7 @@ def evaluate(task: Task, eval_step: Any, params: Any, batch_sharding: jax.shardi
 
 def _checkpoint_record(config: ml_collections.ConfigDict, task: Task,
                        best: dict[str, Any] | None,
-                       running: "_RunningMetrics | None" = None) -> str:
+                       running: _RunningMetrics | None = None) -> str:
     """The JSON saved with every checkpoint: the run config, the model config it resolved to
     (`checkpoint.load` reads it), the best evaluation so far and the open log interval's sums
     (both restored on resume; a best checkpoint has no log interval)."""
