@@ -306,6 +306,17 @@ def build_demo_pretraining_data(root: Path, environment: dict[str, str] | None =
     return settings
 
 
+def tensorboard_points(workdir: Path) -> list[tuple[int, str, float]]:
+    """Every (step, tag, value) TensorBoard shows of the workdir's event files, read with its
+    own reader (which applies the SessionLog START of each resumed run)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    reader = EventAccumulator(str(workdir / "tensorboard"),
+                              size_guidance={"scalars": 0})  # 0: keep every point
+    reader.Reload()
+    return [(event.step, tag, event.value) for tag in reader.Tags()["scalars"]
+            for event in reader.Scalars(tag)]
+
+
 def made_once(name: str, tmp_path_factory, make: Callable[[Path], Any]) -> Any:
     """`make(folder)` once per test run, whichever pytest-xdist worker asks first; the others
     wait for it and get the same result (what `make` returns must be JSON: paths as str).

@@ -256,6 +256,25 @@ def test_one_process_checkpoint_resumes_in_two_processes_on_another_mesh(
             data_position(uninterrupted, 2 * STEPS, "process_0-of-1.json"))
 
 
+@pytest.mark.slow
+def test_a_run_resumed_inside_a_log_interval_logs_what_an_uninterrupted_run_does(
+        demo_pretraining_data, tmp_path):
+    """On the data=8 mesh: 6 steps, a train record every 3, checkpoints at 4 and 6. Resumed from
+    step 4 (as after a kill past it), the record of step 6 averages steps 4-6, as the
+    uninterrupted run's does: step 4 from the interval the checkpoint saved."""
+    config = run_config({**demo_pretraining_data, **RUN, **DATA_8, "total_steps": 6,
+                         "log_every_steps": 3})
+    straight, workdir = tmp_path / "straight", tmp_path / "resumed"
+    train_in_this_process(config, straight)
+    shutil.copytree(straight, workdir)
+    shutil.rmtree(workdir / "checkpoints" / "6")
+    train_in_this_process(config, workdir)
+    got, expected = train_records(workdir), train_records(straight)
+    assert [record["step"] for record in got] == [3, 6]
+    assert [[record[key] for key in COMPARED] for record in got] == [
+        [record[key] for key in COMPARED] for record in expected]  # bit for bit
+
+
 def test_auto_detected_slurm_environment(tmp_path):
     """Under srun, `--multihost` alone: jax reads the ranks from SLURM's variables."""
     with socket.socket() as probe:

@@ -30,12 +30,23 @@ import pytest
 
 from albert_jax import file_lock
 from albert_jax.model import get_config
-from albert_jax.train import checkpoint, integrity, optim, workdir_lock
+from albert_jax.train import checkpoint, integrity, loop, optim, workdir_lock
 from albert_jax.train import state as state_lib
 from albert_jax.train import workdir as workdir_names
-from cli_fixtures import CLI, REPO, cli, config_flags, made_once, one_device_environment, start_cli
+from cli_fixtures import (
+    CLI,
+    REPO,
+    cli,
+    config_flags,
+    made_once,
+    one_device_environment,
+    start_cli,
+    tensorboard_points,
+)
 
-SETTINGS = {"model": "tiny", "batch_size": 8, "total_steps": 24, "log_every_steps": 1,
+# A train record every 3 steps: checkpoints 4, 8, 16 and 20 fall inside a log interval, which a
+# resumed run must go on with.
+SETTINGS = {"model": "tiny", "batch_size": 8, "total_steps": 24, "log_every_steps": 3,
             "checkpoint_every_steps": 4, "keep_checkpoints": 3, "eval_every_steps": 1000,
             "eval_steps": 0, "eval_batch_size": 8, "optim.schedule": "constant",
             "optim.warmup_steps": 2, "optim.lr": 5e-3}
@@ -320,6 +331,12 @@ def logged(workdir: Path) -> list[dict]:
             if "split" not in record]
 
 
+def trained_points(workdir: Path) -> list[tuple[int, str, float]]:
+    """TensorBoard's points of the train records but the measured timings, sorted."""
+    return sorted(point for point in tensorboard_points(workdir)
+                  if point[1] in TRAIN_KEYS)
+
+
 def final_params(workdir: Path):
     return checkpoint.load(str(workdir))[1]
 
@@ -337,15 +354,16 @@ def verify(workdir: Path, environment: dict[str, str]) -> subprocess.CompletedPr
 
 @pytest.fixture(scope="module")
 def straight(data_flags, environment, tmp_path_factory) -> Path:
-    """The uninterrupted run (24 steps, checkpoints every 4, the newest 3 kept), made once per
-    test run (test_workdir_bucket.py compares with it too): copy it before changing it."""
+    """The uninterrupted run (24 steps, checkpoints every 4, the newest 3 kept, a train record
+    every 3), made once per test run (test_workdir_bucket.py compares with it too): copy it
+    before changing it."""
     def make(root: Path) -> str:
         result = run(pretrain_flags(data_flags, root / "run"), environment)
         assert result.returncode == 0, result.stderr[-3000:]
         return str(root / "run")
 
     workdir = Path(made_once("straight_pretraining_run", tmp_path_factory, make))
-    assert [record["step"] for record in logged(workdir)] == list(range(1, 25))
+    assert [record["step"] for record in logged(workdir)] == list(range(3, 25, 3))
     return workdir
 
 
@@ -377,11 +395,39 @@ def test_resume_falls_back_past_damaged_checkpoints_and_verify_names_them(
     moved = {path.name.split("-")[0]: path for path in (checkpoints / "damaged").iterdir()}
     assert sorted(moved) == ["20", "24"]
     assert (moved["24"] / data_file.relative_to(checkpoints / "24")).exists()  # not deleted
-    assert logged(workdir) == logged(straight)  # each step once, in order, bit-exact
+    # Each record once, in order, bit-exact: the one of step 18 averages steps 16-18, step 16
+    # from the interval checkpoint 16 saved; TensorBoard's reader shows the same points.
+    assert logged(workdir) == logged(straight)
+    assert trained_points(workdir) == trained_points(straight)
     assert_params_identical(workdir, straight)
     checked = verify(workdir, environment)
     assert checked.returncode == 0
     assert checked.stdout.splitlines() == ["16 intact", "20 intact", "24 intact"]
+
+
+def test_a_checkpoint_without_its_log_interval_resumes_with_a_one_line_note(
+        straight, data_flags, environment, tmp_path):
+    """A checkpoint saved before checkpoints kept the open log interval (its record has no
+    log_interval) resumes as before: a new interval, its first record averaging the steps after
+    the checkpoint only, which one line says."""
+    workdir = tmp_path / "run"
+    shutil.copytree(straight, workdir)
+    for step in (20, 24):
+        shutil.rmtree(workdir / "checkpoints" / str(step))
+    step_directory = workdir / "checkpoints" / "16"
+    record_file = step_directory / "config" / "metadata"
+    record = json.loads(record_file.read_text())
+    assert record.pop(loop.LOG_INTERVAL)["steps"] == 1  # step 16 of the interval 16-18
+    record_file.write_text(json.dumps(record))
+    integrity.write(step_directory)  # its checksums, as the older albert-jax wrote them
+    resumed = run(pretrain_flags(data_flags, workdir, total_steps=18), environment)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert [line for line in resumed.stdout.splitlines() if "log interval" in line] == [
+        "The checkpoint at step 16 holds no open log interval (saved by an older albert-jax): "
+        "the train record of step 18 averages steps 17-18 only."]
+    got, expected = logged(workdir), logged(straight)
+    assert got[:-1] == expected[:5] and got[-1]["step"] == 18
+    assert got[-1]["loss"] != expected[5]["loss"]  # two steps' average, not three
 
 
 def test_no_intact_checkpoint_is_one_line_and_touches_nothing(
@@ -417,7 +463,7 @@ def test_two_concurrent_starts_one_trains_the_other_is_refused(
     winner, line = two_concurrent_starts(pretrain_flags(data_flags, workdir, total_steps=8),
                                          environment)
     assert f"its lock {workdir / 'run.lock'} is held by pid {winner} on host {HOST}" in line
-    assert [record["step"] for record in logged(workdir)] == list(range(1, 9))
+    assert [record["step"] for record in logged(workdir)] == [3, 6, 8]
     assert not (workdir / "run.lock").exists()  # released at the end
 
 
@@ -512,7 +558,7 @@ def test_five_sigkills_then_a_resume_end_bit_identical_to_a_straight_run(
     final = run(flags, environment)
     assert final.returncode == 0, final.stderr[-3000:]
     assert takeovers == 4 and "taking over the lock" in final.stderr
-    assert logged(workdir) == logged(straight)  # each step once, in order, bit-exact
+    assert logged(workdir) == logged(straight)  # each record once, in order, bit-exact
     assert_params_identical(workdir, straight)
 
 

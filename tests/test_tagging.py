@@ -22,7 +22,6 @@ import torch
 import transformers
 from seqeval.metrics.sequence_labeling import precision_recall_fscore_support
 
-from albert_jax.convert import formats
 from albert_jax.data import tokenizers as tokenizer_lib
 from albert_jax.finetune import fill_mask
 from albert_jax.finetune import run as finetune_run
@@ -377,22 +376,27 @@ def test_fill_mask_equals_the_huggingface_pipeline(pretrained_tiny, tmp_path):
     assert [len(record["masks"]) for record in records] == [1, 2, 1]
 
     exported = tmp_path / "hf"
-    formats.convert(source="orbax", target="huggingface", path=str(pretrained_tiny),
-                    output=str(exported), config_path=None)  # what `albert-jax convert` runs
+    converted = cli("convert", "--from=orbax", f"--path={pretrained_tiny}", "--to=huggingface",
+                    f"--output={exported}")  # the weights and the run's tokenizer files
+    assert converted.returncode == 0, converted.stderr[-3000:]
     assert json.loads((exported / "config.json").read_text())["architectures"] == [
         "AlbertForPreTraining"]  # the MLM head is in it
     model = transformers.AlbertForMaskedLM.from_pretrained(exported).eval()
-    tokenizer = transformers.AlbertTokenizer(str(pretrained_tiny / "spiece.model"))
-    pipeline = transformers.pipeline("fill-mask", model=model, tokenizer=tokenizer, top_k=4)
-    for record in records:
-        theirs = pipeline(record["text"])
-        theirs = theirs if isinstance(theirs[0], list) else [theirs]
-        for mine, their_mask in zip(record["masks"], theirs, strict=True):
-            assert [entry["id"] for entry in mine] == [entry["token"] for entry in their_mask]
-            assert [entry["probability"] for entry in mine] == pytest.approx(
-                [entry["score"] for entry in their_mask], rel=1e-4)
-            assert [entry["piece"] for entry in mine] == tokenizer.convert_ids_to_tokens(
-                [entry["token"] for entry in their_mask])
+    mask_id = tokenizer_lib.Tokenizer.load(str(pretrained_tiny / "spiece.model")).mask_id
+    for fast in (True, False):  # the export's own tokenizer files, as they are
+        tokenizer = transformers.AutoTokenizer.from_pretrained(exported, use_fast=fast)
+        assert [tokenizer(text)["input_ids"].count(mask_id) for text in FILL_MASK_TEXTS] == [
+            1, 2, 1]  # each "[MASK]" of the text is the mask
+        pipeline = transformers.pipeline("fill-mask", model=model, tokenizer=tokenizer, top_k=4)
+        for record in records:
+            theirs = pipeline(record["text"])
+            theirs = theirs if isinstance(theirs[0], list) else [theirs]
+            for mine, their_mask in zip(record["masks"], theirs, strict=True):
+                assert [entry["id"] for entry in mine] == [entry["token"] for entry in their_mask]
+                assert [entry["probability"] for entry in mine] == pytest.approx(
+                    [entry["score"] for entry in their_mask], rel=1e-4)
+                assert [entry["piece"] for entry in mine] == tokenizer.convert_ids_to_tokens(
+                    [entry["token"] for entry in their_mask])
 
 
 def test_fill_mask_input_errors(pretrained_tiny, tmp_path):

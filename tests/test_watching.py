@@ -19,7 +19,14 @@ import pytest
 from albert_jax.data import tokenizers as tokenizer_lib
 from albert_jax.finetune.demo import demo_sentences
 from albert_jax.train import workdir as workdir_names
-from cli_fixtures import REPO, cli, config_flags, one_device_environment, start_cli
+from cli_fixtures import (
+    REPO,
+    cli,
+    config_flags,
+    one_device_environment,
+    start_cli,
+    tensorboard_points,
+)
 
 # Measured, so they differ between a run and its resumed re-run of the same steps.
 TIMING = ("steps_per_second", "examples_per_second", "tokens_per_second", "mfu", "eta_seconds")
@@ -47,7 +54,9 @@ def _finetune_arguments(task_files: dict[str, str], workdir: Path, steps: int,
             f"--workdir={workdir}", *(f"--config.{key}={value}" for key, value in task_files.items()),
             "--config.seq_len=32", "--config.batch_size=8", "--config.eval_batch_size=8",
             f"--config.total_steps={steps}", "--config.eval_every_steps=2",
-            "--config.checkpoint_every_steps=2", "--config.log_every_steps=1", *flags]
+            # Every checkpoint inside a log interval (3, 6, 9 against 4, 8): a resumed run goes
+            # on with the interval the checkpoint saved.
+            "--config.checkpoint_every_steps=3", "--config.log_every_steps=4", *flags]
 
 
 def _records(workdir: Path) -> list[dict]:
@@ -60,17 +69,6 @@ def _values(workdir: Path) -> list[tuple]:
     return [(record["step"], f"{record['split']}/{key}" if "split" in record else key, value)
             for record in _records(workdir) for key, value in record.items()
             if key not in ("step", "split", *TIMING)]
-
-
-def _tensorboard_points(workdir: Path) -> list[tuple[int, str, float]]:
-    """Every (step, tag, value) TensorBoard shows of the workdir's event files, read with its
-    own reader (which applies the SessionLog START of each resumed run)."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-    reader = EventAccumulator(str(workdir / workdir_names.TENSORBOARD_SUBDIR),
-                              size_guidance={"scalars": 0})  # 0: keep every point
-    reader.Reload()
-    return [(event.step, tag, event.value) for tag in reader.Tags()["scalars"]
-            for event in reader.Scalars(tag)]
 
 
 @pytest.fixture(scope="module")
@@ -99,8 +97,11 @@ def test_mlflow_and_tensorboard_have_every_step_once_after_a_sigkill_and_resume(
     process = start_cli(*arguments, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     metrics = workdir / workdir_names.METRICS_LOG_FILE
     deadline = time.time() + 300
-    while time.time() < deadline and process.poll() is None:  # killed past a checkpoint
-        if metrics.exists() and any(record["step"] >= 5 for record in _records(workdir)):
+    # Killed once the checkpoint of step 3 is complete and a record past it is written: the run
+    # resumes inside a log interval (from step 3, or 6 or 9 if the kill comes late).
+    while time.time() < deadline and process.poll() is None:
+        if ((workdir / workdir_names.CHECKPOINTS_SUBDIR / "3").is_dir() and metrics.exists()
+                and any(record["step"] >= 4 for record in _records(workdir))):
             break
         time.sleep(0.05)
     process.send_signal(signal.SIGKILL)
@@ -138,7 +139,7 @@ def test_mlflow_and_tensorboard_have_every_step_once_after_a_sigkill_and_resume(
     # metrics.jsonl, timings too, once with its value (as float32), and no other: the points of
     # the checkpoint's step stay, those the killed run logged after it go.
     assert len(list((workdir / workdir_names.TENSORBOARD_SUBDIR).iterdir())) == 2
-    shown = _tensorboard_points(workdir)
+    shown = tensorboard_points(workdir)
     expected = [(record["step"], f"{record['split']}/{key}" if "split" in record else key,
                  float(np.float32(value)))
                 for record in _records(workdir) for key, value in record.items()

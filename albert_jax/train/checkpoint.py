@@ -4,7 +4,9 @@ Layout: `<workdir>/checkpoints/<step>/{state,data,config}`:
   state   the TrainState pytree (step, params, opt_state), one tensorstore array per leaf
   data    the grain iterator state, one JSON file per process (grain's Orbax handler), each the
           same position in the global batch stream: a run resumes on any process count
-  config  the run config as JSON (for a weights-only checkpoint: {"model_config": {...}})
+  config  the run config as JSON, with the loop's state beside the data position: the best
+          evaluation and the open log interval's metric sums (train/loop.py
+          `_checkpoint_record`); for a weights-only checkpoint: {"model_config": {...}}
 
 Restore modes: resume (`Checkpointer.restore`: everything, onto the mesh that the
 abstract target's shardings name, which need not be the mesh that saved it); `init_from`

@@ -48,6 +48,8 @@ RESUMABLE_CHANGES = ("total_steps", "mesh", "log_every_steps", "eval_every_steps
                      "compute_dtype", "num_microbatches", "init_from", "data.prefetch",
                      "data.local_dir", "length_buckets", "model_overrides.attention_impl",
                      "report_to", "mlflow", "wandb", "profile", "sweep")
+# The checkpoint record's key of the open log interval (`_RunningMetrics.saved`).
+LOG_INTERVAL = "log_interval"
 
 
 class TrainingDiverged(RuntimeError):
@@ -148,12 +150,16 @@ def evaluate(task: Task, eval_step: Any, params: Any, batch_sharding: jax.shardi
 
 
 def _checkpoint_record(config: ml_collections.ConfigDict, task: Task,
-                       best: dict[str, Any] | None) -> str:
+                       best: dict[str, Any] | None,
+                       running: _RunningMetrics | None = None) -> str:
     """The JSON saved with every checkpoint: the run config, the model config it resolved to
-    (`checkpoint.load` reads it) and the best evaluation so far (restored on resume)."""
+    (`checkpoint.load` reads it), the best evaluation so far and the open log interval's sums
+    (both restored on resume; a best checkpoint has no log interval)."""
     record = config.to_dict()
     record["model_config"] = task.model_config.to_dict()
     record["best"] = best
+    if running is not None:
+        record[LOG_INTERVAL] = running.saved()
     return json.dumps(record)
 
 
@@ -230,9 +236,10 @@ def _train(config: ml_collections.ConfigDict, workdir: epath.Path,
         state, record = checkpointer.restore(latest, abstract_state, train_iterator)
         best = record.get("best")
         print(f"Resuming from the checkpoint at step {latest} in {workdir}.", flush=True)
+        running = _resumed_interval(config, record, latest, is_main)
     else:
         state = _initial_state(config, task, optimizer, mesh, init_inputs, state_shardings)
-        best = None
+        best, running = None, _RunningMetrics()
     step = int(state.step)
     if is_main:  # a fresh start too: a run killed before its first checkpoint logged steps
         _truncate_metrics(workdir / workdir_names.METRICS_LOG_FILE, after_step=step)
@@ -255,7 +262,6 @@ def _train(config: ml_collections.ConfigDict, workdir: epath.Path,
 
     # --- Loop ---
     preemption = _Preemption()
-    running = _RunningMetrics()
     eval_metrics: dict[str, dict[str, float]] = {}
     progress.start(step)
     try:
@@ -273,7 +279,9 @@ def _train(config: ml_collections.ConfigDict, workdir: epath.Path,
             checkpointer.raise_if_save_failed()  # stop now, not one save interval later
             running.add(step_metrics)
             last = step == config.total_steps
-            if step % config.log_every_steps == 0 or last or preemption.requested:
+            # Not on preemption: the open interval goes into the checkpoint and the resumed run
+            # logs it where an uninterrupted run would.
+            if step % config.log_every_steps == 0 or last:
                 logged = running.average(learning_rate=float(learning_rate_fn(step - 1)))
                 _check_finite(step, logged)
                 logged.update(progress.measure(step))
@@ -288,7 +296,7 @@ def _train(config: ml_collections.ConfigDict, workdir: epath.Path,
                 # Never save a diverged state: the last good checkpoint stays the latest.
                 _check_finite(step, {"param_norm": float(step_metrics["param_norm"])})
                 checkpointer.save(step, state, train_iterator,
-                                  _checkpoint_record(config, task, best), force=True)
+                                  _checkpoint_record(config, task, best, running), force=True)
             if preemption.requested:
                 print(f"Preempted: checkpoint saved at step {step}; rerun the same command to "
                       "resume.", flush=True)
@@ -341,11 +349,29 @@ def _announced_lengths(config: ml_collections.ConfigDict, task: Task) -> tuple[i
 
 
 class _RunningMetrics:
-    """Train metrics summed on device over the log interval: no host sync between logs."""
+    """Train metrics summed on device over the log interval: no host sync between logs.
 
-    def __init__(self) -> None:
-        self.sums: dict[str, jax.Array] | None = None
-        self.count = 0
+    Every checkpoint saves the open interval (`saved`: its sums, their dtypes, its step count)
+    and a resumed run goes on with it (`restored`), so its next record averages the steps an
+    uninterrupted run's does, bit for bit: float32 values survive JSON exactly, and the sums go
+    on adding in their own dtype."""
+
+    def __init__(self, sums: dict[str, Any] | None = None, count: int = 0) -> None:
+        self.sums: dict[str, Any] | None = sums
+        self.count = count
+
+    def saved(self) -> dict[str, Any]:
+        """{"steps": n, "sums": {key: value}, "dtypes": {key: dtype name}} (a host sync)."""
+        sums = {key: np.asarray(value) for key, value in jax.device_get(self.sums or {}).items()}
+        return {"steps": self.count, "sums": {key: value.tolist() for key, value in sums.items()},
+                "dtypes": {key: value.dtype.name for key, value in sums.items()}}
+
+    @classmethod
+    def restored(cls, saved: dict[str, Any]) -> "_RunningMetrics":
+        """The interval `saved` wrote; its sums as host arrays, added to the next step's."""
+        sums = {key: np.asarray(value, saved["dtypes"][key])
+                for key, value in saved["sums"].items()}
+        return cls(sums or None, int(saved["steps"]))
 
     def add(self, step_metrics: dict[str, jax.Array]) -> None:
         self.sums = step_metrics if self.sums is None else jax.tree_util.tree_map(
@@ -358,6 +384,21 @@ class _RunningMetrics:
                     for key, value in jax.device_get(self.sums).items()}
         self.sums, self.count = None, 0
         return {**averages, **extra}
+
+
+def _resumed_interval(config: ml_collections.ConfigDict, record: dict[str, Any], step: int,
+                      is_main: bool) -> _RunningMetrics:
+    """The log interval open at checkpoint `step`; a checkpoint saved before checkpoints kept
+    it starts a new one, said in one line when its first record then averages fewer steps."""
+    if LOG_INTERVAL in record:
+        return _RunningMetrics.restored(record[LOG_INTERVAL])
+    if is_main and step % config.log_every_steps:
+        logged_at = min(step - step % config.log_every_steps + config.log_every_steps,
+                        config.total_steps)
+        print(f"The checkpoint at step {step} holds no open log interval (saved by an older "
+              f"albert-jax): the train record of step {logged_at} averages steps {step + 1}-"
+              f"{logged_at} only.", flush=True)
+    return _RunningMetrics()
 
 
 def _open_best(workdir: epath.Path, task: Task, best: dict[str, Any] | None

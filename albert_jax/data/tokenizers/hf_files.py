@@ -12,8 +12,11 @@
     the nonspacing marks, Mn, another set than Python's), and NFC before the character map;
   - SentencePiece's normalization, read from the model file's normalizer spec: the precompiled
     character map (nmt_nfkc), runs of spaces folded, the dummy "▁" prefix;
-  - the unigram model with the file's pieces and scores; [CLS] [SEP] [MASK] <pad> <unk> in a
-    text are characters, as in ours (`split_special_tokens`);
+  - the unigram model with the file's pieces and scores;
+  - [CLS] [SEP] [MASK] <pad> <unk> spelled in a text are those tokens, as in transformers'
+    ALBERT tokenizers and every ALBERT of the HuggingFace hub (a `fill-mask` pipeline finds its
+    [MASK]), the text between them tokenized on its own; our `encode` cuts them into pieces like
+    any other characters, as the reference does (SPEC 2);
   - [CLS] A [SEP] B [SEP] with segment ids 0 and 1.
 The model file is read without protobuf (the few fields needed are parsed from its wire format):
 sentencepiece's generated module asks for a newer protobuf than apache-beam allows (< 7).
@@ -222,10 +225,12 @@ def huggingface_files(model_proto: bytes, *, lower: bool, model_max_length: int,
     names = {"bos_token": CLS, "eos_token": SEP, "unk_token": UNK, "sep_token": SEP,
              "pad_token": PAD, "cls_token": CLS, "mask_token": MASK}
     # keep_accents False and remove_space True: preprocess_text always strips accents and folds
-    # whitespace (SPEC 2.2); only the lower-casing is the run's.
+    # whitespace (SPEC 2.2); only the lower-casing is the run's. split_special_tokens False
+    # (transformers' default, written for a server that reads signature.json): a special
+    # token spelled in a text is that token.
     config = dict(names, tokenizer_class="AlbertTokenizer", do_lower_case=lower,
                   keep_accents=False, remove_space=True, model_max_length=model_max_length,
-                  split_special_tokens=True)
+                  split_special_tokens=False)
     return {HF_SPM_FILE: model_proto,
             "tokenizer.json": _tokenizer_json(model_proto, lower, path).encode("utf-8"),
             "tokenizer_config.json": (json.dumps(config, indent=2) + "\n").encode("utf-8"),

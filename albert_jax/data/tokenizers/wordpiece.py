@@ -20,8 +20,8 @@ only Cc and Cf), and cuts words at 100 characters.
 trainer, on the words of this `BasicTokenizer`. `huggingface_files` writes the files with which
 `transformers.AutoTokenizer` gives these same ids: a `tokenizer.json` whose pipeline spells the
 reference's rules out (regular expressions for the cleaning, the final sigma and the CJK ranges,
-200 characters a word) and `split_special_tokens`, since the reference splits "[MASK]" in a text
-like any other characters.
+200 characters a word); a special token spelled in a text ("[MASK]") is that token there, as in
+transformers' own BERT tokenizers, where the reference splits it like any other characters.
 """
 from __future__ import annotations
 
@@ -359,7 +359,7 @@ def huggingface_files(pieces: Sequence[str], *, lower: bool,
         names["pad_token"] = PAD
     config = dict(names, tokenizer_class="BertTokenizer", do_lower_case=lower,
                   tokenize_chinese_chars=True, strip_accents=None,
-                  model_max_length=model_max_length, split_special_tokens=True)
+                  model_max_length=model_max_length, split_special_tokens=False)
     return {"vocab.txt": "".join(f"{piece}\n" for piece in pieces).encode("utf-8"),
             "tokenizer.json": model.to_str(pretty=True).encode("utf-8"),
             "tokenizer_config.json": (json.dumps(config, indent=2) + "\n").encode("utf-8"),
