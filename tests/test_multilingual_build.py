@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from albert_jax.data import inspection
-from albert_jax.data.build import builder, dataset_settings, masking
+from albert_jax.data.building import builder, dataset_settings, masking
 from albert_jax.data.input import pipeline
 from albert_jax.data.tokenizers import TextSettings, Tokenizer, train
 from tests.multilingual_text import MARKS, sentences, write_corpus
