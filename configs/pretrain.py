@@ -74,6 +74,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # sentences (SentencePiece's input_sentence_size), so a TB corpus is not read whole.
     config.data.input_sentence_size = 10_000_000
     config.data.vocab_size = 30000
+    # SentencePiece training (SPEC 2.1): the share of the text's characters the model covers
+    # (lower, e.g. 0.9995, for scripts with thousands of rare characters), and whether a
+    # character outside the vocabulary becomes its UTF-8 bytes (<0xE0>...) instead of <unk>.
+    config.data.character_coverage = 0.99995
+    config.data.byte_fallback = False
     config.data.dir = "runs/data"  # the TFDS data_dir the build writes into (local or gs://)
     # With a gs:// data.dir, each build worker writes one shard at a time in a local folder and
     # uploads it when done (~shard_bytes of disk per worker); None: the system's temp folder.

@@ -27,7 +27,7 @@ from etils import epath
 from albert_jax.data import corpus
 from albert_jax.data.building import dataset_settings
 from albert_jax.data.input import pipeline, shard_copy
-from albert_jax.data.tokenizers import TextSettings, Tokenizer
+from albert_jax.data.tokenizers import TextSettings, Tokenizer, text_damage
 
 STATISTICS_EXAMPLES = 20_000  # per split: enough for +-1% on every fraction below
 
@@ -176,6 +176,12 @@ def inspect_from_config(config: ml_collections.ConfigDict, num_examples: int) ->
             f"no dataset at {dataset_dir}: run `albert-jax data build` with the same config first")
     tokenizer = Tokenizer.load(config.data.tokenizer, TextSettings.from_config(config.data))
     print(f"dataset {dataset_dir}")
+    # What the reference text settings do to the corpus, on its first sentences.
+    sample = corpus.sample_sentences(corpus.list_sources(config.data.corpus),
+                                     text_damage.SAMPLE_SENTENCES, int(config.seed),
+                                     settings=corpus.ReadSettings.from_config(config.data))
+    for line in text_damage.warnings(tokenizer, sample):
+        print(f"  {line}")
     readable_dir, train_shards = dataset_dir, None
     if shard_copy.is_bucket(dataset_dir):
         # ArrayRecord reads local files only: copy the first train shard and the eval split (the

@@ -50,7 +50,7 @@ from albert_jax import file_lock, files
 from albert_jax.data import corpus
 from albert_jax.data.building import build_unit, masking, shard_writer
 from albert_jax.data.building.dataset_settings import DATASET_VERSION, DatasetSettings
-from albert_jax.data.tokenizers import Tokenizer
+from albert_jax.data.tokenizers import Tokenizer, text_damage
 from albert_jax.errors import ConfigError
 
 LOCK_FILE = "build.lock"
@@ -241,6 +241,11 @@ def _build(builder: AlbertPretraining, config: ml_collections.ConfigDict,
           f"  {_plural(len(units), 'unit')} of ~{settings.unit_bytes / 2**20:.3g} MiB of text"
           + (f", {len(units) - len(pending)} built before" if len(pending) < len(units) else "")
           + f"; {len(pending)} to build with {where}")
+    # What the reference text settings do to this corpus, on its first sentences.
+    sample = corpus.sample_sentences([part for part, _ in parts], text_damage.SAMPLE_SENTENCES,
+                                     settings.seed, settings=settings.reading)
+    for line in text_damage.warnings(builder.tokenizer, sample):
+        print(f"  {line}")
     start = time.time()
     if beam_options is not None:
         from albert_jax.data.building import beam_build

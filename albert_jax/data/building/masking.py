@@ -66,7 +66,8 @@ def token_boundary(tokens: np.ndarray, word_start: np.ndarray,
                    special_ids: Collection[int]) -> np.ndarray:
     """SPEC 1.4.1: int32 [n], 1 at special tokens and at pieces that start a word.
 
-    word_start: bool [vocab_size], `Tokenizer.word_start` (SPEC 1.4.2 start-piece test).
+    word_start: bool [vocab_size], `Tokenizer.word_start` (SPEC 1.4.2 start-piece test, or
+      where the text has spaces: data.word_boundaries).
     """
     tokens = np.asarray(tokens)
     return (word_start[tokens] | _is_special(tokens, special_ids)).astype(np.int32)

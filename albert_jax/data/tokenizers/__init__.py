@@ -9,7 +9,8 @@ pieces, the SPEC 1.4.2 word starts), `text_settings.py` (the one record of a tok
 settings, kept beside its model), `tokenizer.py` (load and encode, both kinds), `wordpiece.py`
 (BERT's WordPiece algorithm and its transformers files), `hf_files.py` (a SentencePiece model as
 transformers tokenizer files), `training.py` (a model or vocabulary trained on a corpus: the
-only module here that reads one).
+only module here that reads one), `text_damage.py` (what the reference settings do to a text:
+the warnings of `tokenizer train`, `data build` and `data inspect`).
 """
 from albert_jax.data.tokenizers.preprocessing import (
     COMMA_RULES,

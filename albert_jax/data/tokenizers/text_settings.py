@@ -22,12 +22,12 @@ from etils import epath
 from albert_jax.data.tokenizers.preprocessing import (
     COMMA_RULES,
     DEFAULT_COMMA_RULE,
+    WORD_BOUNDARIES,
     check_comma_rule,
 )
 from albert_jax.errors import ConfigError
 
 KINDS = ("sentencepiece", "wordpiece")
-WORD_BOUNDARIES = ("reference", "spaces")
 _MODEL_SUFFIX = ".model"
 
 
@@ -40,10 +40,12 @@ class TextSettings:
         SPEC 2.5).
       do_lower_case: whether text is lower-cased before tokenizing (SPEC 2.2).
       keep_accents: False: SPEC 2.2 exactly (NFKD, combining marks dropped); True: the marks
-        are kept (HF AlbertTokenizer's keep_accents).
+        are kept (HF AlbertTokenizer's keep_accents; for WordPiece, BertTokenizer's
+        strip_accents=False: lower-casing no longer strips accents).
       comma_rule: "reference" or "hf", the SPEC 2.3 digit-comma rule (SentencePiece only).
       word_boundaries: "reference" (SPEC 1.4.2's `_is_start_piece_sp`) or "spaces" (a piece
-        starts a word where the text has a space, in every script).
+        starts a word where the text has a space, in every script; `is_start_piece`). A
+        WordPiece vocabulary's words start at its pieces but "##" continuations either way.
     """
     kind: str = KINDS[0]
     do_lower_case: bool = True

@@ -77,10 +77,10 @@ class Tokenizer:
       path: where it was read from.
       vocab_size: number of pieces (30000 for `30k-clean.model`, 21128 for the Chinese models).
       pad_id, unk_id, cls_id, sep_id, mask_id: the ids the data and the tasks write.
-      word_start: bool [vocab_size], does each piece start a word (SPEC 1.4.2 / 2.5), for
-        whole-word n-gram masking.
-      settings: the text settings it tokenizes with (lower-casing, the digit-comma rule; its
-        `kind` is the file's).
+      word_start: bool [vocab_size], does each piece start a word (SPEC 1.4.2 / 2.5, under
+        settings.word_boundaries), for whole-word n-gram masking.
+      settings: the text settings it tokenizes with (lower-casing, accents, the digit-comma
+        rule, word boundaries; its `kind` is the file's).
     """
     kind: str
     path: str
@@ -188,9 +188,27 @@ class SentencePieceTokenizer(Tokenizer):
         self.pad_id, self.unk_id = ids[PAD], ids[UNK]
         self.cls_id, self.sep_id, self.mask_id = ids[CLS], ids[SEP], ids[MASK]
         pieces = [self._sp.id_to_piece(i) for i in range(self.vocab_size)]
-        self.word_start = np.array([is_start_piece(piece) for piece in pieces], dtype=bool)
+        self.word_start = self.word_starts(self.settings.word_boundaries)
         # Pieces the SPEC 2.3 digit-comma rule re-encodes; `encode` takes the slow path only then.
         self._comma_split = np.array([needs_comma_split(piece) for piece in pieces], dtype=bool)
+
+    def word_starts(self, word_boundaries: str) -> np.ndarray:
+        """bool [vocab_size]: does each piece start a whole word under `word_boundaries`
+        (`is_start_piece`)? "reference" is SPEC 1.4.2 exactly, piece text alone. "spaces" also
+        makes the control and unknown pieces starts, and the byte pieces (`<0xE0>`, byte_fallback)
+        continuations: they spell a character the vocabulary lacks, after the "▁" or the piece
+        it follows in its word."""
+        starts = []
+        for piece_id in range(self.vocab_size):
+            piece = self._sp.id_to_piece(piece_id)
+            if word_boundaries == "reference":
+                starts.append(is_start_piece(piece))
+            elif self._sp.is_control(piece_id) or self._sp.is_unknown(piece_id):
+                starts.append(True)
+            else:
+                starts.append(not self._sp.is_byte(piece_id)
+                              and is_start_piece(piece, word_boundaries))
+        return np.array(starts, dtype=bool)
 
     def files(self, name: str) -> dict[str, bytes]:
         """The model and its text settings (`TextSettings.record`)."""
@@ -204,7 +222,8 @@ class SentencePieceTokenizer(Tokenizer):
                                         path=state["path"])
 
     def preprocess(self, text: str) -> str:
-        return preprocess_text(text, self.settings.do_lower_case)  # SPEC 2.2
+        """SPEC 2.2, the accent step skipped with keep_accents."""
+        return preprocess_text(text, self.settings.do_lower_case, self.settings.keep_accents)
 
     def bare_piece(self, piece: str) -> tuple[bool, str]:
         # (the lone "▁" piece stays visible)
@@ -222,7 +241,7 @@ class SentencePieceTokenizer(Tokenizer):
         HuggingFace's AlbertTokenizer do: "x0," -> ["▁x", "0", ","].
         """
         new_pieces = []
-        for piece in self._sp.encode(preprocess_text(text, self.settings.do_lower_case), out_type=str):
+        for piece in self._sp.encode(self.preprocess(text), out_type=str):
             if not needs_comma_split(piece):
                 new_pieces.append(piece)
                 continue
@@ -246,7 +265,7 @@ class SentencePieceTokenizer(Tokenizer):
 
     def encode(self, text: str) -> np.ndarray:
         """Token ids of one sentence, int32 [num_pieces]; same pieces as `pieces(text)`."""
-        ids = np.asarray(self._sp.encode(preprocess_text(text, self.settings.do_lower_case)), dtype=np.int32)
+        ids = np.asarray(self._sp.encode(self.preprocess(text)), dtype=np.int32)
         if not ids.size:
             return ids
         # An unknown piece maps to unk_id whatever its text (which may end in a digit and a
@@ -283,7 +302,8 @@ class SentencePieceTokenizer(Tokenizer):
         input, after its NFKC normalisation), with the SPEC 2.3 digit-comma rule as in `pieces`
         (the "▁" that comma_rule "reference" keeps covers nothing).
         """
-        preprocessed, origins = preprocess_with_origins(text, self.settings.do_lower_case)
+        preprocessed, origins = preprocess_with_origins(text, self.settings.do_lower_case,
+                                                        self.settings.keep_accents)
         spans = self._pieces_with_spans(preprocessed)
         ids = np.asarray([self._sp.piece_to_id(piece) for piece, _, _ in spans], dtype=np.int32)
         if not np.array_equal(ids, self.encode(text)):
@@ -318,6 +338,13 @@ class SentencePieceTokenizer(Tokenizer):
         for piece in proto.pieces:
             begin, end = np.searchsorted(byte_starts, [piece.begin, piece.end])
             spans.append((piece.piece, int(begin), int(end)))
+        # A character that the model's NFKC makes several pieces of (Thai "ำ" -> "ํ" "า", "½"
+        # -> bytes of "1⁄2", where keep_accents leaves it to the model) gives its span to the
+        # last of them: the ones before cover it too (a lone "▁" still covers nothing).
+        for index in range(len(spans) - 2, -1, -1):
+            piece, begin, end = spans[index]
+            if begin == end and piece != SPIECE_UNDERLINE and spans[index + 1][1] == begin:
+                spans[index] = (piece, begin, spans[index + 1][2])
         return spans
 
     def _pieces_with_spans(self, text: str) -> list[tuple[str, int, int]]:
@@ -355,7 +382,9 @@ class WordPieceTokenizer(Tokenizer):
 
     pad_id is 0, what the reference pads `input_ids` with whatever the vocabulary (BERT's
     vocabularies have [PAD] there); the other special ids are those of [UNK], [CLS], [SEP],
-    [MASK] in the file. A word starts at every piece but a "##" continuation.
+    [MASK] in the file. A word starts at every piece but a "##" continuation, under either
+    word_boundaries: BasicTokenizer already cuts words at spaces, punctuation and every CJK
+    ideograph. keep_accents is BertTokenizer's strip_accents=False: lower-casing keeps accents.
     """
     kind = "wordpiece"
 
@@ -365,8 +394,8 @@ class WordPieceTokenizer(Tokenizer):
         self.path = path
         self.settings = dataclasses.replace(settings, kind=self.kind)
         self._pieces = wordpiece.read_vocab(path, vocab)
-        self._splitter = wordpiece.WordPieceSplitter(self._pieces,
-                                                    lower=settings.do_lower_case)
+        self._splitter = wordpiece.WordPieceSplitter(self._pieces, lower=settings.do_lower_case,
+                                                    keep_accents=settings.keep_accents)
         ids = self._splitter.vocab
         self.vocab_size = len(self._pieces)
         self.pad_id, self.unk_id = 0, ids[wordpiece.UNK]

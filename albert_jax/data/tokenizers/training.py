@@ -21,27 +21,37 @@ from etils import epath
 
 from albert_jax import files
 from albert_jax.data import corpus
-from albert_jax.data.tokenizers import wordpiece
+from albert_jax.data.tokenizers import text_damage, wordpiece
 from albert_jax.data.tokenizers.preprocessing import preprocess_text
 from albert_jax.data.tokenizers.text_settings import TextSettings, check_kind
 from albert_jax.data.tokenizers.tokenizer import (
     CONTROL_SYMBOLS,
     USER_DEFINED_SYMBOLS,
     SentencePieceTokenizer,
+    Tokenizer,
     WordPieceTokenizer,
 )
+from albert_jax.errors import ConfigError
 
 # Sentences a tokenizer is trained on at most (SentencePiece's input_sentence_size):
 # `train_from_config` reads no more of the corpus than that.
 INPUT_SENTENCE_SIZE = 10_000_000
+# SPEC 2.1: the characters of the text a SentencePiece model covers (the rest become <unk>,
+# or bytes with byte_fallback).
+CHARACTER_COVERAGE = 0.99995
 
 
 def train(sentences: Iterable[str], model_path: str, vocab_size: int, *,
           input_sentence_size: int = INPUT_SENTENCE_SIZE, seed: int = 0,
-          settings: TextSettings = TextSettings()) -> str:
+          settings: TextSettings = TextSettings(),
+          character_coverage: float = CHARACTER_COVERAGE, byte_fallback: bool = False) -> str:
     """Trains a unigram SentencePiece model with the ALBERT settings (SPEC 2.1); returns model_path.
 
-    Sentences are preprocessed (SPEC 2.2, as `settings` say) first. `model_path`
+    Sentences are preprocessed (SPEC 2.2, as `settings` say) first. `character_coverage`: the
+    share of the text's characters the model covers as pieces of their own (SPEC 2.1's 0.99995;
+    less for a script with thousands of rare characters). `byte_fallback`: a character outside
+    the vocabulary becomes its UTF-8 bytes (256 pieces `<0x00>`..`<0xFF>` after the special
+    ids 0-4) instead of <unk>, so no text is lost. `model_path`
     (local or gs://) and its `.vocab` are written atomically (temp file, then rename). Training
     is deterministic for a given input: SentencePiece's sampling generator is seeded with `seed`
     and it runs one thread. A `vocab_size` the corpus cannot support raises ValueError with the largest size
@@ -52,7 +62,7 @@ def train(sentences: Iterable[str], model_path: str, vocab_size: int, *,
 
     def preprocessed() -> Iterator[str]:
         for sentence in sentences:
-            text = preprocess_text(sentence, settings.do_lower_case)
+            text = preprocess_text(sentence, settings.do_lower_case, settings.keep_accents)
             if text:
                 yield text
 
@@ -64,7 +74,8 @@ def train(sentences: Iterable[str], model_path: str, vocab_size: int, *,
             vocab_size=vocab_size, pad_id=0, unk_id=1, bos_id=-1, eos_id=-1,
             control_symbols=list(CONTROL_SYMBOLS), user_defined_symbols=list(USER_DEFINED_SYMBOLS),
             shuffle_input_sentence=True, input_sentence_size=input_sentence_size,
-            character_coverage=0.99995, num_threads=1, minloglevel=2)
+            character_coverage=character_coverage, byte_fallback=byte_fallback, num_threads=1,
+            minloglevel=2)
     except RuntimeError as error:
         limit = re.search(r"value <= (\d+)", str(error))
         if limit:
@@ -72,6 +83,13 @@ def train(sentences: Iterable[str], model_path: str, vocab_size: int, *,
                 f"vocab_size={vocab_size} is too large for this corpus: lower it to at most "
                 f"{limit.group(1)} (e.g. --config.data.vocab_size={limit.group(1)}) or use more "
                 f"text") from None
+        required = re.search(r"smaller than required_chars. \d+ vs (\d+)", str(error))
+        if required:
+            raise ValueError(
+                f"vocab_size={vocab_size} is smaller than the {required.group(1)} pieces this "
+                f"corpus's characters need (character_coverage={character_coverage}): raise "
+                f"--config.data.vocab_size or lower --config.data.character_coverage (e.g. "
+                f"0.9995 for scripts with thousands of characters)") from None
         raise ValueError(f"SentencePiece training for {model_path} failed: {error}") from None
     model_proto = model_file.getvalue()
     # Validates the special ids (SPEC 2.1).
@@ -100,6 +118,10 @@ def train_from_config(config: ml_collections.ConfigDict) -> None:
     model_path = config.data.tokenizer
     settings = TextSettings.from_config(config.data)
     check_kind(model_path, settings.kind)
+    coverage = float(config.data.get("character_coverage", CHARACTER_COVERAGE))
+    if not 0.0 < coverage <= 1.0:
+        raise ConfigError(f"config data.character_coverage={coverage} is not a share of the "
+                          f"characters; use 0 < coverage <= 1 (SPEC 2.1: {CHARACTER_COVERAGE})")
     if epath.Path(model_path).exists():
         print(f"tokenizer {model_path} exists; skipping training (delete it to retrain)")
         return
@@ -108,12 +130,15 @@ def train_from_config(config: ml_collections.ConfigDict) -> None:
     sources = corpus.list_sources(config.data.corpus)
     stats = corpus.CorpusStats()
     num_sentences = 0
+    damage_sample: list[str] = []  # the first sentences, what the reference settings do to them
 
     def sentences() -> Iterator[str]:
         nonlocal num_sentences
         for sentence in corpus.sample_sentences(sources, sample_size, config.seed, stats,
                                                 reading):
             num_sentences += 1
+            if len(damage_sample) < text_damage.SAMPLE_SENTENCES:
+                damage_sample.append(sentence)
             yield sentence
 
     start = time.time()
@@ -122,7 +147,9 @@ def train_from_config(config: ml_collections.ConfigDict) -> None:
         what = "WordPiece vocabulary (HuggingFace tokenizers' trainer on BasicTokenizer words)"
     else:
         train(sentences(), model_path, config.data.vocab_size, seed=config.seed,
-              settings=settings, input_sentence_size=sample_size)
+              settings=settings, input_sentence_size=sample_size,
+              character_coverage=coverage,
+              byte_fallback=bool(config.data.get("byte_fallback", False)))
         what = "SentencePiece unigram tokenizer"
     read = ("the whole corpus" if num_sentences < sample_size
             else f"reading stopped at data.input_sentence_size={sample_size:,} sentences")
@@ -130,6 +157,8 @@ def train_from_config(config: ml_collections.ConfigDict) -> None:
           f"of {len(sources)} sources, visited in an order drawn from seed {config.seed}; "
           f"{read}), vocab_size {config.data.vocab_size}, wrote {model_path} in "
           f"{time.time() - start:.1f}s\n{stats.report()}")
+    for line in text_damage.warnings(Tokenizer.load(model_path, settings), damage_sample):
+        print(line)
 
 
 def train_wordpiece(sentences: Iterable[str], vocab_path: str, vocab_size: int, *,
@@ -137,7 +166,8 @@ def train_wordpiece(sentences: Iterable[str], vocab_path: str, vocab_size: int, 
     """Trains a WordPiece vocabulary of `vocab_size` pieces (`wordpiece.train_vocab`: [PAD]
     [UNK] [CLS] [SEP] [MASK] first) and writes it to `vocab_path` (local or gs://) atomically,
     one piece per line; returns vocab_path."""
-    pieces = wordpiece.train_vocab(sentences, vocab_size, lower=settings.do_lower_case)
+    pieces = wordpiece.train_vocab(sentences, vocab_size, lower=settings.do_lower_case,
+                                   keep_accents=settings.keep_accents)
     content = "".join(f"{piece}\n" for piece in pieces).encode("utf-8")
     WordPieceTokenizer(content, settings=settings, path=vocab_path)  # Validates the special pieces.
     files.write_atomically(os.fspath(vocab_path), content)

@@ -132,8 +132,8 @@ def _strip_accents(text: str) -> str:
 
 
 @functools.lru_cache(maxsize=65536)
-def _normalized_char(char: str) -> str:
-    return _strip_accents(char.lower())
+def _normalized_char(char: str, keep_accents: bool) -> str:
+    return char.lower() if keep_accents else _strip_accents(char.lower())
 
 
 def _raw_words(text: str) -> list[tuple[str, list[int]]]:
@@ -171,14 +171,16 @@ def _raw_words(text: str) -> list[tuple[str, list[int]]]:
     return words
 
 
-def _normalize(word: str, origins: list[int], lower: bool) -> tuple[str, list[int]]:
+def _normalize(word: str, origins: list[int], lower: bool,
+               keep_accents: bool) -> tuple[str, list[int]]:
     """`word` lower-cased and stripped of accents as the reference does it (on the whole token:
     Python's lower() gives a final sigma), with the origin of every character (per character:
-    NFD and lower() keep every character's part in place, so the lengths agree)."""
+    NFD and lower() keep every character's part in place, so the lengths agree). keep_accents:
+    lower-cased only (HuggingFace BertTokenizer's strip_accents=False)."""
     if not lower:
         return word, origins
-    normalized = _strip_accents(word.lower())
-    parts = [_normalized_char(char) for char in word]
+    normalized = word.lower() if keep_accents else _strip_accents(word.lower())
+    parts = [_normalized_char(char, keep_accents) for char in word]
     char_origins = [origin for part, origin in zip(parts, origins) for _ in part]
     if len(char_origins) != len(normalized):  # not seen; keep the ids, cover the whole word
         char_origins = [origins[0]] * len(normalized)
@@ -201,15 +203,17 @@ def _split_punctuation(word: str, origins: list[int]) -> list[tuple[str, list[in
     return tokens
 
 
-def basic_tokenize(text: str, lower: bool) -> list[tuple[str, list[int]]]:
+def basic_tokenize(text: str, lower: bool,
+                   keep_accents: bool = False) -> list[tuple[str, list[int]]]:
     """The reference's `BasicTokenizer(do_lower_case=lower).tokenize(text)`, each token with the
-    index in `text` of the original character each of its characters comes from."""
+    index in `text` of the original character each of its characters comes from; keep_accents:
+    lower-casing does not strip accents (HuggingFace's strip_accents=False)."""
     tokens = []
     for word, origins in _raw_words(text):
         if word.isascii() and word.isalnum():  # nothing to split, only ASCII case to fold
             tokens.append((word.lower() if lower else word, origins))
             continue
-        tokens.extend(_split_punctuation(*_normalize(word, origins, lower)))
+        tokens.extend(_split_punctuation(*_normalize(word, origins, lower, keep_accents)))
     return tokens
 
 
@@ -219,13 +223,15 @@ class WordPieceSplitter:
     """`BasicTokenizer` then `WordpieceTokenizer` over the pieces of one vocabulary.
 
     Attributes:
-      vocab: {piece: id}; unk_id: the id of "[UNK]"; lower: `do_lower_case`.
+      vocab: {piece: id}; unk_id: the id of "[UNK]"; lower: `do_lower_case`; keep_accents:
+        lower-casing keeps accents.
     """
 
-    def __init__(self, pieces: Sequence[str], *, lower: bool):
+    def __init__(self, pieces: Sequence[str], *, lower: bool, keep_accents: bool = False):
         self.vocab = {piece: index for index, piece in enumerate(pieces)}
         self.unk_id = self.vocab[UNK]
         self.lower = lower
+        self.keep_accents = keep_accents
         self._longest = max(len(piece) for piece in pieces)
         self._cache: dict[str, list[tuple[int, int, int]]] = {}
 
@@ -267,7 +273,7 @@ class WordPieceSplitter:
         character to that of its last; an [UNK] covers its whole word.
         """
         ids, starts, ends = [], [], []
-        for word, origins in basic_tokenize(text, self.lower):
+        for word, origins in basic_tokenize(text, self.lower, self.keep_accents):
             for piece_id, start, end in self._word_pieces(word):
                 ids.append(piece_id)
                 starts.append(origins[start])
@@ -278,7 +284,8 @@ class WordPieceSplitter:
 
 # --- Training ---------------------------------------------------------------------------------
 
-def train_vocab(sentences: Iterable[str], vocab_size: int, *, lower: bool) -> list[str]:
+def train_vocab(sentences: Iterable[str], vocab_size: int, *, lower: bool,
+                keep_accents: bool = False) -> list[str]:
     """A WordPiece vocabulary of exactly `vocab_size` pieces from `sentences`: [PAD] [UNK] [CLS]
     [SEP] [MASK] (ids 0-4, BERT's order), then what HuggingFace `tokenizers`' WordPiece trainer
     learns from the words of `BasicTokenizer` (so training and tokenizing see the same words);
@@ -300,7 +307,7 @@ def train_vocab(sentences: Iterable[str], vocab_size: int, *, lower: bool) -> li
 
     def words() -> Iterable[str]:
         for sentence in sentences:
-            tokens = basic_tokenize(sentence, lower)
+            tokens = basic_tokenize(sentence, lower, keep_accents)
             if tokens:
                 yield " ".join(word for word, _ in tokens)
 
