@@ -144,7 +144,8 @@ def test_workdir_files_record_the_rule(tmp_path, tokenizers, model_path):
         assert sorted(path.name for path in workdir.iterdir()) == ["spiece.model",
                                                                   "spiece.model.json"]
         assert json.loads((workdir / "spiece.model.json").read_text()) == {
-            "kind": "sentencepiece", "do_lower_case": True, "comma_rule": rule}
+            "kind": "sentencepiece", "do_lower_case": True, "keep_accents": False,
+            "comma_rule": rule, "word_boundaries": "reference"}
         assert read_record(str(workdir / "spiece.model"))["comma_rule"] == rule
         loaded = Tokenizer.load(str(workdir / "spiece.model"))
         assert loaded.settings.comma_rule == rule
@@ -184,7 +185,8 @@ def test_pretraining_workdir_records_the_rule(model_path):
     files = task.workdir_files()
     assert files["spiece.model"] == open(model_path, "rb").read()
     assert json.loads(files["spiece.model.json"]) == {
-        "kind": "sentencepiece", "do_lower_case": False, "comma_rule": "hf"}
+        "kind": "sentencepiece", "do_lower_case": False, "keep_accents": False,
+        "comma_rule": "hf", "word_boundaries": "reference"}
 
 
 @pytest.fixture(scope="module")
