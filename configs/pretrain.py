@@ -5,7 +5,8 @@
 
 The argument is a comma-separated list: `size=base|large|xlarge|xxlarge` (ALBERT v2 presets),
 `model=<any preset name>` (e.g. albert-base-v1, bert-base), `runlocal` (shrink everything for
-a laptop CPU: the demo model on the demo corpus).
+a laptop CPU: the demo model on the demo corpus), `multilingual` (the text settings a model of
+many languages wants: `MULTILINGUAL`, each key still overridable on the command line).
 """
 from __future__ import annotations
 
@@ -20,8 +21,18 @@ from albert_jax.config import (
 )
 
 
+# What `multilingual` sets, and why (docs/pretraining.md "Many languages"): the marks of most
+# scripts kept (SPEC 2.2 strips Hindi viramas, Thai tones, Japanese dakuten); case kept (cased
+# scripts differ in how they case, and many scripts have none); whole words found where the text
+# has spaces, in every script (SPEC 1.4.2 calls every non-Latin piece a word start); the
+# vocabulary trained over more characters (mT5 and XLM-R's SentencePiece setting) with bytes for
+# the rest, so no text becomes <unk>.
+MULTILINGUAL = {"keep_accents": True, "do_lower_case": False, "word_boundaries": "spaces",
+                "character_coverage": 0.9995, "byte_fallback": True}
+
+
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-    args = parse_arg(arg, size="base", model="", runlocal=False)
+    args = parse_arg(arg, size="base", model="", runlocal=False, multilingual=False)
     config = ml_collections.ConfigDict()
     config.model = args.model or f"albert-{args.size}-v2"
     # Any model field, e.g. --config.model_overrides.num_hidden_layers=24; None keeps the preset.
@@ -155,5 +166,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         config.eval_steps = 50  # the whole eval split (~1.5k examples)
         config.eval_batch_size = 32
         config.checkpoint_every_steps = 200
+    if args.multilingual:
+        config.data.update(MULTILINGUAL)
     config.lock()
     return config

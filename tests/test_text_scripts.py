@@ -210,3 +210,28 @@ def test_too_small_a_vocabulary_says_what_to_change(tmp_path):
     with pytest.raises(ValueError, match="vocab_size=100 is smaller than the .* pieces this "
                                          "corpus's characters need .*character_coverage"):
         train(sentences("ja", "hi"), str(tmp_path / "small.model"), 100)
+
+
+def test_the_multilingual_switch_sets_the_documented_keys_and_each_stays_overridable():
+    from configs import pretrain
+    config = pretrain.get_config("runlocal,multilingual")
+    assert {key: config.data[key] for key in ("keep_accents", "do_lower_case", "word_boundaries",
+                                              "character_coverage", "byte_fallback")} == {
+        "keep_accents": True, "do_lower_case": False, "word_boundaries": "spaces",
+        "character_coverage": 0.9995, "byte_fallback": True}
+    assert TextSettings.from_config(config.data) == MULTILINGUAL
+    plain = pretrain.get_config("runlocal")
+    assert (plain.data.keep_accents, plain.data.word_boundaries) == (False, "reference")
+    # The switch only sets defaults: a --config.data.X flag is applied after it.
+    from absl import flags
+    from ml_collections import config_flags
+    argv = ["albert-jax", "--config=configs/pretrain.py:runlocal,multilingual",
+            "--config.data.do_lower_case=True", "--config.data.word_boundaries=reference"]
+    values = flags.FlagValues()
+    # sys_argv: the config flag finds its override flags in this list instead of sys.argv.
+    config_flags.DEFINE_config_file("config", None, "run config", flag_values=values,
+                                    lock_config=True, sys_argv=argv)
+    values(argv)
+    overridden = TextSettings.from_config(values.config.data)
+    assert overridden == dataclasses.replace(MULTILINGUAL, do_lower_case=True,
+                                             word_boundaries="reference")
