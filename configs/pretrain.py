@@ -20,7 +20,6 @@ from albert_jax.config import (
     parse_arg,
 )
 
-
 # What `multilingual` sets, and why (docs/pretraining.md "Many languages"): the marks of most
 # scripts kept (SPEC 2.2 strips Hindi viramas, Thai tones, Japanese dakuten); case kept (cased
 # scripts differ in how they case, and many scripts have none); whole words found where the text
