@@ -233,6 +233,16 @@ def test_special_ids_and_word_starts(tokenizer, vocab_path):
     assert tokenizer.preprocess("  Ünï  ") == "  Ünï  "  # processors do nothing for a vocab
 
 
+def test_a_workdir_copy_keeps_the_casing(cased, tmp_path):
+    # A workdir's vocab.txt reads back with the settings of the run that copied it.
+    for name, content in cased.files("vocab.txt").items():
+        (tmp_path / name).write_bytes(content)
+    loaded = Tokenizer.load(str(tmp_path / "vocab.txt"))
+    assert loaded.settings == TextSettings("wordpiece", do_lower_case=False)
+    assert loaded.pieces("Ünï") == cased.pieces("Ünï") != Tokenizer.load(
+        str(tmp_path / "vocab.txt"), TextSettings("wordpiece")).pieces("Ünï")
+
+
 def test_decode(tokenizer):
     ids = tokenizer.encode("unwanted 你好 cats")
     assert tokenizer.decode([tokenizer.cls_id, *ids, tokenizer.sep_id, 0, 0]) == \
