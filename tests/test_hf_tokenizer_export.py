@@ -1,8 +1,8 @@
 """The HuggingFace export's tokenizer files give our ids: `AutoTokenizer.from_pretrained(export)`,
 fast and slow, against `Tokenizer.encode`, for a cased and an uncased SentencePiece run, a cased
 one that keeps accents (data.keep_accents) and a WordPiece run, on real lines (the standard
-library's docstrings: mixed case, ``quotes'', numbers; and sentences in a dozen languages, with
-accents and non-Latin scripts). A special token spelled in a text ([MASK], [SEP], <pad>) is that
+library's docstrings: mixed case, ``quotes'', numbers; sentences in a dozen languages, with
+accents and non-Latin scripts; tests/multilingual_text.py's six scripts). A special token spelled in a text ([MASK], [SEP], <pad>) is that
 token, as in transformers' own ALBERT and BERT tokenizers, and the text between is ours
 (`encode` itself cuts it into pieces, as the reference does).
 
@@ -22,6 +22,7 @@ import textwrap
 
 import pytest
 
+import multilingual_text
 from albert_jax.convert import tokenizer_files
 from albert_jax.data.tokenizers import TextSettings, Tokenizer, train, train_wordpiece
 
@@ -56,6 +57,8 @@ MARKED = {"Devanagari": ("क्या आप हिन्दी बोलते
           "Cyrillic": ("Мой край родной", "Мои краи роднои"),
           "Hangul": ("한국어를 배웁니다", "한국어를 배웁니다"),
           "Latin": ("Tiếng Việt có dấu", "Tieng Viet co dau")}
+# The shared multilingual sentences (six scripts, eight languages) and the marked texts.
+SCRIPTS = multilingual_text.sentences() + [text for text, _ in MARKED.values()]
 
 
 def _docstring_lines(modules: tuple[str, ...]) -> list[str]:
@@ -73,9 +76,9 @@ def _docstring_lines(modules: tuple[str, ...]) -> list[str]:
 
 CORPUS = _docstring_lines(("collections", "os", "json", "re", "textwrap", "decimal", "argparse",
                            "http.client", "subprocess", "typing", "statistics", "itertools",
-                           "pathlib", "locale")) + (WORLD + [text for text, _ in MARKED.values()]) * 5
+                           "pathlib", "locale")) + (WORLD + SCRIPTS) * 5
 TEXTS = (_docstring_lines(("json", "statistics", "itertools", "subprocess"))[:400] + WORLD
-         + [line.upper() for line in WORLD] + [text for pair in MARKED.values() for text in pair]
+         + [line.upper() for line in WORLD] + SCRIPTS + [stripped for _, stripped in MARKED.values()]
          + ["Say [MASK] or [SEP], <pad> and <unk>.", "[CLS]Fill the[MASK] in, [PAD] [UNK]."])
 # (name, kind, do_lower_case, keep_accents, digit-comma rule)
 RUNS = (("uncased", "sentencepiece", True, False, "reference"),
