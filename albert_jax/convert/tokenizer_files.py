@@ -56,10 +56,10 @@ def workdir_tokenizer(path: epath.Path) -> str | None:
 def source_settings(source: str, path: str, tokenizer: str | None) -> dict[str, Any]:
     """The text settings of `tokenizer`, the tokenizer that came with the checkpoint at `path`
     (`albert-jax convert --from=<source>`; fine-tuning's init_from), by `TextSettings` field,
-    only those something says (nothing without a tokenizer): the record beside the tokenizer (`read_record`) over a
-    HuggingFace folder's tokenizer_config.json (`hf_settings`) or the data keys of a workdir's
-    config.json. An official TF checkpoint says nothing: the defaults are its settings (the
-    released models are uncased, SPEC 2.2)."""
+    only those something says (nothing without a tokenizer): the record beside the tokenizer
+    (`read_record`) over a HuggingFace folder's tokenizer_config.json (`hf_settings`) or the
+    data keys of a workdir's config.json. An official TF checkpoint says nothing: the defaults
+    are its settings (the released models are uncased, SPEC 2.2)."""
     if tokenizer is None:
         return {}
     root = epath.Path(path)

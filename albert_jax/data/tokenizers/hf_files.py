@@ -7,9 +7,10 @@
 `tokenizers` pipeline that spells out what `SentencePieceTokenizer.encode` does:
   - ALBERT's `preprocess_text` (SPEC 2.2): the whitespace of Python's `str.split()` folded to one
     space and stripped, NFKD, the characters `unicodedata.combining` marks dropped (not with
-    `keep_accents`), Python's `lower()` (its final sigma too) when `do_lower_case`. Unlike HuggingFace's own conversion
-    (`AlbertConverter`): no ``/'' rewrite (the reference has none), not `StripAccents` (it drops
-    the nonspacing marks, Mn, another set than Python's), and NFC before the character map;
+    `keep_accents`), Python's `lower()` (its final sigma too) when `do_lower_case`. Unlike
+    HuggingFace's own conversion (`AlbertConverter`): no ``/'' rewrite (the reference has none),
+    not `StripAccents` (it drops the nonspacing marks, Mn, another set than Python's), and NFC
+    before the character map;
   - SentencePiece's normalization, read from the model file's normalizer spec: the precompiled
     character map (nmt_nfkc), runs of spaces folded, the dummy "▁" prefix;
   - the unigram model with the file's pieces and scores;
@@ -21,7 +22,8 @@
 The model file is read without protobuf (the few fields needed are parsed from its wire format):
 sentencepiece's generated module asks for a newer protobuf than apache-beam allows (< 7).
 `AutoTokenizer(..., use_fast=False)` opens `AlbertTokenizer` on spiece.model with the same
-casing and accents (`tokenizer_config.json`); it rewrites ``/'' to " first, as HuggingFace always did.
+casing and accents (`tokenizer_config.json`); it rewrites ``/'' to " first, as HuggingFace
+always did.
 
 What a pipeline cannot express: the SPEC 2.3 digit-comma rule re-encodes a piece such as "0,"
 after the model has chosen it. As in HuggingFace's conversion, such pieces score 100 lower, so
@@ -194,7 +196,7 @@ def _tokenizer_json(model_proto: bytes, settings: TextSettings, path: str) -> st
     steps = [normalizers.Replace(Regex(f"{whitespace}+"), " "), normalizers.Strip()]
     if not settings.keep_accents:
         steps += [normalizers.NFKD(), normalizers.Replace(Regex(combining), "")]
-    if settings.do_lower_case:  # Python's lower() of the whole text: a final capital sigma becomes "ς"
+    if settings.do_lower_case:  # Python's lower() of the whole text: a final capital Σ is "ς"
         steps += [normalizers.Replace(Regex(wordpiece.HF_FINAL_SIGMA), "\u03c2"),
                   normalizers.Lowercase()]
     if "nfkc" in spec.normalization:

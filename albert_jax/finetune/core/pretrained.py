@@ -55,7 +55,6 @@ _WHAT_DIFFERS = {
     "do_lower_case": "capitals are tokenized differently (SPEC 2.2)",
     "keep_accents": "accents and other combining marks are tokenized differently (SPEC 2.2)",
     "comma_rule": "numbers followed by a comma are tokenized differently (SPEC 2.3)",
-    "word_boundaries": "whole-word masking finds other word starts (SPEC 1.4.2)",
 }
 
 
