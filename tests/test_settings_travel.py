@@ -39,7 +39,7 @@ def _rte_config(tmp_path: Path, init_from: Path):
     return config
 
 
-@pytest.mark.slow  # the fixture trains a tokenizer, builds data, pretrains and fine-tunes: ~60 s
+@pytest.mark.slow  # the fixture trains a tokenizer, builds data, pretrains, fine-tunes: 20-50 s
 def test_a_cased_keep_accents_run_finetunes_predicts_and_exports_with_its_settings(runs, tmp_path):
     pretrained, finetuned = runs["pretrained"], runs["finetuned"]
     assert json.loads((pretrained / "spiece.model.json").read_text()) == CASED_ACCENTS.as_dict()
