@@ -304,7 +304,8 @@ def _export() -> None:
     served = serving.ServedModel(
         model_config, run.task.model, jax.tree.map(np.asarray, run.params), head,
         tokenizer_files.huggingface_files(run.task.tokenizer,
-                                          model_config.max_position_embeddings))
+                                          model_config.max_position_embeddings),
+        run.task.tokenizer.settings)
     for path in serving.export(served, export_format, output):
         print(f"wrote {path}", flush=True)
 

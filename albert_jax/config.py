@@ -131,9 +131,13 @@ def finetune_config(args: ml_collections.ConfigDict) -> ml_collections.ConfigDic
     config.data.path = ""  # the task's folder in the original format
     config.data.tfds_name = ""  # or a TFDS name, e.g. glue/mnli, race/high
     config.data.tfds_data_dir = ""
-    config.data.comma_rule = "reference"  # SPEC 2.3 digit-comma rule; "hf": HuggingFace's
-    config.data.do_lower_case = True  # the reference's --do_lower_case (all released models)
-    config.data.keep_accents = False  # True: combining marks kept (SPEC 2.2 drops them)
+    # The tokenizer's text settings. None: those its init_from (or --config.tokenizer's record)
+    # was used with, else the default in brackets; a value set here wins, with one warning line
+    # if it differs (finetune/core/pretrained.py `text_settings`). config.json records the values
+    # the run used.
+    config.data.comma_rule = config_dict.placeholder(str)  # ["reference"] SPEC 2.3; "hf": HF's
+    config.data.do_lower_case = config_dict.placeholder(bool)  # [True] the released models'
+    config.data.keep_accents = config_dict.placeholder(bool)  # [False] True: marks kept (SPEC 2.2)
     config.data.num_workers = 0
     config.data.prefetch = 2
 

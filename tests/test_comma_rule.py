@@ -180,13 +180,14 @@ def test_pretraining_workdir_records_the_rule(model_path):
     # The pretraining config's text settings travel with the workdir's spiece.model.
     config = pretrain_config.get_config("runlocal")
     config.data.tokenizer, config.data.comma_rule = model_path, "hf"
-    config.data.do_lower_case = False
+    config.data.do_lower_case, config.data.keep_accents = False, True
+    config.data.word_boundaries = "spaces"
     task = pretraining.PretrainingTask(config, presets.get_config("tiny", vocab_size=220))
     files = task.workdir_files()
     assert files["spiece.model"] == open(model_path, "rb").read()
     assert json.loads(files["spiece.model.json"]) == {
-        "kind": "sentencepiece", "do_lower_case": False, "keep_accents": False,
-        "comma_rule": "hf", "word_boundaries": "reference"}
+        "kind": "sentencepiece", "do_lower_case": False, "keep_accents": True,
+        "comma_rule": "hf", "word_boundaries": "spaces"}
 
 
 @pytest.fixture(scope="module")
@@ -209,32 +210,33 @@ def checkpoints(model_path, tmp_path_factory, tokenizers) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("kind", ["huggingface", "orbax"])
-def test_finetuning_uses_the_config_rule_and_warns_once_when_the_checkpoint_differs(
+def test_finetuning_takes_the_checkpoint_rule_unless_the_config_sets_one(
         kind, checkpoints, tmp_path, caplog):
     config = glue_config.get_config("task=rte,runlocal")
     config.data.path = write_glue_task(str(tmp_path), "rte")
     config.init_from = checkpoints[kind]
-    assert config.data.comma_rule == "reference"  # the default (SPEC 2.3)
+    assert config.data.comma_rule is None  # unset: the checkpoint's
     with caplog.at_level(logging.WARNING):
         task = finetune_run.build_task(config)
-    assert task.pretrained.kind == kind and task.pretrained.comma_rule == "hf"
+    assert task.pretrained.kind == kind and task.pretrained.text["comma_rule"] == "hf"
+    assert not [record for record in caplog.records if "comma_rule" in record.getMessage()]
+    assert task.tokenizer.settings.comma_rule == "hf" and config.data.comma_rule == "hf"
+    assert task.tokenizer.pieces("x0, y") == ["▁", "x", "0", ",", "▁", "y"]
+    # The fine-tuning workdir records the rule: evaluate's Tokenizer.load reads it back.
+    assert json.loads(task.workdir_files()["spiece.model.json"])["comma_rule"] == "hf"
+
+    caplog.clear()
+    config.data.comma_rule = "reference"  # set by the run: it wins, with one warning line
+    with caplog.at_level(logging.WARNING):
+        task = finetune_run.build_task(config)
     warnings = [record.getMessage() for record in caplog.records if "comma_rule" in
                 record.getMessage()]
     assert len(warnings) == 1 and "\n" not in warnings[0], warnings
-    assert "data.comma_rule='reference' differs" in warnings[0]
-    assert f"({kind}: 'hf')" in warnings[0] and "--config.data.comma_rule=hf" in warnings[0]
+    assert (f"data.comma_rule='reference' differs from the init_from {kind} checkpoint ('hf')"
+            in warnings[0]) and "--config.data.comma_rule=hf" in warnings[0]
     assert task.tokenizer.settings.comma_rule == "reference"
     assert task.tokenizer.pieces("x0, y") == ["▁", "x", "▁", "0", ",", "▁", "y"]
-    # The fine-tuning workdir records the run's rule: evaluate's Tokenizer.load reads it back.
     assert json.loads(task.workdir_files()["spiece.model.json"])["comma_rule"] == "reference"
-
-    caplog.clear()
-    config.data.comma_rule = "hf"
-    with caplog.at_level(logging.WARNING):
-        task = finetune_run.build_task(config)
-    assert not [record for record in caplog.records if "comma_rule" in record.getMessage()]
-    assert task.tokenizer.pieces("x0, y") == ["▁", "x", "0", ",", "▁", "y"]
-    assert json.loads(task.workdir_files()["spiece.model.json"])["comma_rule"] == "hf"
 
 
 def test_data_build_uses_the_rule(model_path, tmp_path):

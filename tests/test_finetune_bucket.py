@@ -250,8 +250,8 @@ def test_init_from_and_convert_read_runs_and_checkpoints_in_a_bucket(finished, t
     root, remote = finished
     # init_from=<a finished run in the bucket>: its architecture, backbone and tokenizer.
     local, in_bucket = pretrained.load(str(root / "run")), pretrained.load(f"{remote}/run")
-    assert (in_bucket.model_config, in_bucket.kind, in_bucket.comma_rule) == (
-        local.model_config, local.kind, local.comma_rule)
+    assert (in_bucket.model_config, in_bucket.kind, in_bucket.text) == (
+        local.model_config, local.kind, local.text)
     _same_tree(in_bucket.backbone, local.backbone)
     assert epath.Path(in_bucket.tokenizer).read_bytes() == Path(local.tokenizer).read_bytes()
 

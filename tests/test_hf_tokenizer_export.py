@@ -1,10 +1,10 @@
 """The HuggingFace export's tokenizer files give our ids: `AutoTokenizer.from_pretrained(export)`,
-fast and slow, against `Tokenizer.encode`, for a cased and an uncased SentencePiece run and a
-WordPiece run, on real lines (the standard library's docstrings: mixed case, ``quotes'',
-numbers; and sentences in a dozen languages, with accents and non-Latin scripts). A special
-token spelled in a text ([MASK], [SEP], <pad>) is that token, as in transformers' own ALBERT and
-BERT tokenizers, and the text between is ours (`encode` itself cuts it into pieces, as the
-reference does).
+fast and slow, against `Tokenizer.encode`, for a cased and an uncased SentencePiece run, a cased
+one that keeps accents (data.keep_accents) and a WordPiece run, on real lines (the standard
+library's docstrings: mixed case, ``quotes'', numbers; sentences in a dozen languages, with
+accents and non-Latin scripts; tests/multilingual_text.py's six scripts). A special token spelled in a text ([MASK], [SEP], <pad>) is that
+token, as in transformers' own ALBERT and BERT tokenizers, and the text between is ours
+(`encode` itself cuts it into pieces, as the reference does).
 
 transformers runs in a subprocess where sentencepiece's protobuf module cannot be imported (as
 with a protobuf older than it asks for, which apache-beam pins): the fast tokenizer must come
@@ -22,6 +22,7 @@ import textwrap
 
 import pytest
 
+import multilingual_text
 from albert_jax.convert import tokenizer_files
 from albert_jax.data.tokenizers import TextSettings, Tokenizer, train, train_wordpiece
 
@@ -47,6 +48,17 @@ Price: $1,000,000.00 (approx. £750,000) on 2024-03-15 at 10:30.
 Tabs\there and\u00a0non-breaking\u2009thin spaces\u3000ideographic.
 Emoji 😀 and symbols ™ © ® ½ ² µ Ω Å.
 Łódź, Kraków i Gdańsk to polskie miasta; Příliš žluťoučký kůň.""".splitlines()
+# Six scripts, each a text with the marks SPEC 2.2 drops and that text as it leaves it (NFKD,
+# combining marks removed): the virama, Thai tone marks, dakuten and handakuten, the breve of
+# "й", Vietnamese tones; Hangul loses nothing (its jamo are not combining marks).
+MARKED = {"Devanagari": ("क्या आप हिन्दी बोलते हैं?", "कया आप हिनदी बोलते हैं?"),
+          "Thai": ("ที่นี่มีน้ำ", "ทีนีมีนํา"),
+          "Japanese": ("パンダが好きです。", "ハンタか好きてす。"),
+          "Cyrillic": ("Мой край родной", "Мои краи роднои"),
+          "Hangul": ("한국어를 배웁니다", "한국어를 배웁니다"),
+          "Latin": ("Tiếng Việt có dấu", "Tieng Viet co dau")}
+# The shared multilingual sentences (six scripts, eight languages) and the marked texts.
+SCRIPTS = multilingual_text.sentences() + [text for text, _ in MARKED.values()]
 
 
 def _docstring_lines(modules: tuple[str, ...]) -> list[str]:
@@ -64,13 +76,15 @@ def _docstring_lines(modules: tuple[str, ...]) -> list[str]:
 
 CORPUS = _docstring_lines(("collections", "os", "json", "re", "textwrap", "decimal", "argparse",
                            "http.client", "subprocess", "typing", "statistics", "itertools",
-                           "pathlib", "locale")) + WORLD * 5
+                           "pathlib", "locale")) + (WORLD + SCRIPTS) * 5
 TEXTS = (_docstring_lines(("json", "statistics", "itertools", "subprocess"))[:400] + WORLD
-         + [line.upper() for line in WORLD]
+         + [line.upper() for line in WORLD] + SCRIPTS + [stripped for _, stripped in MARKED.values()]
          + ["Say [MASK] or [SEP], <pad> and <unk>.", "[CLS]Fill the[MASK] in, [PAD] [UNK]."])
-# (name, kind, do_lower_case, digit-comma rule)
-RUNS = (("uncased", "sentencepiece", True, "reference"), ("cased", "sentencepiece", False, "hf"),
-        ("wordpiece", "wordpiece", True, None))
+# (name, kind, do_lower_case, keep_accents, digit-comma rule)
+RUNS = (("uncased", "sentencepiece", True, False, "reference"),
+        ("cased", "sentencepiece", False, False, "hf"),
+        ("accents", "sentencepiece", False, True, "hf"),
+        ("wordpiece", "wordpiece", True, False, None))
 
 _LOAD = textwrap.dedent("""
     import json, sys
@@ -107,15 +121,16 @@ def exported(tmp_path_factory) -> dict:
     transformers makes of them: {name: (tokenizer, folder, {use_fast: loaded})}."""
     root = tmp_path_factory.mktemp("hf_tokenizers")
     runs = {}
-    for name, kind, lower, comma_rule in RUNS:
+    for name, kind, lower, keep_accents, comma_rule in RUNS:
         if kind == "wordpiece":
             path = train_wordpiece(CORPUS, str(root / f"{name}.txt"), 1500,
                                    settings=TextSettings("wordpiece", do_lower_case=lower))
             tokenizer = Tokenizer.load(path, TextSettings("wordpiece", do_lower_case=lower))
         else:
-            path = train(CORPUS, str(root / f"{name}.model"), 800,
-                         settings=TextSettings(do_lower_case=lower))
-            tokenizer = Tokenizer.load(path, TextSettings(do_lower_case=lower, comma_rule=comma_rule))
+            settings = TextSettings(do_lower_case=lower, keep_accents=keep_accents,
+                                    comma_rule=comma_rule)
+            path = train(CORPUS, str(root / f"{name}.model"), 800, settings=settings)
+            tokenizer = Tokenizer.load(path, settings)
         with contextlib.redirect_stdout(io.StringIO()) as said:
             tokenizer_files.write_huggingface_tokenizer(tokenizer, str(root / name), 512)
         # The docstrings' "0, 1" give the models digit-comma pieces: only the reference's rule,
@@ -140,6 +155,8 @@ def test_fast_tokenizer_gives_our_ids(exported, name):
                             else "AlbertTokenizerFast")
     config = json.loads((folder / "tokenizer_config.json").read_text())
     assert config["do_lower_case"] is tokenizer.settings.do_lower_case and config["model_max_length"] == 512
+    if tokenizer.kind == "sentencepiece":
+        assert config["keep_accents"] is tokenizer.settings.keep_accents
     assert json.loads((folder / "special_tokens_map.json").read_text())["mask_token"] == "[MASK]"
     compared = 0
     for text, ids in zip(TEXTS, fast["ids"]):
@@ -184,17 +201,52 @@ def test_slow_tokenizer_gives_our_ids_but_for_what_it_rewrites(exported, name):
     assert slow["ids"][-1].count(tokenizer.mask_id) == 1
 
 
-def test_casing_comes_from_the_workdir_or_the_folder(tmp_path):
-    """`albert-jax convert` of a cased workdir (its config's data.do_lower_case) or of a cased
-    HuggingFace folder (its tokenizer_config.json) keeps the casing."""
+@pytest.mark.slow
+def test_marks_survive_with_keep_accents_in_six_scripts(exported):
+    """keep_accents: the marks SPEC 2.2 drops change the ids, ours and transformers' alike (fast
+    and slow, from the export's tokenizer_config.json and tokenizer.json); at the default they
+    do not."""
+    accents, _, loaded = exported["accents"]
+    for script, (text, stripped) in MARKED.items():
+        ours = accents.encode(text).tolist()
+        assert (ours != accents.encode(stripped).tolist()) is (script != "Hangul"), script
+        for fast in (True, False):
+            assert loaded[fast]["ids"][TEXTS.index(text)] == ours, (script, fast)
+    cased = exported["cased"][0]
+    for script, (text, stripped) in MARKED.items():
+        assert cased.encode(text).tolist() == cased.encode(stripped).tolist(), script
+
+
+def test_settings_come_from_the_workdir_or_the_folder(tmp_path):
+    """`albert-jax convert` of a cased, keep_accents workdir (its tokenizer's record, else its
+    config's data keys) or of such a HuggingFace folder (its tokenizer_config.json) keeps the
+    settings; a folder that says nothing has transformers' defaults."""
     workdir = tmp_path / "workdir"
     workdir.mkdir()
     train(CORPUS[:300], str(workdir / "spiece.model"), 200, settings=TextSettings(do_lower_case=False))
-    (workdir / "config.json").write_text(json.dumps({"data": {"do_lower_case": False}}))
+    (workdir / "config.json").write_text(json.dumps(
+        {"data": {"do_lower_case": False, "keep_accents": True}}))
     tokenizer_files.carry_tokenizer("orbax", str(workdir), None, "huggingface",
                                     str(tmp_path / "hf"), 512)
     config = json.loads((tmp_path / "hf" / "tokenizer_config.json").read_text())
     assert config["do_lower_case"] is False and config["tokenizer_class"] == "AlbertTokenizer"
-    assert tokenizer_files.source_lower("huggingface", str(tmp_path / "hf")) is False
-    assert tokenizer_files.source_lower("orbax", str(workdir / "checkpoints")) is False
-    assert tokenizer_files.source_lower("huggingface", str(workdir)) is True  # nothing says
+    assert config["keep_accents"] is True
+    model = str(tmp_path / "hf" / "spiece.model")
+    assert tokenizer_files.source_settings("huggingface", str(tmp_path / "hf"), model) == {
+        "do_lower_case": False, "keep_accents": True, "comma_rule": "hf"}
+    assert tokenizer_files.source_settings(
+        "orbax", str(workdir / "checkpoints"), str(workdir / "spiece.model")) == {
+        "do_lower_case": False, "keep_accents": True}
+    # The record beside a workdir's tokenizer wins over its config.json.
+    (workdir / "spiece.model.json").write_bytes(TextSettings(comma_rule="hf").record())
+    assert tokenizer_files.source_settings(
+        "orbax", str(workdir), str(workdir / "spiece.model")) == TextSettings(comma_rule="hf").as_dict()
+    (tmp_path / "hf" / "tokenizer_config.json").unlink()
+    assert tokenizer_files.source_settings("huggingface", str(tmp_path / "hf"), model) == {
+        "do_lower_case": True, "keep_accents": False, "comma_rule": "hf"}
+    # A BertTokenizer folder: strip_accents=false keeps them.
+    (tmp_path / "hf" / "tokenizer_config.json").write_text(json.dumps(
+        {"tokenizer_class": "BertTokenizer", "do_lower_case": True, "strip_accents": False}))
+    assert tokenizer_files.source_settings(
+        "huggingface", str(tmp_path / "hf"), str(tmp_path / "hf" / "vocab.txt")) == {
+        "do_lower_case": True, "keep_accents": True}

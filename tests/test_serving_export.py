@@ -18,7 +18,7 @@ pytest.importorskip("transformers")
 
 from albert_jax.convert import serving  # noqa: E402
 from albert_jax.convert.huggingface import FinetunedHead  # noqa: E402
-from albert_jax.data.tokenizers import Tokenizer  # noqa: E402
+from albert_jax.data.tokenizers import TextSettings, Tokenizer  # noqa: E402
 from albert_jax.finetune import run as finetune_run  # noqa: E402
 from albert_jax.model import (  # noqa: E402
     AlbertForMultipleChoice,
@@ -61,7 +61,8 @@ def _served(name: str) -> serving.ServedModel:
     rng = np.random.default_rng(1)
     params = jax.tree.map(lambda leaf: np.asarray(leaf) + 0.1 * rng.standard_normal(leaf.shape)
                           .astype(np.float32), params)
-    return serving.ServedModel(CONFIG, model, params, head, {"spiece.model": b"tokenizer bytes"})
+    return serving.ServedModel(CONFIG, model, params, head, {"spiece.model": b"tokenizer bytes"},
+                               TextSettings())
 
 
 def _ours(served: serving.ServedModel, batches: list[dict[str, np.ndarray]]
@@ -178,7 +179,8 @@ def test_bad_format_and_used_output_write_nothing(tmp_path):
         serving.export(served, "onnx", str(tmp_path / "used"))
     assert os.listdir(tmp_path / "used") == ["keep.txt"]
     unknown = serving.ServedModel(CONFIG, served.model, served.params,
-                                  FinetunedHead("AlbertForQuestionAnsweringV2"), {})
+                                  FinetunedHead("AlbertForQuestionAnsweringV2"), {},
+                                  TextSettings())
     with pytest.raises(ValueError, match="AlbertForQuestionAnsweringV2 head has no serving export"):
         serving.export(unknown, "stablehlo", str(tmp_path / "new"))
     assert not (tmp_path / "new").exists()
@@ -205,11 +207,14 @@ def test_export_command_on_a_pretraining_run(pretrained_tiny, tmp_path):
     assert signature["tokenizer"] == {  # the run's casing, as its tokenizer_config.json says
         "tokenizer_class": "AlbertTokenizer", "do_lower_case": True, "keep_accents": False,
         "remove_space": True, "split_special_tokens": False}
+    assert signature["text_settings"] == {  # what tokenizer_config.json cannot say too
+        "kind": "sentencepiece", "do_lower_case": True, "keep_accents": False,
+        "comma_rule": "reference", "word_boundaries": "reference"}
     tokenizer = Tokenizer.load(str(output / "spiece.model"))
     model_config, params = checkpoint.load(str(pretrained_tiny / "checkpoints"))
     served = serving.ServedModel(model_config, AlbertForPreTraining(model_config),
                                  jax.tree.map(np.asarray, params), FinetunedHead(serving.MASKED_LM),
-                                 {})
+                                 {}, tokenizer.settings)
     session = ort.InferenceSession(str(output / "model.onnx"))
     for text in ("the cat sat on the mat", "a man walked his dog along the river to the city "
                  "and back again before the train left"):
@@ -241,7 +246,7 @@ def test_export_command_on_a_finetuned_run(finetuned_mnli, tmp_path):
     run = finetune_run.load_finished_run(str(workdir))
     served = serving.ServedModel(run.task.model_config, run.task.model,
                                  jax.tree.map(np.asarray, run.params), run.task.huggingface_head(),
-                                 {})
+                                 {}, run.task.tokenizer.settings)
     session = ort.InferenceSession(str(tmp_path / "onnx" / "model.onnx"))
     # MNLI's rows fill the run's 32 tokens (its tokenizer has 400 pieces); pairs of 1 to 4 words
     # and "a" are shorter.

@@ -225,10 +225,22 @@ def test_special_ids_and_word_starts(tokenizer, vocab_path):
     # SPEC 2.5 `_is_start_piece_bert`: only "##" pieces continue a word.
     assert tokenizer.word_start.shape == (len(PIECES),)
     assert tokenizer.word_start.tolist() == [not piece.startswith("##") for piece in PIECES]
-    assert tokenizer.files("vocab.txt") == {"vocab.txt": open(vocab_path, "rb").read()}
+    # The vocabulary as read and its text settings beside it, as a SentencePiece model's.
+    assert tokenizer.files("vocab.txt") == {"vocab.txt": open(vocab_path, "rb").read(),
+                                            "vocab.txt.json": tokenizer.settings.record()}
     clone = pickle.loads(pickle.dumps(tokenizer))
     assert clone.encode("你好 world").tolist() == tokenizer.encode("你好 world").tolist()
     assert tokenizer.preprocess("  Ünï  ") == "  Ünï  "  # processors do nothing for a vocab
+
+
+def test_a_workdir_copy_keeps_the_casing(cased, tmp_path):
+    # A workdir's vocab.txt reads back with the settings of the run that copied it.
+    for name, content in cased.files("vocab.txt").items():
+        (tmp_path / name).write_bytes(content)
+    loaded = Tokenizer.load(str(tmp_path / "vocab.txt"))
+    assert loaded.settings == TextSettings("wordpiece", do_lower_case=False)
+    assert loaded.pieces("Ünï") == cased.pieces("Ünï") != Tokenizer.load(
+        str(tmp_path / "vocab.txt"), TextSettings("wordpiece")).pieces("Ünï")
 
 
 def test_decode(tokenizer):

@@ -6,8 +6,8 @@
 Both take the three model inputs by our names, in this order: input_ids, input_mask,
 segment_ids, int32, with a dynamic batch and sequence length ([batch, choices, sequence] for
 multiple choice); both give the head's float32 outputs (`OUTPUTS`). DIR also holds
-signature.json (inputs, outputs, their shapes, the head, its label names) and the run's
-tokenizer as transformers files.
+signature.json (inputs, outputs, their shapes, the head, its label names, the tokenizer's text
+settings) and the run's tokenizer as transformers files.
 
 ONNX goes through our HuggingFace export (huggingface.py, exact to our logits) and PyTorch's
 TorchScript ONNX exporter with dynamic axes; jax2onnx (0.17) could not convert our Flax model
@@ -36,6 +36,7 @@ from etils import epath
 
 from albert_jax import files
 from albert_jax.convert.huggingface import FinetunedHead, save_huggingface
+from albert_jax.data.tokenizers import TextSettings
 from albert_jax.errors import ConfigError
 from albert_jax.model import AlbertForPreTraining, ModelConfig
 
@@ -68,13 +69,16 @@ class ServedModel:
     model: the Flax task model (a fine-tuning task's, or AlbertForPreTraining of a pretraining
     run); params: its `params` collection; head: the transformers class it exports as and its
     label names (a pretraining run: `FinetunedHead(MASKED_LM)`); tokenizer_files: the run's
-    tokenizer as transformers files ({name: bytes})."""
+    tokenizer as transformers files ({name: bytes}); text_settings: the settings the run
+    tokenizes with (its tokenizer's), which signature.json carries whole: the digit-comma rule
+    and the word boundaries are ours alone, tokenizer_config.json cannot say them."""
 
     model_config: ModelConfig
     model: nn.Module
     params: Any
     head: FinetunedHead
     tokenizer_files: dict[str, bytes]
+    text_settings: TextSettings
 
     @property
     def input_dims(self) -> tuple[str, ...]:
@@ -139,6 +143,7 @@ def _signature(served: ServedModel, export_format: str) -> dict[str, Any]:
         "file": FORMATS[export_format],
         "tokenizer_files": sorted(served.tokenizer_files),
         "tokenizer": _tokenizer_settings(served.tokenizer_files),
+        "text_settings": served.text_settings.as_dict(),
     }
 
 

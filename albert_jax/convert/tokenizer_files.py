@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+from typing import Any
 
 from etils import epath
 
@@ -21,8 +22,10 @@ from albert_jax.data.tokenizers import (
     HF_SPM_FILE,
     TextSettings,
     Tokenizer,
+    config_keys,
     hf_files,
     needs_comma_split,
+    read_record,
     wordpiece,
 )
 from albert_jax.train import workdir as workdir_names
@@ -50,21 +53,41 @@ def workdir_tokenizer(path: epath.Path) -> str | None:
     return None
 
 
-def source_lower(source: str, path: str) -> bool:
-    """Whether the tokenizer of the checkpoint `albert-jax convert --from=<source>` reads
-    lower-cases: a workdir's data.do_lower_case, a HuggingFace folder's tokenizer_config.json
-    do_lower_case; True where nothing says (the released models are uncased, SPEC 2.2)."""
+def source_settings(source: str, path: str, tokenizer: str | None) -> dict[str, Any]:
+    """The text settings of `tokenizer`, the tokenizer that came with the checkpoint at `path`
+    (`albert-jax convert --from=<source>`; fine-tuning's init_from), by `TextSettings` field,
+    only those something says (nothing without a tokenizer): the record beside the tokenizer
+    (`read_record`) over a HuggingFace folder's tokenizer_config.json (`hf_settings`) or the
+    data keys of a workdir's config.json. An official TF checkpoint says nothing: the defaults
+    are its settings (the released models are uncased, SPEC 2.2)."""
+    if tokenizer is None:
+        return {}
     root = epath.Path(path)
     directory = root if root.is_dir() else root.parent
-    if source == "huggingface" and (directory / _HF_TOKENIZER_CONFIG).exists():
-        return bool(json.loads((directory / _HF_TOKENIZER_CONFIG).read_bytes()).get(
-            "do_lower_case", True))
-    if source == "orbax":
+    known: dict[str, Any] = {}
+    if source == "huggingface":
+        config_path = directory / _HF_TOKENIZER_CONFIG
+        config = json.loads(config_path.read_bytes()) if config_path.exists() else {}
+        is_model = epath.Path(tokenizer).name == workdir_names.TOKENIZER_FILE  # else vocab.txt
+        known = hf_settings(config, "sentencepiece" if is_model else "wordpiece")
+    elif source == "orbax":
         for directory in (root, root.parent, root.parent.parent):  # workdir, checkpoints/, <step>/
             if (directory / workdir_names.CONFIG_FILE).exists():
                 saved = json.loads((directory / workdir_names.CONFIG_FILE).read_bytes())
-                return bool(saved.get("data", {}).get("do_lower_case", True))
-    return True
+                known = config_keys(saved.get("data", {}))
+                break
+    return {**known, **(read_record(tokenizer) or {})}
+
+
+def hf_settings(config: dict[str, Any], kind: str) -> dict[str, Any]:
+    """The text settings a transformers tokenizer_config.json says, with transformers' defaults
+    for the keys it lacks: do_lower_case (True), keep_accents (AlbertTokenizer's; a
+    BertTokenizer's strip_accents=false), and for a SentencePiece model HuggingFace's digit-comma
+    rule, which AlbertTokenizer always applies (SPEC 2.3)."""
+    known = {"do_lower_case": bool(config.get("do_lower_case", True)),
+             "keep_accents": bool(config.get("keep_accents", False))
+             or config.get("strip_accents") is False}
+    return {**known, "comma_rule": "hf"} if kind == "sentencepiece" else known
 
 
 def _glob(directory: epath.Path, pattern: str) -> list[str]:
@@ -101,14 +124,15 @@ def source_tokenizer(source: str, path: str, config_path: str | None) -> str | N
 
 def huggingface_files(tokenizer: Tokenizer, model_max_length: int) -> dict[str, bytes]:
     """{file name: content} of `tokenizer` for a transformers model folder, so that
-    `AutoTokenizer.from_pretrained(folder)` gives the ids of `tokenizer.encode`, with its casing:
+    `AutoTokenizer.from_pretrained(folder)` gives the ids of `tokenizer.encode`, with its casing
+    and accents (`source_settings` reads them back from tokenizer_config.json):
     spiece.model and a tokenizer.json for AlbertTokenizerFast (`hf_files`), or a
     WordPiece vocabulary as BertTokenizerFast (`wordpiece.huggingface_files`), each with
     tokenizer_config.json and special_tokens_map.json. Says so when transformers cannot give
     all our ids: a run with the reference's digit-comma rule and pieces it re-encodes."""
     if tokenizer.kind == "wordpiece":
         return wordpiece.huggingface_files(tokenizer.id_to_piece(range(tokenizer.vocab_size)),
-                                           lower=tokenizer.settings.do_lower_case,
+                                           tokenizer.settings,
                                            model_max_length=model_max_length)
     comma_pieces = [piece for piece in tokenizer.id_to_piece(range(tokenizer.vocab_size))
                     if needs_comma_split(piece)]
@@ -119,7 +143,7 @@ def huggingface_files(tokenizer: Tokenizer, model_max_length: int) -> dict[str, 
               "differ where a digit is followed by a comma; fine-tune with "
               "data.comma_rule=hf for the same ids")
     return hf_files.huggingface_files(
-        tokenizer.files(HF_SPM_FILE)[HF_SPM_FILE], lower=tokenizer.settings.do_lower_case,
+        tokenizer.files(HF_SPM_FILE)[HF_SPM_FILE], tokenizer.settings,
         model_max_length=model_max_length, path=tokenizer.path)
 
 
@@ -139,8 +163,7 @@ def carry_tokenizer(source: str, path: str, config_path: str | None, target: str
     if found is None:
         print(f"no tokenizer found with {path}; give fine-tuning one with --config.tokenizer")
         return
-    tokenizer = Tokenizer.load(found, TextSettings.recorded(
-        found, TextSettings(do_lower_case=source_lower(source, path))))
+    tokenizer = Tokenizer.load(found, TextSettings(**source_settings(source, path, found)))
     if target == "huggingface":
         write_huggingface_tokenizer(tokenizer, output, model_max_length)
     else:

@@ -20,7 +20,13 @@ from albert_jax.data.tokenizers.preprocessing import (
     needs_comma_split,
     preprocess_text,
 )
-from albert_jax.data.tokenizers.text_settings import KINDS, TextSettings, check_kind, read_record
+from albert_jax.data.tokenizers.text_settings import (
+    KINDS,
+    TextSettings,
+    check_kind,
+    config_keys,
+    read_record,
+)
 from albert_jax.data.tokenizers.tokenizer import (
     CLS,
     HF_SPM_FILE,
@@ -42,6 +48,6 @@ from albert_jax.data.tokenizers.training import (
 
 __all__ = ["CLS", "COMMA_RULES", "DEFAULT_COMMA_RULE", "HF_SPM_FILE", "INPUT_SENTENCE_SIZE",
            "KINDS", "MASK", "PAD", "SEP", "SPIECE_UNDERLINE", "SentencePieceTokenizer",
-           "TextSettings", "Tokenizer", "UNK", "WordPieceTokenizer", "check_kind",
+           "TextSettings", "Tokenizer", "UNK", "WordPieceTokenizer", "check_kind", "config_keys",
            "is_start_piece", "needs_comma_split", "preprocess_text", "read_record",
            "tokenizer_kind", "train", "train_from_config", "train_wordpiece"]

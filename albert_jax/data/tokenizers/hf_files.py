@@ -1,15 +1,16 @@
 """A SentencePiece model as transformers tokenizer files that give our ids (SPEC 2.1-2.3).
 
-  files = huggingface_files(model_proto, lower=False, model_max_length=512)
+  files = huggingface_files(model_proto, TextSettings(do_lower_case=False), model_max_length=512)
   # {"spiece.model", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"}
 
 `AutoTokenizer.from_pretrained(folder)` opens `AlbertTokenizerFast` on `tokenizer.json`, a
 `tokenizers` pipeline that spells out what `SentencePieceTokenizer.encode` does:
   - ALBERT's `preprocess_text` (SPEC 2.2): the whitespace of Python's `str.split()` folded to one
-    space and stripped, NFKD, the characters `unicodedata.combining` marks dropped, Python's
-    `lower()` (its final sigma too) when `do_lower_case`. Unlike HuggingFace's own conversion
-    (`AlbertConverter`): no ``/'' rewrite (the reference has none), not `StripAccents` (it drops
-    the nonspacing marks, Mn, another set than Python's), and NFC before the character map;
+    space and stripped, NFKD, the characters `unicodedata.combining` marks dropped (not with
+    `keep_accents`), Python's `lower()` (its final sigma too) when `do_lower_case`. Unlike
+    HuggingFace's own conversion (`AlbertConverter`): no ``/'' rewrite (the reference has none),
+    not `StripAccents` (it drops the nonspacing marks, Mn, another set than Python's), and NFC
+    before the character map;
   - SentencePiece's normalization, read from the model file's normalizer spec: the precompiled
     character map (nmt_nfkc), runs of spaces folded, the dummy "▁" prefix;
   - the unigram model with the file's pieces and scores;
@@ -21,7 +22,8 @@
 The model file is read without protobuf (the few fields needed are parsed from its wire format):
 sentencepiece's generated module asks for a newer protobuf than apache-beam allows (< 7).
 `AutoTokenizer(..., use_fast=False)` opens `AlbertTokenizer` on spiece.model with the same
-casing (`tokenizer_config.json`); it rewrites ``/'' to " first, as HuggingFace always did.
+casing and accents (`tokenizer_config.json`); it rewrites ``/'' to " first, as HuggingFace
+always did.
 
 What a pipeline cannot express: the SPEC 2.3 digit-comma rule re-encodes a piece such as "0,"
 after the model has chosen it. As in HuggingFace's conversion, such pieces score 100 lower, so
@@ -43,6 +45,7 @@ import sentencepiece as spm
 
 from albert_jax.data.tokenizers import wordpiece
 from albert_jax.data.tokenizers.preprocessing import SPIECE_UNDERLINE, needs_comma_split
+from albert_jax.data.tokenizers.text_settings import TextSettings
 from albert_jax.data.tokenizers.tokenizer import CLS, HF_SPM_FILE, MASK, PAD, SEP, UNK
 
 # sentencepiece_model.proto: ModelProto.trainer_spec = 2, .normalizer_spec = 3;
@@ -152,7 +155,7 @@ def _reserved(processor: spm.SentencePieceProcessor, piece_id: int) -> bool:
                 or processor.is_unused(piece_id))
 
 
-def _tokenizer_json(model_proto: bytes, lower: bool, path: str) -> str:
+def _tokenizer_json(model_proto: bytes, settings: TextSettings, path: str) -> str:
     """The `tokenizers` pipeline of `SentencePieceTokenizer.encode` (see the module docstring)."""
     # pylint: disable=import-outside-toplevel  (only the HuggingFace export needs `tokenizers`)
     from tokenizers import (
@@ -190,9 +193,10 @@ def _tokenizer_json(model_proto: bytes, lower: bool, path: str) -> str:
             vocab.append((piece, processor.get_score(piece_id) - 100 * needs_comma_split(piece)))
     model = HFTokenizer(models.Unigram(vocab, unk_id=processor.unk_id(), byte_fallback=False))
     whitespace, combining = _python_classes()
-    steps = [normalizers.Replace(Regex(f"{whitespace}+"), " "), normalizers.Strip(),
-             normalizers.NFKD(), normalizers.Replace(Regex(combining), "")]
-    if lower:  # Python's lower() of the whole text: a final capital sigma becomes "ς"
+    steps = [normalizers.Replace(Regex(f"{whitespace}+"), " "), normalizers.Strip()]
+    if not settings.keep_accents:
+        steps += [normalizers.NFKD(), normalizers.Replace(Regex(combining), "")]
+    if settings.do_lower_case:  # Python's lower() of the whole text: a final capital Σ is "ς"
         steps += [normalizers.Replace(Regex(wordpiece.HF_FINAL_SIGMA), "\u03c2"),
                   normalizers.Lowercase()]
     if "nfkc" in spec.normalization:
@@ -217,21 +221,20 @@ def _tokenizer_json(model_proto: bytes, lower: bool, path: str) -> str:
     return model.to_str(pretty=True)
 
 
-def huggingface_files(model_proto: bytes, *, lower: bool, model_max_length: int,
+def huggingface_files(model_proto: bytes, settings: TextSettings, *, model_max_length: int,
                       path: str = "<bytes>") -> dict[str, bytes]:
     """{file name: content} of a transformers ALBERT tokenizer folder that gives the ids of
-    `SentencePieceTokenizer(model_proto, settings=TextSettings(do_lower_case=lower)).encode` (see the module docstring):
+    `SentencePieceTokenizer(model_proto, settings=settings).encode` (see the module docstring):
     spiece.model, tokenizer.json, tokenizer_config.json, special_tokens_map.json."""
     names = {"bos_token": CLS, "eos_token": SEP, "unk_token": UNK, "sep_token": SEP,
              "pad_token": PAD, "cls_token": CLS, "mask_token": MASK}
-    # keep_accents False and remove_space True: preprocess_text always strips accents and folds
-    # whitespace (SPEC 2.2); only the lower-casing is the run's. split_special_tokens False
-    # (transformers' default, written for a server that reads signature.json): a special
-    # token spelled in a text is that token.
-    config = dict(names, tokenizer_class="AlbertTokenizer", do_lower_case=lower,
-                  keep_accents=False, remove_space=True, model_max_length=model_max_length,
-                  split_special_tokens=False)
+    # remove_space True: preprocess_text always folds whitespace (SPEC 2.2); the casing and the
+    # accents are the run's. split_special_tokens False (transformers' default, written for a
+    # server that reads signature.json): a special token spelled in a text is that token.
+    config = dict(names, tokenizer_class="AlbertTokenizer", do_lower_case=settings.do_lower_case,
+                  keep_accents=settings.keep_accents, remove_space=True,
+                  model_max_length=model_max_length, split_special_tokens=False)
     return {HF_SPM_FILE: model_proto,
-            "tokenizer.json": _tokenizer_json(model_proto, lower, path).encode("utf-8"),
+            "tokenizer.json": _tokenizer_json(model_proto, settings, path).encode("utf-8"),
             "tokenizer_config.json": (json.dumps(config, indent=2) + "\n").encode("utf-8"),
             "special_tokens_map.json": (json.dumps(names, indent=2) + "\n").encode("utf-8")}

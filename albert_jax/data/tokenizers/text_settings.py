@@ -8,7 +8,10 @@ The record is what every path from text to ids needs besides the model file: the
 (`data.tokenizer_kind`), lower-casing (`data.do_lower_case`, SPEC 2.2), accents
 (`data.keep_accents`), the digit-comma rule (`data.comma_rule`, SPEC 2.3) and where whole words
 start for n-gram masking (`data.word_boundaries`, SPEC 1.4.2). A workdir keeps it as JSON beside its SentencePiece model
-(`record_path`), so a run that reads the workdir later tokenizes as the run that wrote it.
+or WordPiece vocabulary (`record_path`), so a run that reads the workdir later tokenizes as the
+run that wrote it: fine-tuning from it, evaluate, predict, export. A fine-tuning config leaves
+its text keys None ("the checkpoint's", `config_keys` skips them), so the settings of its
+`init_from` apply unless the run sets a key itself (finetune/core/pretrained.py).
 """
 from __future__ import annotations
 
@@ -29,6 +32,7 @@ from albert_jax.errors import ConfigError
 
 KINDS = ("sentencepiece", "wordpiece")
 _MODEL_SUFFIX = ".model"
+_CONFIG_KEYS = {"kind": "tokenizer_kind"}  # a field's config.data key, where not its own name
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,14 +59,9 @@ class TextSettings:
 
     @classmethod
     def from_config(cls, data: Any) -> "TextSettings":
-        """The settings of `config.data` (a key it lacks keeps its default), checked."""
-        defaults = cls()
-        settings = cls(kind=str(data.get("tokenizer_kind", defaults.kind)),
-                       do_lower_case=bool(data.get("do_lower_case", defaults.do_lower_case)),
-                       keep_accents=bool(data.get("keep_accents", defaults.keep_accents)),
-                       comma_rule=str(data.get("comma_rule", defaults.comma_rule)),
-                       word_boundaries=str(data.get("word_boundaries",
-                                                    defaults.word_boundaries)))
+        """The settings of `config.data` (a key it lacks or leaves None keeps its default),
+        checked."""
+        settings = cls(**config_keys(data))
         settings.check()
         return settings
 
@@ -88,6 +87,19 @@ class TextSettings:
     def record(self) -> bytes:
         """The JSON kept beside a workdir's model file, which `read_record` reads back."""
         return (json.dumps(self.as_dict(), indent=2) + "\n").encode("utf-8")
+
+
+def config_keys(data: Any) -> dict[str, Any]:
+    """The settings `config.data` sets, by field name (`data.tokenizer_kind` is `kind`): a key
+    it lacks, or leaves None (a fine-tuning config's placeholder: "the checkpoint's"), is not
+    set."""
+    defaults = TextSettings().as_dict()
+    keys = {}
+    for name, default in defaults.items():
+        value = data.get(_CONFIG_KEYS.get(name, name))
+        if value is not None:
+            keys[name] = type(default)(value)
+    return keys
 
 
 def record_path(model_path: str) -> str:

@@ -10,8 +10,8 @@
 
 The file decides the kind (`tokenizer_kind`): a name ending in `.model` is a SentencePiece model,
 any other a WordPiece vocabulary (UTF-8 text, one piece per line). A workdir keeps its tokenizer
-as the model file plus its text settings beside it (`Tokenizer.files`, text_settings.py), so
-`Tokenizer.load` of a workdir's model gets the run's settings back; a vocabulary is kept as it is.
+as the model file or vocabulary plus its text settings beside it (`Tokenizer.files`,
+text_settings.py), so `Tokenizer.load` of a workdir's copy gets the run's settings back.
 Training a model or a vocabulary from a corpus is training.py's.
 """
 from __future__ import annotations
@@ -406,8 +406,8 @@ class WordPieceTokenizer(Tokenizer):
         self._special = {self.pad_id, self.cls_id, self.sep_id, self.mask_id}
 
     def files(self, name: str) -> dict[str, bytes]:
-        """The vocabulary file as read (do_lower_case is the run config's)."""
-        return {name: self._vocab_bytes}
+        """The vocabulary file as read and its text settings (`TextSettings.record`)."""
+        return {name: self._vocab_bytes, record_path(name): self.settings.record()}
 
     def __getstate__(self) -> dict:  # Picklable for worker processes: ship the vocabulary.
         return {"vocab": self._vocab_bytes, "settings": self.settings, "path": self.path}

@@ -33,6 +33,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from albert_jax.data.tokenizers.text_settings import TextSettings
+
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_PIECES = (PAD, UNK, CLS, SEP, MASK)  # BERT's order; a trained vocabulary starts so
 REQUIRED_PIECES = (UNK, CLS, SEP, MASK)
@@ -332,12 +334,13 @@ _HF_IDEOGRAPHS = "[" + "".join(f"\\x{{{low:X}}}-\\x{{{high:X}}}"
 _HF_PUNCTUATION = r"[!-/:-@\[-`{-~\p{P}]"
 
 
-def huggingface_files(pieces: Sequence[str], *, lower: bool,
+def huggingface_files(pieces: Sequence[str], settings: TextSettings, *,
                       model_max_length: int) -> dict[str, bytes]:
     """{file name: content} of a transformers `BertTokenizerFast` (what `AutoTokenizer` opens)
-    that tokenizes as `WordPieceSplitter(pieces, lower=lower)` and adds [CLS] A [SEP] B [SEP]
-    with segment ids 0 and 1: vocab.txt, tokenizer.json, tokenizer_config.json,
-    special_tokens_map.json."""
+    that tokenizes as `WordPieceSplitter(pieces, lower=settings.do_lower_case,
+    keep_accents=settings.keep_accents)` (lower-casing that keeps the Mn marks is BertTokenizer's
+    strip_accents=False) and adds [CLS] A [SEP] B [SEP] with segment ids 0 and 1: vocab.txt,
+    tokenizer.json, tokenizer_config.json, special_tokens_map.json."""
     # pylint: disable=import-outside-toplevel  (only the HuggingFace export needs `tokenizers`)
     from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers, processors
     from tokenizers import Tokenizer as HFTokenizer
@@ -347,9 +350,10 @@ def huggingface_files(pieces: Sequence[str], *, lower: bool,
                                          continuing_subword_prefix=CONTINUATION,
                                          max_input_chars_per_word=MAX_WORD_CHARS))
     steps = [normalizers.Replace(Regex(_HF_DROPPED), "")]
-    if lower:  # the reference's order: lower(), then NFD and drop the Mn marks
-        steps += [normalizers.Replace(Regex(HF_FINAL_SIGMA), "\u03c2"), normalizers.Lowercase(),
-                  normalizers.NFD(), normalizers.Replace(Regex(r"\p{Mn}"), "")]
+    if settings.do_lower_case:  # the reference's order: lower(), then NFD and drop the Mn marks
+        steps += [normalizers.Replace(Regex(HF_FINAL_SIGMA), "\u03c2"), normalizers.Lowercase()]
+        if not settings.keep_accents:
+            steps += [normalizers.NFD(), normalizers.Replace(Regex(r"\p{Mn}"), "")]
     model.normalizer = normalizers.Sequence(steps)
     model.pre_tokenizer = pre_tokenizers.Sequence([
         pre_tokenizers.WhitespaceSplit(),
@@ -364,8 +368,9 @@ def huggingface_files(pieces: Sequence[str], *, lower: bool,
     names = {"unk_token": UNK, "sep_token": SEP, "cls_token": CLS, "mask_token": MASK}
     if PAD in vocab:
         names["pad_token"] = PAD
-    config = dict(names, tokenizer_class="BertTokenizer", do_lower_case=lower,
-                  tokenize_chinese_chars=True, strip_accents=None,
+    config = dict(names, tokenizer_class="BertTokenizer", do_lower_case=settings.do_lower_case,
+                  tokenize_chinese_chars=True,
+                  strip_accents=False if settings.keep_accents else None,
                   model_max_length=model_max_length, split_special_tokens=False)
     return {"vocab.txt": "".join(f"{piece}\n" for piece in pieces).encode("utf-8"),
             "tokenizer.json": model.to_str(pretty=True).encode("utf-8"),

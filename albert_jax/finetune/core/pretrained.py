@@ -13,7 +13,9 @@
     or the checkpoint prefix itself.
 Each may be local or in a bucket (gs://, read through etils.epath). The architecture always comes
 from it (the user never retypes it); only the backbone (`albert`) is taken, the task head starts
-fresh (big_vision's `dont_load`, T5X's initial checkpoint).
+fresh (big_vision's `dont_load`, T5X's initial checkpoint). So do the text settings its tokenizer
+was used with (casing, accents, the digit-comma rule: `text_settings`), unless the run sets a key
+itself.
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ from absl import logging
 from etils import epath
 
 from albert_jax.convert import load_huggingface, load_tf_checkpoint, tokenizer_files
-from albert_jax.data.tokenizers import read_record
+from albert_jax.data.tokenizers import TextSettings, config_keys
 from albert_jax.errors import ConfigError
 from albert_jax.model import ModelConfig
 from albert_jax.train import checkpoint
@@ -37,25 +39,41 @@ from albert_jax.train import workdir as workdir_names
 class Pretrained:
     """model_config: the checkpoint's architecture; backbone: the `albert` params (numpy or
     jax arrays); tokenizer: the SentencePiece model or WordPiece vocabulary that came with it,
-    or None; comma_rule:
-    the SPEC 2.3 digit-comma rule its tokenizer was used with, where known ("hf" for a
-    HuggingFace checkpoint, the recorded rule for one of our workdirs), else None."""
+    or None; text: the `TextSettings` fields its tokenizer was used with, those that are known
+    (`tokenizer_files.source_settings`: one of our workdirs' record, a HuggingFace folder's
+    tokenizer_config.json; nothing for a TF checkpoint)."""
 
     model_config: ModelConfig
     backbone: dict[str, Any]
     tokenizer: str | None
     kind: str  # "workdir", "orbax", "huggingface", "tf"
-    comma_rule: str | None = None
+    text: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
-def warn_if_comma_rule_differs(pretrained: Pretrained, comma_rule: str) -> None:
-    """One warning line when the run tokenizes numbers unlike the checkpoint did (SPEC 2.3)."""
-    if pretrained.comma_rule is not None and pretrained.comma_rule != comma_rule:
-        logging.warning(
-            "config data.comma_rule=%r differs from the digit-comma rule of the init_from "
-            "checkpoint (%s: %r), so numbers followed by a comma are tokenized differently "
-            "(SPEC 2.3); --config.data.comma_rule=%s matches it", comma_rule, pretrained.kind,
-            pretrained.comma_rule, pretrained.comma_rule)
+# What a text setting changes, for the warning of a run that sets it unlike its checkpoint.
+_WHAT_DIFFERS = {
+    "do_lower_case": "capitals are tokenized differently (SPEC 2.2)",
+    "keep_accents": "accents and other combining marks are tokenized differently (SPEC 2.2)",
+    "comma_rule": "numbers followed by a comma are tokenized differently (SPEC 2.3)",
+}
+
+
+def text_settings(data: Any, known: dict[str, Any], source: str) -> TextSettings:
+    """The settings a fine-tuning run tokenizes with: each key `config.data` sets (not None),
+    else the one `known` of its tokenizer (`Pretrained.text`, or a record beside
+    config.tokenizer), else the default. One warning line for each key the run sets unlike
+    `known`, naming `source` (where `known` came from, e.g. "the init_from workdir
+    checkpoint")."""
+    chosen = config_keys(data)
+    for key in sorted(chosen.keys() & known.keys() & _WHAT_DIFFERS.keys()):
+        if chosen[key] != known[key]:
+            logging.warning(
+                "config data.%s=%r differs from %s (%r), so %s; the run's value is used "
+                "(leave the key out, or --config.data.%s=%s, to match it)", key, chosen[key],
+                source, known[key], _WHAT_DIFFERS[key], key, known[key])
+    settings = TextSettings(**{**known, **chosen})
+    settings.check()
+    return settings
 
 
 def _tf_prefix(path: epath.Path) -> str | None:
@@ -83,16 +101,17 @@ def load(path: str) -> Pretrained:
             raise FileNotFoundError(f"init_from={path} has albert_config.json but no TF checkpoint "
                                     "(model.ckpt-*.index or variables/variables.index)")
         model_config, params = load_tf_checkpoint(prefix, os.fspath(directory / "albert_config.json"))
-        return Pretrained(model_config, params["albert"], tokenizer_files.tf_tokenizer(directory),
-                          "tf")
+        tokenizer = tokenizer_files.tf_tokenizer(directory)
+        return Pretrained(model_config, params["albert"], tokenizer, "tf",
+                          tokenizer_files.source_settings("tf", path, tokenizer))
 
     hf_config = directory / workdir_names.CONFIG_FILE
     if hf_config.exists() and json.loads(hf_config.read_bytes()).get("model_type") == "albert":
         model_config, params = load_huggingface(os.fspath(directory))
-        # HuggingFace's AlbertTokenizer applies the Python 2 digit-comma rule (SPEC 2.3).
-        tokenizer = workdir_names.tokenizer_path(directory)
-        return Pretrained(model_config, params["albert"], tokenizer and os.fspath(tokenizer),
-                          "huggingface", "hf")
+        found = workdir_names.tokenizer_path(directory)
+        tokenizer = os.fspath(found) if found else None
+        return Pretrained(model_config, params["albert"], tokenizer, "huggingface",
+                          tokenizer_files.source_settings("huggingface", path, tokenizer))
 
     kind = "workdir" if (root / workdir_names.CONFIG_FILE).exists() else "orbax"
     source = root
@@ -109,6 +128,5 @@ def load(path: str) -> Pretrained:
         raise ConfigError(f"config init_from={path}: the checkpoint has no `albert` backbone "
                           f"(top-level params: {sorted(params)})")
     tokenizer = tokenizer_files.workdir_tokenizer(root)
-    record = read_record(tokenizer) if tokenizer else None
     return Pretrained(model_config, params["albert"], tokenizer, kind,
-                      record.get("comma_rule") if record else None)
+                      tokenizer_files.source_settings("orbax", path, tokenizer))

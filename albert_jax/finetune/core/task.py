@@ -36,7 +36,7 @@ from albert_jax import config as config_lib
 from albert_jax import files
 from albert_jax.convert.huggingface import FinetunedHead
 from albert_jax.data.input import pipeline
-from albert_jax.data.tokenizers import TextSettings, Tokenizer
+from albert_jax.data.tokenizers import TextSettings, Tokenizer, read_record
 from albert_jax.errors import ConfigError
 from albert_jax.finetune.core import pretrained as pretrained_lib
 from albert_jax.finetune.core.pretrained import Pretrained
@@ -164,9 +164,18 @@ class FinetuneTask(Task):
                      else "a from-scratch run (empty init_from) has no tokenizer")
             raise ConfigError(f"config {where}; give one with --config.tokenizer=PATH/TO/"
                               "spiece.model (or a WordPiece vocab.txt)")
-        tokenizer = Tokenizer.load(tokenizer_path, TextSettings.from_config(config.data))
-        if pretrained:
-            pretrained_lib.warn_if_comma_rule_differs(pretrained, config.data.comma_rule)
+        if config.tokenizer:  # the user's own tokenizer: the settings recorded beside it, if any
+            known, source = read_record(config.tokenizer) or {}, f"the record of {config.tokenizer}"
+        else:
+            assert pretrained is not None  # the tokenizer came with it
+            known, source = pretrained.text, f"the init_from {pretrained.kind} checkpoint"
+        tokenizer = Tokenizer.load(tokenizer_path,
+                                   pretrained_lib.text_settings(config.data, known, source))
+        # The run's config.json records the settings it tokenizes with (as its tokenizer copy
+        # does), so evaluate, predict and export read them back.
+        for key, value in tokenizer.settings.as_dict().items():
+            if key in config.data:
+                config.data[key] = value
         base = (pretrained.model_config if pretrained
                 else presets.get_config(config.model, vocab_size=tokenizer.vocab_size))
         model_config = config_lib.model_config(config, base)
