@@ -64,6 +64,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # "hf:NAME[/CONFIG][:SPLIT]" (a hub dataset's Parquet files in the local HF cache, offline);
     # a TFDS text dataset name; or "demo" (docs/pretraining.md "Your corpus").
     config.data.corpus = "demo"
+    # A mixture of languages is a dict of group name (a language code, or any name) -> corpus
+    # spec, e.g. "{'hi': 'wiki/hi/*.parquet', 'en': 'hf:wikimedia/wikipedia/20231101.en'}";
+    # a group of p_i of the characters is sampled with q_i = p_i^alpha / sum_j p_j^alpha, by
+    # `data build` (each document dupe_factor x q_i/p_i times) and `tokenizer train`. 0.7 is
+    # mBERT's; 0.3 XLM-R's and mT5's; 1: as large as the groups are; 0: every group equal.
+    config.data.mixture_alpha = 0.7
     # How the corpus's text becomes documents of sentences (albert_jax/data/corpus/settings.py):
     config.data.text_column = "text"  # the record field with the text (OSCAR's is "content")
     # "blank_lines": a blank line ends a document; "records": each Parquet row, JSON line, HF or

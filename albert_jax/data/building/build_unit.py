@@ -17,7 +17,9 @@ Inside a unit, as before units existed:
 - each split's documents, in corpus order, are cut into blocks of about BLOCK_CHARACTERS of text
   (documents are never split); a block is tokenized, then `dupe_factor` passes of SPEC 1.3
   instance creation and SPEC 1.4 masking run over it, pass p of block b of unit u of split s
-  with `np.random.SeedSequence([seed, s, u, b, p])`. The SOP/NSP "random other document"
+  with `np.random.SeedSequence([seed, s, u, b, p])`. In a mixture (`corpus.mixture`) a unit
+  holds one group, whose documents are passed dupe_factor x r_i times on average
+  (`document_passes`: pass p takes the documents with more than p passes). The SOP/NSP "random other document"
   (SPEC 1.3.5a) is drawn from the same block, not the whole corpus: the reference's own advice
   for big corpora (shard the input, SPEC 1.6a) gives the same locality, and it keeps memory
   bounded;
@@ -51,11 +53,28 @@ UNITS_DIR = "_units"
 BLOCK_CHARACTERS = 128 * 1024
 
 
+# The last entry of the seed of a block's per-document pass draw: never a pass index.
+_PASS_DRAW = 2**32 - 1
+
+
 @dataclasses.dataclass(frozen=True)
 class Unit:
-    """Consecutive corpus parts (`corpus.plan_parts`, in corpus order), built together."""
+    """Consecutive corpus parts (`corpus.plan_parts`, in corpus order) of one group of the
+    corpus (a mixture's, or "" of a plain corpus), built together."""
     index: int
     sources: tuple[str, ...]
+    group: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupPlan:
+    """How a build reads one group of the corpus and how often it passes its documents.
+
+    passes: dupe_factor x r_i, the passes of each document on average (dupe_factor itself for
+    a plain corpus, r_i = 1).
+    """
+    reading: corpus.ReadSettings
+    passes: float
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +82,7 @@ class BuildContext:
     """What every unit of one build shares (picklable: sent once to each worker).
 
     plan: the digest of the whole plan (settings, units, shard size), recorded in each manifest.
+    groups: each group's `GroupPlan`, by name (a plain corpus: "").
     staging_dir: where a gs:// build writes each shard before uploading it (None: the system's
     temp folder).
     """
@@ -72,6 +92,7 @@ class BuildContext:
     dataset_dir: str
     shard_bytes: int
     plan: str
+    groups: dict[str, GroupPlan]
     staging_dir: str | None = None
 
     @property
@@ -103,6 +124,7 @@ def build_unit(context: BuildContext, unit: Unit) -> dict[str, Any]:
     [{"file", "examples", "bytes"}], "counts": {documents, sentences, instances, blocks,
     empty_documents}}}}."""
     settings = context.settings
+    group = context.groups[unit.group]
     splits = SPLITS if settings.eval_fraction > 0 else ("train",)
     reading = corpus.CorpusStats()
     held_eval_documents: list[list[str]] = []
@@ -111,7 +133,7 @@ def build_unit(context: BuildContext, unit: Unit) -> dict[str, Any]:
         for source in unit.sources:
             source_name = corpus.part_name(source)
             for document_index, document in enumerate(
-                    corpus.read_documents(source, settings.reading, reading)):
+                    corpus.read_documents(source, group.reading, reading)):
                 if _is_eval_document(source_name, document_index, settings.eval_fraction):
                     held_eval_documents.append(document)
                 else:
@@ -121,7 +143,8 @@ def build_unit(context: BuildContext, unit: Unit) -> dict[str, Any]:
     for split in ("train",) + tuple(split for split in splits if split != "train"):
         documents = train_documents() if split == "train" else iter(held_eval_documents)
         counts: collections.Counter = collections.Counter()
-        examples = _split_examples(context, unit.index, SPLITS.index(split), documents, counts)
+        examples = _split_examples(context, unit.index, SPLITS.index(split), documents,
+                                   group.passes, counts)
         shards = shard_writer.write_unit_shards(
             examples, context.units_dir, f"unit-{unit.index:05d}-{split}",
             file_format=settings.file_format, shard_bytes=context.shard_bytes,
@@ -153,13 +176,13 @@ def _blocks(documents: Iterable[list[str]]) -> Iterator[list[list[str]]]:
 
 
 def _split_examples(context: BuildContext, unit_index: int, split_index: int,
-                    documents: Iterable[list[str]], counts: collections.Counter
+                    documents: Iterable[list[str]], passes: float, counts: collections.Counter
                     ) -> Iterator[bytes]:
     """The serialized examples of one split of a unit, block by block; counts into `counts`."""
     for block_index, block in enumerate(_blocks(documents)):
         examples, block_counts = block_examples(
             context.settings, context.tokenizer, context.masking_settings, block,
-            seed_prefix=(split_index, unit_index, block_index))
+            seed_prefix=(split_index, unit_index, block_index), passes=passes)
         counts.update(block_counts)
         yield from examples
 
@@ -196,26 +219,48 @@ def example_features(seq_len: int, max_predictions: int) -> tfds.features.Featur
     })
 
 
+def document_passes(passes: float, num_documents: int,
+                    rng: np.random.Generator) -> np.ndarray:
+    """int [num_documents]: how many passes each document gets, `passes` on average: the whole
+    part of `passes`, plus one with the probability of its fraction (drawn from `rng`, one
+    draw a document; none when `passes` is whole)."""
+    whole = int(np.floor(passes))
+    fraction = passes - whole
+    if fraction == 0:
+        return np.full(num_documents, whole)
+    return whole + (rng.random(num_documents) < fraction)
+
+
 def block_examples(settings: DatasetSettings, tokenizer: Tokenizer,
                    masking_settings: masking.MaskingSettings, documents: list[list[str]], *,
-                   seed_prefix: tuple[int, ...]) -> tuple[list[bytes], dict[str, int]]:
-    """Tokenize a block, then `dupe_factor` passes of instances (SPEC 1.3) and masks (SPEC 1.4),
-    pass p seeded with `SeedSequence([settings.seed, *seed_prefix, p])`; the serialized
-    examples in pass order, and counts of what was done."""
-    tokenized, sentences = [], 0
-    for document in documents:
+                   seed_prefix: tuple[int, ...], passes: float | None = None
+                   ) -> tuple[list[bytes], dict[str, int]]:
+    """Tokenize a block, then passes of instances (SPEC 1.3) and masks (SPEC 1.4), pass p
+    seeded with `SeedSequence([settings.seed, *seed_prefix, p])` and taking the documents with
+    more than p passes (`document_passes`, drawn with `SeedSequence([settings.seed,
+    *seed_prefix, _PASS_DRAW])`); `passes` is a mixture group's dupe_factor x r_i (None:
+    dupe_factor, every document in every pass). The serialized examples in pass order, and
+    counts of what was done."""
+    per_document = document_passes(
+        settings.dupe_factor if passes is None else passes, len(documents),
+        np.random.default_rng(np.random.SeedSequence([settings.seed, *seed_prefix, _PASS_DRAW])))
+    tokenized, document_pass_counts, sentences = [], [], 0
+    for document, document_pass_count in zip(documents, per_document):
         encoded = [ids for ids in map(tokenizer.encode, document) if ids.size]
         sentences += len(encoded)
         if encoded:
             tokenized.append(encoded)
+            document_pass_counts.append(document_pass_count)
     special_ids = masking_settings.special_ids
     serialize = _example_serializer(settings.seq_len, settings.max_predictions)
     examples: list[bytes] = []
-    for dupe_pass in range(settings.dupe_factor):
+    for dupe_pass in range(max(document_pass_counts, default=0)):
         rng = np.random.default_rng(np.random.SeedSequence(
             [settings.seed, *seed_prefix, dupe_pass]))
+        in_pass = [document for document, count in zip(tokenized, document_pass_counts)
+                   if count > dupe_pass]
         for instance in instances.create_instances(
-                tokenized, rng, max_seq_length=settings.seq_len,
+                in_pass, rng, max_seq_length=settings.seq_len,
                 short_seq_prob=settings.short_seq_prob,
                 sentence_objective=settings.sentence_objective,
                 reference_compat=settings.reference_compat,

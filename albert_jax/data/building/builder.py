@@ -25,6 +25,11 @@ metadata last (dataset_info.json last of all: a folder without it is unfinished)
 example crosses between workers (no GroupByKey), so memory per worker is flat in the corpus
 size, and the shards are byte-identical whoever ran the units and however many.
 
+A mixture (`data.corpus` a dict of groups, `corpus.mixture`) is planned group by group (a unit
+holds parts of one group); the groups' characters are counted once, before the first unit, and
+kept in the plan, so the pool, Beam and a resumed build pass each group's documents the same
+dupe_factor x r_i times (`build_unit.document_passes`) and write the same bytes.
+
 Resumable and safe: a build killed at any moment and run again builds only the units without a
 manifest and ends with the same bytes (`_units/plan.json` records the plan; a folder left by
 another plan is cleared first). One build per folder at a time: `<folder>/build.lock`
@@ -34,6 +39,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import dataclasses
 import hashlib
 import json
 import multiprocessing
@@ -116,10 +122,10 @@ class AlbertPretraining(FileReaderBuilder):
 
 
 def make_builder(config: ml_collections.ConfigDict, *, num_processes: int | None = None,
-                 sources: list[tuple[str, int | None]] | None = None) -> AlbertPretraining:
+                 groups: list[corpus.Group] | None = None) -> AlbertPretraining:
     """The builder of a run config (checks it and the tokenizer file; builds nothing).
-    `sources`: `corpus.sized_sources` of the config's corpus, where the caller has it."""
-    settings = DatasetSettings.from_run_config(config, sources=sources)
+    `groups`: `corpus.corpus_groups` of the config's corpus, where the caller has them."""
+    settings = DatasetSettings.from_run_config(config, groups=groups)
     tokenizer = Tokenizer.load(config.data.tokenizer, settings.text)
     if tokenizer.vocab_size > config.data.vocab_size:
         raise ConfigError(
@@ -141,8 +147,9 @@ def build_from_config(config: ml_collections.ConfigDict, *, num_processes: int |
     Prints what it did: documents, sentences and instances per split, skipped input and why,
     shards, seconds and examples per second.
     """
-    sources = corpus.sized_sources(config.data.corpus)
-    builder = make_builder(config, num_processes=num_processes, sources=sources)
+    groups = corpus.corpus_groups(config.data.corpus, corpus.ReadSettings.from_config(config.data))
+    sources = corpus.flat_sources(groups)
+    builder = make_builder(config, num_processes=num_processes, groups=groups)
     beam_options = None
     if beam_pipeline_options:
         from albert_jax.data.building import beam_build  # Apache Beam only where asked for
@@ -154,8 +161,7 @@ def build_from_config(config: ml_collections.ConfigDict, *, num_processes: int |
         _print_existing(builder)
         return builder.data_dir
     # Before anything is written: a file without data.text_column is one line here.
-    parts = corpus.plan_parts(sources, builder.builder_config.reading,
-                              builder.builder_config.unit_bytes)
+    units = plan_units(groups, builder.builder_config.unit_bytes)
     dataset_dir = epath.Path(builder.data_dir)
     dataset_dir.mkdir(parents=True, exist_ok=True)
     lock = file_lock.acquire(
@@ -167,34 +173,46 @@ def build_from_config(config: ml_collections.ConfigDict, *, num_processes: int |
         if builder.is_prepared():  # finished by the build that held the lock before
             _print_existing(builder)
             return builder.data_dir
-        _build(builder, config, parts, beam_options, beam_pipeline_options)
+        _build(builder, config, groups, units, beam_options, beam_pipeline_options)
     finally:
         lock.release()
     return builder.data_dir
 
 
-def make_units(sources: list[tuple[str, int | None]], unit_bytes: int) -> list[build_unit.Unit]:
-    """Consecutive sources (`corpus.plan_parts`) of about `unit_bytes` together (a unit closes
-    once it holds that many bytes); the demo corpus and TFDS parts (no size) each alone."""
+def plan_units(groups: list[corpus.Group], unit_bytes: int) -> list[build_unit.Unit]:
+    """The units of a build: each group's parts (`corpus.plan_parts`) made units, group after
+    group, numbered in that order."""
     units: list[build_unit.Unit] = []
-    group: list[str] = []
-    group_bytes = 0
+    for group in groups:
+        parts = corpus.plan_parts(list(group.sources), group.reading, unit_bytes)
+        units += make_units(parts, unit_bytes, group=group.name, first_index=len(units))
+    return units
+
+
+def make_units(sources: list[tuple[str, int | None]], unit_bytes: int, *, group: str = "",
+               first_index: int = 0) -> list[build_unit.Unit]:
+    """Consecutive sources (`corpus.plan_parts`) of about `unit_bytes` together (a unit closes
+    once it holds that many bytes); the demo corpus and TFDS parts (no size) each alone. The
+    units of `group`, numbered from `first_index`."""
+    units: list[build_unit.Unit] = []
+    held: list[str] = []
+    held_bytes = 0
 
     def close() -> None:
-        nonlocal group, group_bytes
-        if group:
-            units.append(build_unit.Unit(len(units), tuple(group)))
-        group, group_bytes = [], 0
+        nonlocal held, held_bytes
+        if held:
+            units.append(build_unit.Unit(first_index + len(units), tuple(held), group))
+        held, held_bytes = [], 0
 
     for source, size in sources:
         if size is None:
             close()
-            group = [source]
+            held = [source]
             close()
             continue
-        group.append(source)
-        group_bytes += size
-        if group_bytes >= unit_bytes:
+        held.append(source)
+        held_bytes += size
+        if held_bytes >= unit_bytes:
             close()
     close()
     return units
@@ -210,9 +228,12 @@ def _plan_digest(settings: DatasetSettings, units: list[build_unit.Unit], shard_
 
 
 def build_context(builder: AlbertPretraining, config: ml_collections.ConfigDict,
-                  units: list[build_unit.Unit]) -> build_unit.BuildContext:
+                  units: list[build_unit.Unit],
+                  groups: dict[str, build_unit.GroupPlan] | None = None
+                  ) -> build_unit.BuildContext:
     """What every unit of `builder`'s build shares; records the tokenizer's ids and the settings
-    in the builder's metadata (the masking is made from them, as dynamic masking makes it)."""
+    in the builder's metadata (the masking is made from them, as dynamic masking makes it).
+    `groups`: a mixture's `group_plans`; None: a plain corpus, dupe_factor passes."""
     settings, tokenizer = builder.builder_config, builder.tokenizer
     shard_bytes = int(config.data.shard_bytes)
     builder.info.metadata.update(
@@ -223,16 +244,44 @@ def build_context(builder: AlbertPretraining, config: ml_collections.ConfigDict,
         settings=settings, tokenizer=tokenizer,
         masking_settings=masking.MaskingSettings.from_metadata(builder.info.metadata),
         dataset_dir=builder.data_dir, shard_bytes=shard_bytes,
-        plan=_plan_digest(settings, units, shard_bytes), staging_dir=config.data.get("staging_dir"))
+        plan=_plan_digest(settings, units, shard_bytes),
+        groups=groups or {"": build_unit.GroupPlan(settings.reading, float(settings.dupe_factor))},
+        staging_dir=config.data.get("staging_dir"))
+
+
+def mixture_table(settings: DatasetSettings, groups: list[corpus.Group],
+                  sizes: list[corpus.TextSize]) -> list[dict[str, Any]]:
+    """One row a group of a mixture: group, language, characters, p, q, r (r_i = q_i / p_i:
+    its documents pass dupe_factor x r_i times on average)."""
+    assert settings.mixture_alpha is not None  # (a mixture's settings)
+    p, q = corpus.sampling_shares([size.characters for size in sizes], settings.mixture_alpha)
+    return [dict(group=group.name, language=group.language, characters=size.characters,
+                 p=p_i, q=q_i, r=q_i / p_i)
+            for group, size, p_i, q_i in zip(groups, sizes, p, q)]
+
+
+def group_plans(settings: DatasetSettings, groups: list[corpus.Group],
+                table: list[dict[str, Any]]) -> dict[str, build_unit.GroupPlan]:
+    """Each group's reading settings and passes, dupe_factor x r_i, by name."""
+    return {group.name: build_unit.GroupPlan(group.reading, settings.dupe_factor * row["r"])
+            for group, row in zip(groups, table)}
 
 
 def _build(builder: AlbertPretraining, config: ml_collections.ConfigDict,
-           parts: list[tuple[str, int | None]], beam_options: Any,
+           groups: list[corpus.Group], units: list[build_unit.Unit], beam_options: Any,
            beam_pipeline_options: str | None) -> None:
     settings = builder.builder_config
-    units = make_units(parts, settings.unit_bytes)
     context = build_context(builder, config, units)
-    _start_or_resume(context, units)
+    recorded = _recorded_plan(context)
+    sizes: list[corpus.TextSize] = []
+    table: list[dict[str, Any]] = []
+    if corpus.is_mixture(groups):
+        # Counted once: a resumed build (on any runner) passes the groups as the first did.
+        sizes = ([corpus.TextSize(**size) for size in recorded["sizes"]] if recorded
+                 else _count_groups(groups))
+        table = mixture_table(settings, groups, sizes)
+        context = dataclasses.replace(context, groups=group_plans(settings, groups, table))
+    _start_or_resume(context, units, recorded, sizes)
     manifests = _read_manifests(context, units)
     pending = [unit for unit, manifest in zip(units, manifests) if manifest is None]
     where = (f"Apache Beam ({beam_pipeline_options})" if beam_options is not None
@@ -254,30 +303,47 @@ def _build(builder: AlbertPretraining, config: ml_collections.ConfigDict,
         _run_locally(context, pending, builder.num_processes)
     built = iter(_read_manifests(context, pending))
     _finalize(builder, context, units,
-              [manifest if manifest is not None else next(built) for manifest in manifests])
+              [manifest if manifest is not None else next(built) for manifest in manifests], table)
     _print_report(builder, config, time.time() - start)
 
 
-def _start_or_resume(context: build_unit.BuildContext, units: list[build_unit.Unit]) -> None:
-    """Resumes the units of a killed build of this plan; clears a folder left by anything else
-    (another plan, or an older layout), keeping the lock."""
-    plan_path = context.units_dir / PLAN_FILE
+def _count_groups(groups: list[corpus.Group]) -> list[corpus.TextSize]:
+    start = time.time()
+    sizes = [corpus.count_text(group) for group in groups]
+    print(f"  counted the characters of {_plural(len(groups), 'group')} in "
+          f"{time.time() - start:.1f}s")
+    return sizes
+
+
+def _recorded_plan(context: build_unit.BuildContext) -> dict[str, Any] | None:
+    """The plan file of a killed build of this plan (to resume), or None."""
     try:
-        recorded = json.loads(plan_path.read_text()).get("plan")
+        recorded = json.loads((context.units_dir / PLAN_FILE).read_text())
     except (FileNotFoundError, ValueError):
-        recorded = None
-    if recorded == context.plan:
+        return None
+    return recorded if recorded.get("plan") == context.plan else None
+
+
+def _start_or_resume(context: build_unit.BuildContext, units: list[build_unit.Unit],
+                     recorded: dict[str, Any] | None, sizes: list[corpus.TextSize]) -> None:
+    """Resumes the units of a killed build of this plan (`recorded`); clears a folder left by
+    anything else (another plan, or an older layout), keeping the lock, and records the plan
+    (with a mixture's group sizes)."""
+    if recorded is not None:
         return
+    plan_path = context.units_dir / PLAN_FILE
     dataset_dir = epath.Path(context.dataset_dir)
     leftovers = [path for path in dataset_dir.iterdir() if path.name != LOCK_FILE]
     if leftovers:
         print(f"  removing the unfinished build in {dataset_dir} (no dataset_info.json, "
-              f"{'another plan' if recorded else 'no plan'})")
+              f"{'another plan' if plan_path.exists() else 'no plan'})")
         for path in leftovers:
             path.rmtree() if path.is_dir() else path.unlink()
     context.units_dir.mkdir(parents=True, exist_ok=True)
-    files.write_atomically(plan_path, json.dumps(
-        {"plan": context.plan, "units": [list(unit.sources) for unit in units]}, indent=1))
+    plan: dict[str, Any] = {"plan": context.plan, "units": [list(unit.sources) for unit in units]}
+    if sizes:
+        plan["sizes"] = [dataclasses.asdict(size) for size in sizes]
+    files.write_atomically(plan_path, json.dumps(plan, indent=1))
 
 
 _WORKER_CONTEXT: list[build_unit.BuildContext] = []  # set once per process by `_set_context`
@@ -323,9 +389,10 @@ def _read_manifests(context: build_unit.BuildContext,
 
 
 def _finalize(builder: AlbertPretraining, context: build_unit.BuildContext,
-              units: list[build_unit.Unit], manifests: list[dict[str, Any] | None]) -> None:
-    """The units' shards renamed to TFDS's names in unit order, the metadata last; then the
-    units' folder removed."""
+              units: list[build_unit.Unit], manifests: list[dict[str, Any] | None],
+              table: list[dict[str, Any]]) -> None:
+    """The units' shards renamed to TFDS's names in unit order, the metadata last (with a
+    mixture's `table`, each group's instances added); then the units' folder removed."""
     settings = builder.builder_config
     missing = [unit.index for unit, manifest in zip(units, manifests) if manifest is None]
     if missing:
@@ -351,6 +418,12 @@ def _finalize(builder: AlbertPretraining, context: build_unit.BuildContext,
         split_infos.append(shard_writer.adopt_split(
             epath.Path(builder.data_dir), builder.name, settings.file_format, split, shards,
             threads=_IO_THREADS))
+    if table:
+        instances: collections.Counter[str] = collections.Counter()
+        for unit, manifest in zip(units, built):
+            instances[unit.group] += build_unit.manifest_examples(manifest)
+        builder.info.metadata["mixture"] = [row | {"instances": instances[row["group"]]}
+                                            for row in table]
     builder.info.set_splits(tfds.core.SplitDict(split_infos))
     builder.info.write_to_directory(builder.data_dir)  # dataset_info.json last: now it is built
     context.units_dir.rmtree()
@@ -378,4 +451,18 @@ def _print_report(builder: AlbertPretraining, config: ml_collections.ConfigDict,
               f"{split_info.num_bytes / 2**20:.1f} MB; "
               f"{counts['empty_documents']} documents empty after tokenization, skipped")
     print(f"  corpus read: {builder.info.metadata['splits']['train']['corpus']}")
+    if "mixture" in builder.info.metadata:
+        print(mixture_report(builder.info.metadata["mixture"], builder.builder_config))
     print(f"  {total} examples in {seconds:.1f}s ({total / seconds:.0f} examples/s)")
+
+
+def mixture_report(table: list[dict[str, Any]], settings: DatasetSettings) -> str:
+    """A mixture's table (`mixture_table` with instances), in Markdown: one row a group."""
+    lines = [f"  mixture_alpha {settings.mixture_alpha}, dupe_factor {settings.dupe_factor}: "
+             f"group i passes its documents dupe_factor x r_i times on average",
+             "  | group | language | characters | p_i | q_i | r_i | instances |",
+             "  |---|---|---:|---:|---:|---:|---:|"]
+    lines += [f"  | {row['group']} | {row['language']} | {row['characters']:,} | "
+              f"{row['p']:.4f} | {row['q']:.4f} | {row['r']:.3f} | {row['instances']:,} |"
+              for row in table]
+    return "\n".join(lines)

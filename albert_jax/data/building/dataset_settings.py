@@ -29,7 +29,7 @@ from etils import epath
 
 from albert_jax.data import corpus
 from albert_jax.data.building.instances import SENTENCE_OBJECTIVES
-from albert_jax.data.corpus import ReadSettings
+from albert_jax.data.corpus import Group, ReadSettings
 from albert_jax.data.tokenizers import COMMA_RULES, TextSettings, tokenizer_kind
 from albert_jax.errors import ConfigError
 
@@ -44,10 +44,13 @@ _FLAT_RECORDS = {"text": ("do_lower_case", "keep_accents", "comma_rule", "word_b
 # Text settings that joined after datasets were built: at their defaults a build's metadata
 # leaves them out, so those datasets keep their bytes.
 _TEXT_KEYS_OMITTED_AT_DEFAULT = {"keep_accents": False, "word_boundaries": "reference"}
+# Fields that joined after datasets were built: at their defaults (a plain corpus) a build's
+# metadata leaves them out, so those datasets keep their bytes.
+_FIELDS_OMITTED_AT_DEFAULT = {"mixture": "", "mixture_alpha": None}
 # Keys that joined the identity after datasets were built: at their defaults they are left out
 # of a dataset's name and description, so those datasets keep their folders.
 _LATER_KEYS = (dataclasses.asdict(ReadSettings()) | {"segmenter": "", "byte_ranges": False}
-               | _TEXT_KEYS_OMITTED_AT_DEFAULT)
+               | _TEXT_KEYS_OMITTED_AT_DEFAULT | _FIELDS_OMITTED_AT_DEFAULT)
 
 
 @dataclasses.dataclass(eq=False)
@@ -78,16 +81,22 @@ class DatasetSettings(tfds.core.BuilderConfig):
     # such a file was one unit in builds before files were cut, and its examples differ, so
     # its build gets a folder of its own (a resumed old build never mixes with new units).
     byte_ranges: bool = False
+    # A mixture's groups (`corpus.identity`: name, language, number of sources each) and
+    # data.mixture_alpha; "" and None for a plain corpus.
+    mixture: str = ""
+    mixture_alpha: float | None = None
     seed: int = 12345
     file_format: str = "array_record"
 
     @classmethod
     def from_run_config(cls, config: ml_collections.ConfigDict, *,
-                        sources: list[tuple[str, int | None]] | None = None) -> "DatasetSettings":
+                        groups: list[Group] | None = None) -> "DatasetSettings":
         """The dataset settings of a run config; checks the values and the tokenizer file first.
-        `sources`: `corpus.sized_sources(config.data.corpus)`, where the caller has it."""
+        `groups`: `corpus.corpus_groups` of config.data.corpus, where the caller has them."""
         data = config.data
         _check_settings(config)
+        alpha = float(data.get("mixture_alpha", corpus.MIXTURE_ALPHA))
+        corpus.check_alpha(alpha)
         reading = corpus.ReadSettings.from_config(data)
         tokenizer_path = epath.Path(data.tokenizer)
         if not tokenizer_path.exists():
@@ -96,7 +105,8 @@ class DatasetSettings(tfds.core.BuilderConfig):
                 f"`albert-jax tokenizer train --config=...` (same config) or point "
                 f"--config.data.tokenizer at a SentencePiece model such as 30k-clean.model or a "
                 f"WordPiece vocab.txt")
-        sources = corpus.sized_sources(data.corpus) if sources is None else sources
+        groups = corpus.corpus_groups(data.corpus, reading) if groups is None else groups
+        sources = corpus.flat_sources(groups)
         tokenizer_bytes = tokenizer_path.read_bytes()
         text = dataclasses.replace(TextSettings.from_config(data),
                                    kind=tokenizer_kind(os.fspath(data.tokenizer), tokenizer_bytes))
@@ -114,6 +124,8 @@ class DatasetSettings(tfds.core.BuilderConfig):
             segmenter=_segmenter_identity(reading, sources),
             byte_ranges=any(corpus.cut_into_byte_ranges(source, size, int(data.unit_bytes))
                             for source, size in sources),
+            mixture=corpus.identity(groups),
+            mixture_alpha=alpha if corpus.is_mixture(groups) else None,
             seed=int(config.seed if data.get("seed") is None else data.seed),
             file_format=str(data.format))
         fields = settings.as_dict()
@@ -146,7 +158,8 @@ class DatasetSettings(tfds.core.BuilderConfig):
             if field.name in _FLAT_RECORDS:
                 fields.update((key, getattr(value, key)) for key in _FLAT_RECORDS[field.name]
                               if _TEXT_KEYS_OMITTED_AT_DEFAULT.get(key, ...) != getattr(value, key))
-            elif field.name not in _TFDS_FIELDS:
+            elif field.name not in _TFDS_FIELDS and _FIELDS_OMITTED_AT_DEFAULT.get(
+                    field.name, ...) != value:
                 fields[field.name] = value
         return fields
 

@@ -8,14 +8,29 @@ A document is a `list[str]` of its sentences (non-empty, stripped), as SPEC 1.2 
   for document in iter_documents(config.data.corpus, settings, stats):
   parts = plan_parts(sized_sources(corpus), settings, unit_bytes)   # what build units read
   for document in read_documents(part, settings, stats):
+  groups = corpus_groups(config.data.corpus, settings)     # a mixture's groups (`mixture.py`)
 
 One module a job: `sources.py` (a corpus spec -> files, HF, TFDS, demo), `settings.py` (the
 reading keys), `lines.py` (a file's lines, decompressed, byte ranges), `records.py` (Parquet,
 Arrow, JSON Lines records), `tfds_source.py`, `demo.py`, `documents.py` (lines and records ->
 documents of sentences), `segmenter.py` (paragraphs cut into sentences in any language), `parts.py` (the units a format offers), `reading.py` (a part's
-documents), `stats.py` (what reading saw: bad input is counted, never a crash).
+documents), `stats.py` (what reading saw: bad input is counted, never a crash), `mixture.py` (a
+dict of groups, their sizes and sampling shares).
 """
 from albert_jax.data.corpus.demo import demo_documents
+from albert_jax.data.corpus.mixture import (
+    MIXTURE_ALPHA,
+    Group,
+    TextSize,
+    check_alpha,
+    corpus_groups,
+    count_text,
+    flat_sources,
+    identity,
+    is_mixture,
+    sample_mixture,
+    sampling_shares,
+)
 from albert_jax.data.corpus.parts import cut_into_byte_ranges, part_name, plan_parts
 from albert_jax.data.corpus.reading import (
     iter_documents,
@@ -35,6 +50,9 @@ from albert_jax.data.corpus.sources import (
 )
 from albert_jax.data.corpus.stats import CorpusStats
 
-__all__ = ["CorpusStats", "DEMO", "ReadSettings", "TFDS_PREFIX", "demo_documents", "describe",
-           "cut_into_byte_ranges", "is_file_source", "iter_documents", "list_sources", "part_name", "plan_parts",
-           "read_documents", "sample_sentences", "sized_sources", "source_size", "uses_segmenter"]
+__all__ = ["CorpusStats", "DEMO", "Group", "MIXTURE_ALPHA", "ReadSettings", "TFDS_PREFIX",
+           "TextSize", "check_alpha", "corpus_groups", "count_text", "cut_into_byte_ranges",
+           "demo_documents", "describe", "flat_sources", "identity", "is_file_source", "is_mixture",
+           "iter_documents", "list_sources", "part_name", "plan_parts", "read_documents",
+           "sample_mixture", "sample_sentences", "sampling_shares", "sized_sources",
+           "source_size", "uses_segmenter"]

@@ -20,9 +20,11 @@ SPEC_1_2 = ReadSettings()  # text files as SPEC 1.2 has them; the defaults of ev
 
 def iter_documents(corpus: str, settings: ReadSettings = SPEC_1_2,
                    stats: CorpusStats | None = None) -> Iterator[list[str]]:
-    """The documents of every source of `corpus` (a spec, `sources.py`), in order."""
-    for source in sources.list_sources(corpus):
-        yield from read_documents(source, settings, stats)
+    """The documents of every source of `corpus` (a spec, `sources.py`), in order; a mixture's
+    groups each in its own language (`ReadSettings.for_group`)."""
+    for name, spec in sources.group_specs(corpus):
+        for source in sources.list_sources(spec):
+            yield from read_documents(source, settings.for_group(name), stats)
 
 
 def read_documents(part: str, settings: ReadSettings = SPEC_1_2,

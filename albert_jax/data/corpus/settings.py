@@ -67,6 +67,15 @@ class ReadSettings:
             self, documents=self.documents or ("records" if records_format else "blank_lines"),
             sentences=self.sentences or ("segmenter" if records_format else "lines"))
 
+    def for_group(self, name: str) -> "ReadSettings":
+        """These settings for a mixture's group `name`: data.language = `name` where it is a
+        language code (`hi`, `pt-BR`), else as they are."""
+        try:
+            segmenter.sentencex_language(name)
+        except ConfigError:
+            return self
+        return dataclasses.replace(self, language=name)
+
     def identity(self) -> str:
         """The keys that differ from their defaults, "key=value;..." ("" for the defaults): what
         a dataset's name hashes, so that the defaults keep the name datasets had before."""

@@ -14,9 +14,13 @@
                                       (`huggingface-cli download --repo-type=dataset NAME` first)
   "wikipedia/20230601.en", "bookcorpus", "tfds:NAME:SPLIT"   TFDS text datasets (needs the
                                       [tf] extra: `pip install albert-jax[tf]`)
+  "{'hi': 'wiki/hi/*.parquet', 'en': 'hf:wikimedia/wikipedia/20231101.en'}"   a mixture: a dict
+                                      of group name -> any spec above (`mixture.py` weighs the
+                                      groups); its sources are its groups' in order
 """
 from __future__ import annotations
 
+import ast
 import glob
 import json
 import os
@@ -56,11 +60,40 @@ def is_file_source(source: str) -> bool:
     return source != DEMO and not source.startswith(TFDS_PREFIX)
 
 
+def group_specs(corpus: str) -> list[tuple[str, str]]:
+    """(group name, corpus spec) of each group of a mixture (a spec starting with "{"), in its
+    order; [("", corpus)] for any other spec. A mixture that is no dict of non-empty names to
+    non-empty specs is one ConfigError line."""
+    if not corpus.lstrip().startswith("{"):
+        return [("", corpus)]
+    example = "\"{'hi': 'wiki/hi/*.parquet', 'en': 'hf:wikimedia/wikipedia/20231101.en'}\""
+    try:
+        groups = ast.literal_eval(corpus.strip())
+    except (ValueError, SyntaxError):
+        groups = None
+    if not isinstance(groups, dict) or not groups:
+        raise ConfigError(f"config.data.corpus={corpus!r} is not a mixture: give a dict of group "
+                          f"name -> corpus spec, e.g. {example}")
+    for name, spec in groups.items():
+        if not isinstance(name, str) or not name.strip():
+            raise ConfigError(f"config.data.corpus: the mixture's group name {name!r} is not a "
+                              f"name: give a language code or a word, e.g. {example}")
+        if not isinstance(spec, str) or not spec.strip() or spec.lstrip().startswith("{"):
+            raise ConfigError(f"config.data.corpus: the mixture's group {name!r} has the corpus "
+                              f"{spec!r}: give it a corpus spec (a glob, a folder, hf:NAME, a "
+                              f"TFDS name or 'demo'), e.g. {example}")
+    return list(groups.items())
+
+
 def list_sources(corpus: str) -> list[str]:
     """Expands a corpus spec (see the module docstring) into sources for `read_documents`.
 
-    Files come sorted (folders recursively); a comma-separated list keeps its order.
+    Files come sorted (folders recursively); a comma-separated list keeps its order; a
+    mixture's groups come in order, a group that names nothing one ConfigError line.
     """
+    groups = group_specs(corpus)
+    if groups[0][0]:
+        return [source for name, spec in groups for source in _group_sources(name, spec)]
     sources = []
     for pattern in (part.strip() for part in corpus.split(",")):
         if not pattern:
@@ -87,6 +120,13 @@ def list_sources(corpus: str) -> list[str]:
     if not sources:
         raise ValueError(f"corpus {corpus!r} names no source")
     return sources
+
+
+def _group_sources(name: str, spec: str) -> list[str]:
+    try:
+        return list_sources(spec)
+    except ValueError as error:
+        raise ConfigError(f"config.data.corpus: the mixture's group {name!r}: {error}") from None
 
 
 def _matching_files(pattern: str) -> list[str]:

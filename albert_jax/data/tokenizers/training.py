@@ -112,7 +112,9 @@ def train_from_config(config: ml_collections.ConfigDict) -> None:
     read from the corpus's sources in an order drawn from config.seed until there are that many
     (`corpus.sample_sentences`), documents and sentences made as the build makes them
     (data.documents, data.sentences, data.language, ...): a corpus of any size, in any format,
-    is read only that far. Skips (and says so)
+    is read only that far. A mixture (`corpus.mixture`) is read whole once to weigh its groups,
+    then gives q_i of the sentences from group i (`corpus.sample_mixture`), as the build weighs
+    them (data.mixture_alpha). Skips (and says so)
     when the file already exists, so the demo can be rerun.
     """
     model_path = config.data.tokenizer
@@ -127,15 +129,25 @@ def train_from_config(config: ml_collections.ConfigDict) -> None:
         return
     sample_size = int(config.data.get("input_sentence_size", INPUT_SENTENCE_SIZE))
     reading = corpus.ReadSettings.from_config(config.data)
-    sources = corpus.list_sources(config.data.corpus)
+    alpha = float(config.data.get("mixture_alpha", corpus.MIXTURE_ALPHA))
+    corpus.check_alpha(alpha)
+    groups = corpus.corpus_groups(config.data.corpus, reading)
+    sources = [source for source, _ in corpus.flat_sources(groups)]
     stats = corpus.CorpusStats()
     num_sentences = 0
     damage_sample: list[str] = []  # the first sentences, what the reference settings do to them
+    if corpus.is_mixture(groups):
+        sizes = [corpus.count_text(group) for group in groups]
+        sample = corpus.sample_mixture(groups, sizes, alpha, sample_size, config.seed, stats)
+        _, shares = corpus.sampling_shares([size.characters for size in sizes], alpha)
+        print(f"mixture_alpha {alpha}: sentences sampled " + ", ".join(
+            f"{group.name} {share:.1%}" for group, share in zip(groups, shares)))
+    else:
+        sample = corpus.sample_sentences(sources, sample_size, config.seed, stats, reading)
 
     def sentences() -> Iterator[str]:
         nonlocal num_sentences
-        for sentence in corpus.sample_sentences(sources, sample_size, config.seed, stats,
-                                                reading):
+        for sentence in sample:
             num_sentences += 1
             if len(damage_sample) < text_damage.SAMPLE_SENTENCES:
                 damage_sample.append(sentence)

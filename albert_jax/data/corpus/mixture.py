@@ -1,0 +1,125 @@
+"""A language mixture: `data.corpus` as a dict of group name -> corpus spec, and the sampling
+share of each group (what `data build` and `tokenizer train` weigh the groups by).
+
+  groups = corpus_groups(config.data.corpus, ReadSettings.from_config(config.data))
+  sizes = [count_text(group) for group in groups]                # one read of the whole text
+  p, q = sampling_shares([size.characters for size in sizes], config.data.mixture_alpha)
+
+A plain corpus is one group named "". A group named by a language code (`hi`, `th`, `pt-BR`)
+reads its text in that language (its `data.language`); any other name keeps `data.language`
+(and `data.language_column`).
+
+The shares are the exponentially smoothed sampling of mBERT (alpha 0.7) and XLM-R / mT5 (alpha
+0.3): a group of n_i characters out of N has share p_i = n_i / N and is sampled with
+q_i = p_i^alpha / sum_j p_j^alpha. alpha 1 keeps the sizes, alpha 0 makes every group equal;
+a group's text is seen r_i = q_i / p_i times as often as in the plain concatenation.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterator, Sequence
+
+from albert_jax.data.corpus import reading, sources
+from albert_jax.data.corpus.settings import ReadSettings
+from albert_jax.data.corpus.stats import CorpusStats
+from albert_jax.errors import ConfigError
+
+MIXTURE_ALPHA = 0.7  # mBERT's exponent (data.mixture_alpha's default)
+
+
+@dataclasses.dataclass(frozen=True)
+class Group:
+    """One group of a mixture: its name ("" for a plain corpus), corpus spec, reading settings
+    (data.language the name where it is a language code) and sources with their bytes
+    (`sources.sized_sources`)."""
+    name: str
+    corpus: str
+    reading: ReadSettings
+    sources: tuple[tuple[str, int | None], ...]
+
+    @property
+    def language(self) -> str:
+        """The group's language as the report names it: a code, or the record field of each."""
+        column = self.reading.language_column
+        return f"{self.reading.language} (+ column {column!r})" if column else self.reading.language
+
+
+@dataclasses.dataclass(frozen=True)
+class TextSize:
+    """What a group's text is, as read: characters of its sentences, and sentences."""
+    characters: int
+    sentences: int
+
+
+def corpus_groups(corpus: str, settings: ReadSettings) -> list[Group]:
+    """The groups of `corpus` (a mixture's in order; one group "" for any other spec), their
+    sources listed and sized. Lists every group before anything is read: a group that names
+    nothing is one ConfigError line."""
+    return [Group(name, spec, settings.for_group(name), tuple(sources.sized_sources(spec)))
+            for name, spec in sources.group_specs(corpus)]
+
+
+def is_mixture(groups: Sequence[Group]) -> bool:
+    return bool(groups[0].name)
+
+
+def flat_sources(groups: Sequence[Group]) -> list[tuple[str, int | None]]:
+    """Every group's sized sources, in order: the corpus's `sized_sources`."""
+    return [source for group in groups for source in group.sources]
+
+
+def check_alpha(alpha: float) -> None:
+    if not alpha >= 0:
+        raise ConfigError(f"config.data.mixture_alpha={alpha}: give an exponent >= 0 (0.7: "
+                          f"mBERT's; 0.3: XLM-R's and mT5's; 1: the groups as large as they "
+                          f"are; 0: every group equal)")
+
+
+def identity(groups: Sequence[Group]) -> str:
+    """What a mixture's groups add to a dataset's identity ("" for a plain corpus): each group's
+    name, language and number of sources (the corpus signature names the sources in order)."""
+    if not is_mixture(groups):
+        return ""
+    return "; ".join(f"{group.name} [{group.language}]: {len(group.sources)}" for group in groups)
+
+
+def count_text(group: Group) -> TextSize:
+    """Reads all of `group`'s text once, as a build reads it. Raises ConfigError for a group
+    without a sentence (a mixture cannot weigh an empty group)."""
+    characters = sentences = 0
+    for source, _ in group.sources:
+        for document in reading.read_documents(source, group.reading):
+            characters += sum(map(len, document))
+            sentences += len(document)
+    if not characters:
+        raise ConfigError(f"config.data.corpus: the mixture's group {group.name!r} "
+                          f"({group.corpus!r}) holds no text: give it a corpus with sentences, "
+                          f"or leave it out")
+    return TextSize(characters, sentences)
+
+
+def sampling_shares(characters: Sequence[int], alpha: float) -> tuple[list[float], list[float]]:
+    """(p, q) of groups of `characters` each: p_i = n_i / N, q_i = p_i^alpha / sum_j p_j^alpha."""
+    check_alpha(alpha)
+    total = sum(characters)
+    shares = [size / total for size in characters]
+    weights = [share ** alpha for share in shares]
+    return shares, [weight / sum(weights) for weight in weights]
+
+
+def sample_mixture(groups: Sequence[Group], sizes: Sequence[TextSize], alpha: float,
+                   num_sentences: int, seed: int, stats: CorpusStats | None = None
+                   ) -> Iterator[str]:
+    """About `num_sentences` sentences of the groups (or as many as they hold, if fewer), q_i of
+    them from group i, group after group: each group's by `reading.sample_sentences` (its
+    sources in an order drawn from `seed`), repeated from its start where the group holds fewer
+    sentences than its share (an up-sampled small language counts that much more)."""
+    _, q = sampling_shares([size.characters for size in sizes], alpha)
+    total = min(num_sentences, sum(size.sentences for size in sizes))
+    for group, size, share in zip(groups, sizes, q):
+        remaining = round(share * total)
+        while remaining > 0:
+            wanted = min(remaining, size.sentences)
+            yield from reading.sample_sentences([source for source, _ in group.sources], wanted,
+                                                seed, stats, group.reading)
+            remaining -= wanted
