@@ -5,8 +5,9 @@ share of each group (what `data build` and `tokenizer train` weigh the groups by
   sizes = [count_text(group) for group in groups]                # one read of the whole text
   p, q = sampling_shares([size.characters for size in sizes], config.data.mixture_alpha)
 
-A plain corpus is one group named "". A group named by a language code (`hi`, `th`, `pt-BR`)
-reads its text in that language (its `data.language`); any other name keeps `data.language`
+A plain corpus is one group named "". A group named by a language code (`hi`, `th`, `pt-BR`:
+two or three letters, optionally with subtags, as data.language takes them) reads its text in
+that language (its `data.language`); any other name (`wiki`, `news_en`) keeps `data.language`
 (and `data.language_column`).
 
 The shares are the exponentially smoothed sampling of mBERT (alpha 0.7) and XLM-R / mT5 (alpha
@@ -55,8 +56,12 @@ def corpus_groups(corpus: str, settings: ReadSettings) -> list[Group]:
     """The groups of `corpus` (a mixture's in order; one group "" for any other spec), their
     sources listed and sized. Lists every group before anything is read: a group that names
     nothing is one ConfigError line."""
-    return [Group(name, spec, settings.for_group(name), tuple(sources.sized_sources(spec)))
-            for name, spec in sources.group_specs(corpus)]
+    specs = sources.group_specs(corpus)
+    if not specs[0][0]:
+        return [Group("", corpus, settings, tuple(sources.sized_sources(corpus)))]
+    return [Group(name, spec, settings.for_group(name),
+                  tuple(sources.with_sizes(sources.group_sources(name, spec))))
+            for name, spec in specs]
 
 
 def is_mixture(groups: Sequence[Group]) -> bool:

@@ -93,7 +93,7 @@ def list_sources(corpus: str) -> list[str]:
     """
     groups = group_specs(corpus)
     if groups[0][0]:
-        return [source for name, spec in groups for source in _group_sources(name, spec)]
+        return [source for name, spec in groups for source in group_sources(name, spec)]
     sources = []
     for pattern in (part.strip() for part in corpus.split(",")):
         if not pattern:
@@ -122,7 +122,9 @@ def list_sources(corpus: str) -> list[str]:
     return sources
 
 
-def _group_sources(name: str, spec: str) -> list[str]:
+def group_sources(name: str, spec: str) -> list[str]:
+    """`list_sources` of a mixture's group `name`; a spec that names nothing is one ConfigError
+    line naming the group."""
     try:
         return list_sources(spec)
     except ValueError as error:
@@ -264,8 +266,13 @@ def sized_sources(corpus: str) -> list[tuple[str, int | None]]:
 
     Listing a bucket and reading its sizes are requests: a caller that needs both the dataset's
     identity and the log line lists once and hands this to both."""
+    return with_sizes(list_sources(corpus))
+
+
+def with_sizes(sources: list[str]) -> list[tuple[str, int | None]]:
+    """Each source of `list_sources` with its bytes (None for the demo corpus and TFDS)."""
     return [(source, source_size(source) if is_file_source(source) else None)
-            for source in list_sources(corpus)]
+            for source in sources]
 
 
 def describe(corpus_spec: str, sources: list[tuple[str, int | None]] | None = None) -> str:
