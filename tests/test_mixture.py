@@ -182,9 +182,10 @@ def _group_instances(folder: str) -> dict[str, tuple[float, int]]:
 @pytest.mark.slow
 def test_each_groups_instances_scale_by_r_on_every_runner_and_after_a_kill(
         tmp_path, demo_pretraining_data):
-    # Three groups of demo documents, of about 6:3:1 characters, three files (units) each.
+    # Three groups of demo documents, of about 6:3:1 characters, three files (units) each (names
+    # that are no language code: data.language for all).
     documents = [document for _, document in zip(range(500), corpus.demo_documents())]
-    spans = {"big": documents[:300], "mid": documents[300:450], "few": documents[450:500]}
+    spans = {"large": documents[:300], "medium": documents[300:450], "small": documents[450:500]}
     specs = {}
     for name, group_documents in spans.items():
         third = len(group_documents) // 3 + 1
@@ -203,7 +204,7 @@ def test_each_groups_instances_scale_by_r_on_every_runner_and_after_a_kill(
     as_sized = _group_instances(build(1.0, str(tmp_path / "alpha1")))
     smoothed_folder = build(0.3, str(tmp_path / "one"))
     smoothed = _group_instances(smoothed_folder)
-    assert smoothed["few"][0] > 1.5 and smoothed["big"][0] < 0.9  # (the small one up-sampled)
+    assert smoothed["small"][0] > 1.5 and smoothed["large"][0] < 0.9  # (the small one up-sampled)
     for name, (r, instances) in smoothed.items():
         assert as_sized[name][0] == pytest.approx(1.0)
         assert instances / as_sized[name][1] == pytest.approx(r, rel=0.04), name

@@ -442,13 +442,14 @@ def _print_existing(builder: AlbertPretraining) -> None:
 def _print_report(builder: AlbertPretraining, config: ml_collections.ConfigDict,
                   seconds: float) -> None:
     total = 0
+    passes = (f"{config.data.dupe_factor} x r_i passes" if "mixture" in builder.info.metadata
+              else f"{config.data.dupe_factor} passes")
     for split, counts in builder.info.metadata["splits"].items():
         total += counts["instances"]
         split_info = builder.info.splits[split]
         print(f"  {split}: {counts['documents']} documents, {counts['sentences']} sentences, "
-              f"{counts['instances']} instances ({counts['blocks']} blocks x "
-              f"{config.data.dupe_factor} passes) in {split_info.num_shards} shards of "
-              f"{split_info.num_bytes / 2**20:.1f} MB; "
+              f"{counts['instances']} instances ({counts['blocks']} blocks x {passes}) in "
+              f"{split_info.num_shards} shards of {split_info.num_bytes / 2**20:.1f} MB; "
               f"{counts['empty_documents']} documents empty after tokenization, skipped")
     print(f"  corpus read: {builder.info.metadata['splits']['train']['corpus']}")
     if "mixture" in builder.info.metadata:
