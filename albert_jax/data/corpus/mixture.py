@@ -88,12 +88,13 @@ def identity(groups: Sequence[Group]) -> str:
     return "; ".join(f"{group.name} [{group.language}]: {len(group.sources)}" for group in groups)
 
 
-def count_text(group: Group) -> TextSize:
-    """Reads all of `group`'s text once, as a build reads it. Raises ConfigError for a group
-    without a sentence (a mixture cannot weigh an empty group)."""
+def count_text(group: Group, stats: CorpusStats | None = None) -> TextSize:
+    """Reads all of `group`'s text once, as a build reads it (what it saw counted into
+    `stats`). Raises ConfigError for a group without a sentence (a mixture cannot weigh an
+    empty group)."""
     characters = sentences = 0
     for source, _ in group.sources:
-        for document in reading.read_documents(source, group.reading):
+        for document in reading.read_documents(source, group.reading, stats):
             characters += sum(map(len, document))
             sentences += len(document)
     if not characters:
