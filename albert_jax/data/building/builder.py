@@ -278,7 +278,7 @@ def _build(builder: AlbertPretraining, config: ml_collections.ConfigDict,
     if corpus.is_mixture(groups):
         # Counted once: a resumed build (on any runner) passes the groups as the first did.
         sizes = ([corpus.TextSize(**size) for size in recorded["sizes"]] if recorded
-                 else _count_groups(groups))
+                 else _count_groups(groups, builder.num_processes))
         table = mixture_table(settings, groups, sizes)
         context = dataclasses.replace(context, groups=group_plans(settings, groups, table))
     _start_or_resume(context, units, recorded, sizes)
@@ -307,9 +307,16 @@ def _build(builder: AlbertPretraining, config: ml_collections.ConfigDict,
     _print_report(builder, config, time.time() - start)
 
 
-def _count_groups(groups: list[corpus.Group]) -> list[corpus.TextSize]:
+def _count_groups(groups: list[corpus.Group], num_processes: int) -> list[corpus.TextSize]:
+    """Each group's characters, a group a process (of at most `num_processes`)."""
     start = time.time()
-    sizes = [corpus.count_text(group) for group in groups]
+    if num_processes <= 1 or len(groups) <= 1:
+        sizes = [corpus.count_text(group) for group in groups]
+    else:
+        with concurrent.futures.ProcessPoolExecutor(
+                min(num_processes, len(groups)),
+                mp_context=multiprocessing.get_context("spawn")) as pool:
+            sizes = list(pool.map(corpus.count_text, groups))
     print(f"  counted the characters of {_plural(len(groups), 'group')} in "
           f"{time.time() - start:.1f}s")
     return sizes
