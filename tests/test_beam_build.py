@@ -209,6 +209,32 @@ def _kill_after_first_unit(process: subprocess.Popen, units_dir: Path) -> int:
     return len(list(units_dir.glob("unit-*.json")))
 
 
+def build_on_the_pool_and_on_beam_after_a_kill(settings: dict, root: Path, num_units: int
+                                                ) -> tuple[dict[str, str], dict[str, str], str]:
+    """`data build` of `settings` on the process pool (2 processes, in root/pool), and on Beam
+    (in root/beam) killed once a unit is built and run again, each checked to end well: the
+    digests of the pool's and Beam's folders, and the rerun's output."""
+    pool_settings = {**settings, "data.dir": str(root / "pool")}
+    pooled = cli("data", "build", *config_flags(pool_settings))
+    assert pooled.returncode == 0, pooled.stderr[-3000:]
+    assert f"{num_units} units" in pooled.stdout and "with 2 processes" in pooled.stdout
+    beam_settings = {**settings, "data.dir": str(root / "beam")}
+    folder_of_beam = Path(dataset_settings.dataset_dir(run_config(beam_settings)))
+    process = start_cli("data", "build", *config_flags(beam_settings),
+                        f"--beam_pipeline_options={BEAM_LOCAL}", start_new_session=True,
+                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    built_before = _kill_after_first_unit(process, folder_of_beam / build_unit.UNITS_DIR)
+    assert 1 <= built_before < num_units
+    assert not (folder_of_beam / "dataset_info.json").exists()
+    again = cli("data", "build", *config_flags(beam_settings),
+                f"--beam_pipeline_options={BEAM_LOCAL}")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"{built_before} built before" in again.stdout
+    assert f"{num_units - built_before} to build with Apache Beam" in again.stdout
+    return (digests(dataset_settings.dataset_dir(run_config(pool_settings))),
+            digests(os.fspath(folder_of_beam)), pooled.stdout + again.stdout)
+
+
 @pytest.mark.slow
 def test_a_killed_build_resumes_to_the_same_bytes(corpus_settings, local_build, tmp_path):
     # On the process pool; on Beam: test_corpus_formats.py's

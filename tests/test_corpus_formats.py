@@ -25,8 +25,8 @@ from albert_jax.data import corpus
 from albert_jax.data.building import builder, dataset_settings
 from albert_jax.data.corpus import ReadSettings, parts, segmenter
 from albert_jax.errors import ConfigError
-from cli_fixtures import cli, config_flags, run_config, start_cli
-from test_beam_build import BEAM_LOCAL, _kill_after_first_unit, digests
+from cli_fixtures import cli, run_config
+from test_beam_build import build_on_the_pool_and_on_beam_after_a_kill, digests
 
 RECORDS_OF_LINES = ReadSettings(documents="records", sentences="lines")
 
@@ -331,22 +331,5 @@ def test_cut_files_build_the_same_bytes_on_every_runner_and_after_a_kill(
     assert len(shard_lengths) == num_units and planned_tfds == repr([
         f"tfds:{name}:train[{start}:{start + length}]"
         for start, length in zip(np.cumsum([0] + shard_lengths[:-1]), shard_lengths)])
-    pool_settings = {**settings, "data.dir": str(tmp_path / "pool")}
-    pooled = cli("data", "build", *config_flags(pool_settings))
-    assert pooled.returncode == 0, pooled.stderr[-3000:]
-    assert f"{num_units} units" in pooled.stdout and "with 2 processes" in pooled.stdout
-    assert digests(dataset_settings.dataset_dir(run_config(pool_settings))) == expected
-    beam_settings = {**settings, "data.dir": str(tmp_path / "beam")}
-    folder_of_beam = Path(dataset_settings.dataset_dir(run_config(beam_settings)))
-    process = start_cli("data", "build", *config_flags(beam_settings),
-                        f"--beam_pipeline_options={BEAM_LOCAL}", start_new_session=True,
-                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    built_before = _kill_after_first_unit(process, folder_of_beam / "_units")
-    assert 1 <= built_before < num_units
-    assert not (folder_of_beam / "dataset_info.json").exists()
-    again = cli("data", "build", *config_flags(beam_settings),
-                f"--beam_pipeline_options={BEAM_LOCAL}")
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert f"{built_before} built before" in again.stdout
-    assert f"{num_units - built_before} to build with Apache Beam" in again.stdout
-    assert digests(os.fspath(folder_of_beam)) == expected
+    pooled, beam, _ = build_on_the_pool_and_on_beam_after_a_kill(settings, tmp_path, num_units)
+    assert pooled == expected and beam == expected

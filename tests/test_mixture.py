@@ -5,8 +5,6 @@ dataset folder; bad input in one line each; and a build whose groups' instances 
 the same bytes on the process pool and on Beam after a kill."""
 import gzip
 import json
-import os
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -18,8 +16,8 @@ from albert_jax.data.building.dataset_settings import DatasetSettings
 from albert_jax.data.corpus import ReadSettings
 from albert_jax.data.tokenizers import Tokenizer
 from albert_jax.errors import ConfigError
-from cli_fixtures import cli, config_flags, run_config, start_cli
-from test_beam_build import BEAM_LOCAL, _kill_after_first_unit, digests
+from cli_fixtures import run_config
+from test_beam_build import build_on_the_pool_and_on_beam_after_a_kill, digests
 from test_block_examples import GOLDEN
 from test_block_examples import documents as block_documents
 
@@ -213,23 +211,8 @@ def test_each_groups_instances_scale_by_r_on_every_runner_and_after_a_kill(
     expected = digests(smoothed_folder)
     # The process pool (2 processes), and Beam killed after its first unit and run again: the
     # same bytes, the sizes counted once (by the killed build) and read from its plan.
-    smoothed_settings = {**settings, "data.mixture_alpha": 0.3}
-    pool_settings = {**smoothed_settings, "data.dir": str(tmp_path / "pool")}
-    pooled = cli("data", "build", *config_flags(pool_settings))
-    assert pooled.returncode == 0, pooled.stderr[-3000:]
-    assert "9 units" in pooled.stdout and "with 2 processes" in pooled.stdout
-    assert "| group | language | characters | p_i | q_i | r_i | instances |" in pooled.stdout
-    assert digests(dataset_settings.dataset_dir(run_config(pool_settings))) == expected
-    beam_settings = {**smoothed_settings, "data.dir": str(tmp_path / "beam")}
-    beam_folder = Path(dataset_settings.dataset_dir(run_config(beam_settings)))
-    process = start_cli("data", "build", *config_flags(beam_settings),
-                        f"--beam_pipeline_options={BEAM_LOCAL}", start_new_session=True,
-                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    built_before = _kill_after_first_unit(process, beam_folder / build_unit.UNITS_DIR)
-    assert 1 <= built_before < 9
-    again = cli("data", "build", *config_flags(beam_settings),
-                f"--beam_pipeline_options={BEAM_LOCAL}")
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert f"{built_before} built before" in again.stdout
-    assert "counted the characters" not in again.stdout
-    assert digests(os.fspath(beam_folder)) == expected
+    pooled, beam, output = build_on_the_pool_and_on_beam_after_a_kill(
+        {**settings, "data.mixture_alpha": 0.3}, tmp_path, num_units=9)
+    assert pooled == expected and beam == expected
+    assert "| group | language | characters | p_i | q_i | r_i | instances |" in output
+    assert output.count("counted the characters") == 1  # by the pool's build only

@@ -19,10 +19,10 @@ Inside a unit, as before units existed:
   instance creation and SPEC 1.4 masking run over it, pass p of block b of unit u of split s
   with `np.random.SeedSequence([seed, s, u, b, p])`. In a mixture (`corpus.mixture`) a unit
   holds one group, whose documents are passed dupe_factor x r_i times on average
-  (`document_passes`: pass p takes the documents with more than p passes). The SOP/NSP "random other document"
-  (SPEC 1.3.5a) is drawn from the same block, not the whole corpus: the reference's own advice
-  for big corpora (shard the input, SPEC 1.6a) gives the same locality, and it keeps memory
-  bounded;
+  (`document_passes`: pass p takes the documents with more than p passes). The SOP/NSP
+  "random other document" (SPEC 1.3.5a) is drawn from the same block, not the whole corpus:
+  the reference's own advice for big corpora (shard the input, SPEC 1.6a) gives the same
+  locality, and it keeps memory bounded;
 - the train split streams block by block to its shards; the eval documents (`eval_fraction` of
   the unit's text) are held until the read ends, then built the same way.
 """
