@@ -41,6 +41,7 @@ import collections
 import concurrent.futures
 import dataclasses
 import hashlib
+import itertools
 import json
 import multiprocessing
 import os
@@ -290,9 +291,12 @@ def _build(builder: AlbertPretraining, config: ml_collections.ConfigDict,
           f"  {_plural(len(units), 'unit')} of ~{settings.unit_bytes / 2**20:.3g} MiB of text"
           + (f", {len(units) - len(pending)} built before" if len(pending) < len(units) else "")
           + f"; {len(pending)} to build with {where}")
-    # What the reference text settings do to this corpus, on its first sentences.
-    sample = corpus.sample_sentences([part for part, _ in parts], text_damage.SAMPLE_SENTENCES,
-                                     settings.seed, settings=settings.reading)
+    # What the reference text settings do to this corpus, on its first sentences (a mixture's:
+    # as many from each group).
+    sample = itertools.chain.from_iterable(corpus.sample_sentences(
+        [part for unit in units if unit.group == group.name for part in unit.sources],
+        text_damage.SAMPLE_SENTENCES // len(groups), settings.seed, settings=group.reading)
+        for group in groups)
     for line in text_damage.warnings(builder.tokenizer, sample):
         print(f"  {line}")
     start = time.time()

@@ -136,17 +136,13 @@ def train_from_config(config: ml_collections.ConfigDict) -> None:
     stats = corpus.CorpusStats()
     num_sentences = 0
     damage_sample: list[str] = []  # the first sentences, what the reference settings do to them
+    shares: list[float] = []  # a mixture's q_i
     if corpus.is_mixture(groups):
         sizes = [corpus.count_text(group, stats) for group in groups]  # (all of it read once)
         sample = corpus.sample_mixture(groups, sizes, alpha, sample_size, config.seed)
         _, shares = corpus.sampling_shares([size.characters for size in sizes], alpha)
-        drawn = (f"{len(sources)} sources read to weigh the groups, then q_i of the sentences "
-                 f"from group i at data.mixture_alpha={alpha} (" + ", ".join(
-                     f"{group.name} {share:.1%}" for group, share in zip(groups, shares)) + ")")
     else:
         sample = corpus.sample_sentences(sources, sample_size, config.seed, stats, reading)
-        drawn = (f"{stats.sources} of {len(sources)} sources, visited in an order drawn from "
-                 f"seed {config.seed}")
 
     def sentences() -> Iterator[str]:
         nonlocal num_sentences
@@ -168,6 +164,11 @@ def train_from_config(config: ml_collections.ConfigDict) -> None:
         what = "SentencePiece unigram tokenizer"
     read = ("the whole corpus" if num_sentences < sample_size
             else f"reading stopped at data.input_sentence_size={sample_size:,} sentences")
+    drawn = (f"{len(sources)} sources read to weigh the groups, then q_i of the sentences from "
+             f"group i at data.mixture_alpha={alpha} (" + ", ".join(
+                 f"{group.name} {share:.1%}" for group, share in zip(groups, shares)) + ")"
+             if shares else f"{stats.sources} of {len(sources)} sources, visited in an order "
+                            f"drawn from seed {config.seed}")
     print(f"trained {what}: {num_sentences} sentences from {config.data.corpus!r} ({drawn}; "
           f"{read}), vocab_size {config.data.vocab_size}, wrote {model_path} in "
           f"{time.time() - start:.1f}s\n{stats.report()}")
