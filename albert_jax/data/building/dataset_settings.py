@@ -81,7 +81,7 @@ class DatasetSettings(tfds.core.BuilderConfig):
     # such a file was one unit in builds before files were cut, and its examples differ, so
     # its build gets a folder of its own (a resumed old build never mixes with new units).
     byte_ranges: bool = False
-    # A mixture's groups (`corpus.identity`: name, language, number of sources each) and
+    # A mixture's groups (`corpus.mixture_identity`: name, language, number of sources each) and
     # data.mixture_alpha; "" and None for a plain corpus.
     mixture: str = ""
     mixture_alpha: float | None = None
@@ -124,7 +124,7 @@ class DatasetSettings(tfds.core.BuilderConfig):
             segmenter=_segmenter_identity(reading, sources),
             byte_ranges=any(corpus.cut_into_byte_ranges(source, size, int(data.unit_bytes))
                             for source, size in sources),
-            mixture=corpus.identity(groups),
+            mixture=corpus.mixture_identity(groups),
             mixture_alpha=alpha if corpus.is_mixture(groups) else None,
             seed=int(config.seed if data.get("seed") is None else data.seed),
             file_format=str(data.format))

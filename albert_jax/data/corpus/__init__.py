@@ -26,8 +26,8 @@ from albert_jax.data.corpus.mixture import (
     corpus_groups,
     count_text,
     flat_sources,
-    identity,
     is_mixture,
+    mixture_identity,
     sample_mixture,
     sampling_shares,
 )
@@ -52,7 +52,7 @@ from albert_jax.data.corpus.stats import CorpusStats
 
 __all__ = ["CorpusStats", "DEMO", "Group", "MIXTURE_ALPHA", "ReadSettings", "TFDS_PREFIX",
            "TextSize", "check_alpha", "corpus_groups", "count_text", "cut_into_byte_ranges",
-           "demo_documents", "describe", "flat_sources", "identity", "is_file_source", "is_mixture",
-           "iter_documents", "list_sources", "part_name", "plan_parts", "read_documents",
-           "sample_mixture", "sample_sentences", "sampling_shares", "sized_sources",
-           "source_size", "uses_segmenter"]
+           "demo_documents", "describe", "flat_sources", "is_file_source", "is_mixture",
+           "iter_documents", "list_sources", "mixture_identity", "part_name", "plan_parts",
+           "read_documents", "sample_mixture", "sample_sentences", "sampling_shares",
+           "sized_sources", "source_size", "uses_segmenter"]

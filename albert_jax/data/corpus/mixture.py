@@ -80,7 +80,7 @@ def check_alpha(alpha: float) -> None:
                           f"are; 0: every group equal)")
 
 
-def identity(groups: Sequence[Group]) -> str:
+def mixture_identity(groups: Sequence[Group]) -> str:
     """What a mixture's groups add to a dataset's identity ("" for a plain corpus): each group's
     name, language and number of sources (the corpus signature names the sources in order)."""
     if not is_mixture(groups):
