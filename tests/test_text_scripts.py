@@ -216,9 +216,10 @@ def test_the_multilingual_switch_sets_the_documented_keys_and_each_stays_overrid
     from configs import pretrain
     config = pretrain.get_config("runlocal,multilingual")
     assert {key: config.data[key] for key in ("keep_accents", "do_lower_case", "word_boundaries",
-                                              "character_coverage", "byte_fallback")} == {
+                                              "character_coverage", "byte_fallback",
+                                              "mixture_alpha")} == {
         "keep_accents": True, "do_lower_case": False, "word_boundaries": "spaces",
-        "character_coverage": 0.9995, "byte_fallback": True}
+        "character_coverage": 0.9995, "byte_fallback": True, "mixture_alpha": 0.3}
     assert TextSettings.from_config(config.data) == MULTILINGUAL
     plain = pretrain.get_config("runlocal")
     assert (plain.data.keep_accents, plain.data.word_boundaries) == (False, "reference")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import os
+import random
 import re
 import time
 from typing import Iterable, Iterator
@@ -135,7 +136,10 @@ def train_from_config(config: ml_collections.ConfigDict) -> None:
     sources = [source for source, _ in corpus.flat_sources(groups)]
     stats = corpus.CorpusStats()
     num_sentences = 0
-    damage_sample: list[str] = []  # the first sentences, what the reference settings do to them
+    # Sentences drawn evenly from all read (a reservoir: a mixture's sample comes group by
+    # group), to say what the reference settings do to the text.
+    damage_sample: list[str] = []
+    damage_rng = random.Random(config.seed)
     shares: list[float] = []  # a mixture's q_i
     if corpus.is_mixture(groups):
         sizes = [corpus.count_text(group, stats) for group in groups]  # (all of it read once)
@@ -150,6 +154,10 @@ def train_from_config(config: ml_collections.ConfigDict) -> None:
             num_sentences += 1
             if len(damage_sample) < text_damage.SAMPLE_SENTENCES:
                 damage_sample.append(sentence)
+            else:
+                slot = damage_rng.randrange(num_sentences)
+                if slot < text_damage.SAMPLE_SENTENCES:
+                    damage_sample[slot] = sentence
             yield sentence
 
     start = time.time()
