@@ -1,6 +1,7 @@
 """A finished run as a serving artifact: what `albert-jax export` writes (albert_jax/cli.py).
 
   albert-jax export --workdir=W --format=onnx      --output=DIR   # DIR/model.onnx
+  albert-jax export --workdir=W --format=onnx --quantize=int8 --output=DIR
   albert-jax export --workdir=W --format=stablehlo --output=DIR   # DIR/model.jax_export
 
 Both take the three model inputs by our names, in this order: input_ids, input_mask,
@@ -14,7 +15,10 @@ TorchScript ONNX exporter with dynamic axes; jax2onnx (0.17) could not convert o
 with a symbolic sequence length (flax's nn.scan builds its carry from concrete shapes, and the
 embedding lookup's fill-mode gather did not convert), while HF's ALBERT under torch.onnx is
 exact (1e-8) at every batch and length. So the ONNX export covers what HF expresses: the
-heads of `OUTPUTS`, sharing="all".
+heads of `OUTPUTS`, sharing="all". The ONNX graph is then fused for ONNX Runtime's CPU kernels
+with the shared layer's weights stored once (onnx_graph.py; `optimize="none"`: torch.onnx's
+graph as traced), and with `quantize="int8"` quantized by ONNX Runtime's dynamic quantization
+(onnx_quantize.py), what was quantized and what it costs (`score`) in signature.json.
 StableHLO is `jax.export` of our own model with the weights inside, serialized: a process with
 JAX alone (`jax.export.deserialize(bytes).call(input_ids, input_mask, segment_ids)`) runs it,
 lowered for CPU, CUDA and TPU, batch and length symbolic (length <= max_position_embeddings).
@@ -26,7 +30,7 @@ import io
 import json
 import os
 import tempfile
-from typing import Any
+from typing import Any, Callable
 
 import flax.linen as nn
 import jax
@@ -35,12 +39,18 @@ import numpy as np
 from etils import epath
 
 from albert_jax import files
+from albert_jax.convert import onnx_graph, onnx_quantize
 from albert_jax.convert.huggingface import FinetunedHead, save_huggingface
 from albert_jax.data.tokenizers import TextSettings
 from albert_jax.errors import ConfigError
 from albert_jax.model import AlbertForPreTraining, ModelConfig
 
 FORMATS = {"onnx": "model.onnx", "stablehlo": "model.jax_export"}
+OPTIMIZE = ("onnxruntime", "none")  # ONNX: fused for ONNX Runtime, or the graph as traced
+QUANTIZE = ("none", "int8")  # ONNX: float32 weights, or ONNX Runtime's dynamic int8
+# What a quantized export's cost is measured by: (the float32 model bytes, the int8 model
+# bytes) -> the record signature.json's "quantized" adds (metric, fp32, int8, agreement).
+Scorer = Callable[[bytes, bytes], dict[str, Any]]
 SIGNATURE_FILE = "signature.json"
 INPUTS = ("input_ids", "input_mask", "segment_ids")
 MASKED_LM = "AlbertForMaskedLM"  # a pretraining run: the MLM logits at every position
@@ -100,13 +110,24 @@ class ServedModel:
         return tuple(outputs) if isinstance(outputs, (tuple, list)) else (outputs,)
 
 
-def export(served: ServedModel, export_format: str, output: str) -> list[str]:
+def export(served: ServedModel, export_format: str, output: str, *,
+           optimize: str = "onnxruntime", quantize: str = "none",
+           score: Scorer | None = None) -> list[str]:
     """Writes `served` in `export_format` ("onnx" or "stablehlo") into the new directory
-    `output` (local or gs://): the model file, signature.json and the tokenizer files. Checks
-    everything before writing: a bad format, a head the format cannot express or an output that
-    is not empty writes nothing. Returns the files written."""
+    `output` (local or gs://): the model file, signature.json and the tokenizer files. ONNX:
+    `optimize` one of `OPTIMIZE`, `quantize` one of `QUANTIZE`; `score`, for an int8 export,
+    measures what quantizing cost. Checks everything before writing: a bad format or option, a
+    head the format cannot express or an output that is not empty writes nothing. Returns the
+    files written."""
     if export_format not in FORMATS:
         raise ConfigError(f"--format={export_format!r}: choose one of {', '.join(FORMATS)}")
+    if optimize not in OPTIMIZE:
+        raise ConfigError(f"--optimize={optimize!r}: choose one of {', '.join(OPTIMIZE)}")
+    if quantize not in QUANTIZE:
+        raise ConfigError(f"--quantize={quantize!r}: choose one of {', '.join(QUANTIZE)}")
+    if export_format != "onnx" and (quantize != "none" or optimize != "onnxruntime"):
+        raise ConfigError(f"--quantize and --optimize are options of --format=onnx, not of "
+                          f"--format={export_format}; leave them out")
     if served.head.architecture not in OUTPUTS:
         raise ConfigError(f"a {served.head.architecture} head has no serving export; "
                           f"exports: {', '.join(OUTPUTS)}")
@@ -114,9 +135,14 @@ def export(served: ServedModel, export_format: str, output: str) -> list[str]:
     if destination.exists() and (not destination.is_dir() or any(destination.iterdir())):
         raise FileExistsError(f"--output={output} exists and is not an empty directory; choose "
                               "a new directory (nothing was written)")
-    make = _onnx_bytes if export_format == "onnx" else _stablehlo_bytes
-    contents = {FORMATS[export_format]: make(served),
-                SIGNATURE_FILE: json.dumps(_signature(served, export_format), indent=2).encode(),
+    signature = _signature(served, export_format)
+    if export_format == "onnx":
+        model, quantized = _onnx_bytes(served, optimize, quantize, score)
+        signature.update(optimize=optimize, **({"quantized": quantized} if quantized else {}))
+    else:
+        model = _stablehlo_bytes(served)
+    contents = {FORMATS[export_format]: model,
+                SIGNATURE_FILE: json.dumps(signature, indent=2).encode(),
                 **served.tokenizer_files}
     written = []
     for name, content in contents.items():
@@ -170,7 +196,26 @@ def _stablehlo_bytes(served: ServedModel) -> bytes:
 
 # --- ONNX ---------------------------------------------------------------------------------------
 
-def _onnx_bytes(served: ServedModel) -> bytes:
+def _onnx_bytes(served: ServedModel, optimize: str, quantize: str, score: Scorer | None
+                ) -> tuple[bytes, dict[str, Any] | None]:
+    """model.onnx of `served` (export's options) and, quantized, signature.json's "quantized"
+    record."""
+    traced = _traced_onnx_bytes(served)  # first: it says which package is missing
+    import onnx  # pylint: disable=import-outside-toplevel
+
+    model = onnx.load_from_string(traced)
+    if optimize == "onnxruntime":
+        model = onnx_graph.for_onnxruntime(model, served.model_config)
+    if quantize == "none":
+        return model.SerializeToString(), None
+    int8, record = onnx_quantize.quantize_int8(model)
+    int8_bytes = int8.SerializeToString()
+    if score is not None:
+        record.update(score(model.SerializeToString(), int8_bytes))
+    return int8_bytes, record
+
+
+def _traced_onnx_bytes(served: ServedModel) -> bytes:
     """Our HuggingFace export of `served`, loaded in transformers and traced by torch.onnx with a
     dynamic batch and length."""
     torch, transformers = _serving_imports()
@@ -218,6 +263,7 @@ def _serving_imports() -> tuple[Any, Any]:
     """torch and transformers, which the ONNX export needs (the `serving` extra)."""
     try:
         import onnx  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+        import onnxruntime  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
         import torch  # pylint: disable=import-outside-toplevel
         import transformers  # pylint: disable=import-outside-toplevel
     except ImportError as error:
