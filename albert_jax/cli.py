@@ -20,6 +20,7 @@
   albert-jax convert         --from=tf --path=model.ckpt-best --config_path=albert_config.json
                              --to=huggingface --output=DIR
   albert-jax export          --workdir=DIR --format=onnx|stablehlo --output=DIR
+                             [--quantize=int8] [--optimize=none]
                              (a finished run for serving: ONNX Runtime, or JAX alone)
   albert-jax ablate          --table=3|4|5|11|12 --workdir=DIR [--scale=demo|paper] [--seeds=N]
                              [--config.KEY=VALUE ...]   (a paper ablation table, every row)
@@ -29,6 +30,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import logging
 import os
@@ -45,7 +47,7 @@ from ml_collections import config_flags
 
 from albert_jax import ablation, distributed, file_lock, pretraining
 from albert_jax import config as config_lib
-from albert_jax.convert import formats, serving, tokenizer_files
+from albert_jax.convert import formats, quantization_cost, serving, tokenizer_files
 from albert_jax.convert.huggingface import FinetunedHead
 from albert_jax.data import inspection, tokenizers
 from albert_jax.data.building import builder, dataset_settings
@@ -93,6 +95,12 @@ _FROM = flags.DEFINE_enum("from", None, ["tf", "huggingface", "orbax"], "convert
 _TO = flags.DEFINE_enum("to", None, ["orbax", "huggingface"], "convert: target format.")
 _FORMAT = flags.DEFINE_enum("format", None, list(serving.FORMATS), "export: the serving artifact "
                             "(onnx: model.onnx for ONNX Runtime; stablehlo: model.jax_export).")
+_OPTIMIZE = flags.DEFINE_enum("optimize", "onnxruntime", list(serving.OPTIMIZE), "export "
+                              "--format=onnx: onnxruntime (fused for ONNX Runtime's CPU kernels, "
+                              "the shared layer stored once) or none (the graph as traced).")
+_QUANTIZE = flags.DEFINE_enum("quantize", "none", list(serving.QUANTIZE), "export --format=onnx: "
+                              "int8 (ONNX Runtime dynamic quantization; its cost on the run's "
+                              "dev split printed and in signature.json) or none.")
 _PATH = flags.DEFINE_string("path", None, "convert: source checkpoint (file prefix or directory).")
 _CONFIG_PATH = flags.DEFINE_string("config_path", None, "convert --from=tf: albert_config.json.")
 _OUTPUT = flags.DEFINE_string("output", None, "convert, export: output directory. predict: the "
@@ -306,7 +314,10 @@ def _export() -> None:
         tokenizer_files.huggingface_files(run.task.tokenizer,
                                           model_config.max_position_embeddings),
         run.task.tokenizer.settings)
-    for path in serving.export(served, export_format, output):
+    cost = quantization_cost.finetuned_cost if is_finetuned else quantization_cost.pretraining_cost
+    for path in serving.export(served, export_format, output, optimize=_OPTIMIZE.value,
+                               quantize=_QUANTIZE.value,
+                               score=functools.partial(cost, run)):
         print(f"wrote {path}", flush=True)
 
 
@@ -391,7 +402,7 @@ COMMAND_FLAGS: dict[tuple[str, ...], tuple[str, ...]] = {
     ("plan",): ("config", "topology", "devices", "num_slices", "hbm_gib", "peak_tflops", "mfu",
                 "levers", "json"),
     ("convert",): ("from", "to", "path", "config_path", "output"),
-    ("export",): ("workdir", "format", "output"),
+    ("export",): ("workdir", "format", "output", "optimize", "quantize"),
     ("ablate",): ("config", "table", "scale", "seeds", "workdir"),
     ("sweep",): ("config", "workdir", "workers"),
 }

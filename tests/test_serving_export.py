@@ -1,9 +1,13 @@
 """`albert-jax export`: every head as ONNX (run by onnxruntime) and as StableHLO (run by a process
 with JAX alone, albert_jax not importable) gives our logits within 1e-4, at several batch sizes
-and lengths from one file; bad input is one line and writes nothing."""
+and lengths from one file; the ONNX graph is fused for ONNX Runtime with the shared layer stored
+once and equals HuggingFace's torch model; its int8 export quantizes every weight once, fits
+the size target at albert-base's width and reports its cost on the run's dev split as
+`evaluate` scores it; bad input is one line and writes nothing."""
 import csv
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -13,10 +17,11 @@ import numpy as np
 import pytest
 
 ort = pytest.importorskip("onnxruntime")
-pytest.importorskip("torch")
+onnx = pytest.importorskip("onnx")
+torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from albert_jax.convert import serving  # noqa: E402
+from albert_jax.convert import onnx_graph, onnx_quantize, serving  # noqa: E402
 from albert_jax.convert.huggingface import FinetunedHead  # noqa: E402
 from albert_jax.data.tokenizers import TextSettings, Tokenizer  # noqa: E402
 from albert_jax.finetune import run as finetune_run  # noqa: E402
@@ -98,9 +103,21 @@ def _inputs(shape: tuple[int, ...], multiple_choice: bool, seed: int = 0) -> dic
     return {"input_ids": input_ids, "input_mask": input_mask, "segment_ids": segment_ids}
 
 
+def _hf_torch(served: serving.ServedModel, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """HuggingFace's torch model of `served` (what the ONNX export traces) on `inputs`."""
+    with torch.no_grad():
+        outputs = serving.huggingface_model(served)(
+            *(torch.from_numpy(inputs[name]) for name in serving.INPUTS))
+    return [output.numpy() for output in outputs]
+
+
 @pytest.mark.slow  # an export traces the model in torch: about 10 s each
 @pytest.mark.parametrize("name", list(HEADS))
 def test_onnx_runtime_gives_our_outputs(name, tmp_path):
+    """The default export, fused for ONNX Runtime: one Attention, two SkipLayerNormalization and
+    one FastGelu per layer (the MLM head's transform one more), the embeddings one
+    EmbedLayerNormalization; each shared weight stored once; our outputs and HuggingFace
+    torch's within 1e-4."""
     served = _served(name)
     written = serving.export(served, "onnx", str(tmp_path / "out"))
     assert sorted(os.path.basename(path) for path in written) == [
@@ -109,15 +126,106 @@ def test_onnx_runtime_gives_our_outputs(name, tmp_path):
     assert signature["inputs"] == ["input_ids", "input_mask", "segment_ids"]
     assert signature["outputs"] == list(serving.OUTPUTS[served.head.architecture])
     assert signature["labels"] == list(served.head.labels)
+    assert signature["optimize"] == "onnxruntime" and "quantized" not in signature
+    model = onnx.load(str(tmp_path / "out" / "model.onnx"))
+    layers = CONFIG.num_hidden_layers
+    assert {op: onnx_graph.op_counts(model).get(op, 0) for op in onnx_graph.FUSED_OPS} == {
+        "Attention": layers, "SkipLayerNormalization": 2 * layers,
+        "FastGelu": layers + (name == "masked_lm"), "BiasGelu": 0, "Gelu": 0,
+        "EmbedLayerNormalization": 1}
+    attention_weights = {node.input[1] for node in model.graph.node if node.op_type == "Attention"}
+    assert len(attention_weights) == 1  # every layer's fused Attention reads one packed QKV
+    _assert_no_equal_initializers(model)
     session = ort.InferenceSession(str(tmp_path / "out" / "model.onnx"))
     assert [node.name for node in session.get_inputs()] == signature["inputs"]
     batches = [_inputs(shape, name == "multiple_choice") for shape in SHAPES]
-    for inputs, ours in zip(batches, _ours(served, batches)):
+    for number, (inputs, ours) in enumerate(zip(batches, _ours(served, batches))):
         theirs = session.run(signature["outputs"], inputs)
         assert len(theirs) == len(ours)
         for got, want in zip(theirs, ours):
             assert got.shape == want.shape
             np.testing.assert_allclose(got, np.asarray(want), atol=1e-4, rtol=0)
+        if number < 2:  # HuggingFace's torch model, at two batches and lengths
+            for got, want in zip(theirs, _hf_torch(served, inputs)):
+                np.testing.assert_allclose(got, want, atol=1e-4, rtol=0)
+
+
+def _assert_no_equal_initializers(model) -> None:
+    digests = [hash(onnx.numpy_helper.to_array(tensor).tobytes()) for tensor in
+               model.graph.initializer if np.prod(tensor.dims) > 1]
+    assert len(digests) == len(set(digests)), "a weight is stored twice"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(HEADS))
+def test_int8_export_of_every_head(name, tmp_path):
+    """--quantize=int8: no float operator with a weight left (counted from the graph), every
+    weight quantized once, signature.json saying what; ONNX Runtime runs it, near the float32
+    outputs (random weights: 5% of the outputs' range)."""
+    served = _served(name)
+    serving.export(served, "onnx", str(tmp_path / "int8"), quantize="int8")
+    model = onnx.load(str(tmp_path / "int8" / "model.onnx"))
+    assert onnx_quantize.float_weight_ops(model) == {}
+    counts = onnx_graph.op_counts(model)
+    assert counts["QAttention"] == CONFIG.num_hidden_layers
+    assert counts["QEmbedLayerNormalization"] == 1
+    # The layer's matrices (attention output, FFN in and out) once each per use, the embedding
+    # projection, and the head's one or two (pooler and classifier; the MLM transform and
+    # decoder; the span or tagging classifier).
+    head_matmuls = {"span": 1, "tagging": 1}.get(name, 2)
+    assert counts["MatMulInteger"] == 3 * CONFIG.num_hidden_layers + 1 + head_matmuls
+    _assert_no_equal_initializers(model)
+    int8_weights = [tensor for tensor in model.graph.initializer
+                    if tensor.data_type == onnx.TensorProto.INT8 and np.prod(tensor.dims) > 1]
+    assert len(int8_weights) == 5 + head_matmuls  # shared QKV, 3 layer matrices, projection, head
+    signature = json.loads((tmp_path / "int8" / "signature.json").read_text())
+    assert signature["quantized"]["scheme"] == onnx_quantize.SCHEME
+    assert signature["quantized"]["operators"]["QAttention"] == CONFIG.num_hidden_layers
+    assert signature["quantized"]["float_operators_left"] == {}
+    int8_session = ort.InferenceSession(str(tmp_path / "int8" / "model.onnx"))
+    inputs = _inputs(SHAPES[1], name == "multiple_choice")
+    ((ours, *_),) = _ours(served, [inputs])
+    theirs = int8_session.run(None, inputs)[0]
+    assert theirs.shape == ours.shape
+    assert np.abs(theirs - ours).max() < 0.05 * np.ptp(ours)
+
+
+def test_plain_graph_with_optimize_none(tmp_path):
+    """--optimize=none: torch.onnx's graph as traced, no fused operator; still our outputs."""
+    served = _served("classification")
+    serving.export(served, "onnx", str(tmp_path / "plain"), optimize="none")
+    model = onnx.load(str(tmp_path / "plain" / "model.onnx"))
+    assert not set(onnx_graph.op_counts(model)) & set(onnx_graph.FUSED_OPS)
+    session = ort.InferenceSession(str(tmp_path / "plain" / "model.onnx"))
+    inputs = _inputs(SHAPES[1], False)
+    ((ours,),) = _ours(served, [inputs])
+    np.testing.assert_allclose(session.run(None, inputs)[0], ours, atol=1e-4, rtol=0)
+
+
+@pytest.mark.slow
+def test_int8_size_at_albert_base_width(tmp_path):
+    """albert-base's widths (hidden 768, embedding 128, vocabulary 30000; two layers, as the
+    layer is shared the size does not depend on the count): the fused float32 file within 1.2x
+    its float32 weights, the int8 file within 0.30x; the int8 model's logits near float32."""
+    config = get_config("albert-base-v2", num_hidden_layers=2)
+    model = AlbertForSequenceClassification(config, num_labels=3)
+    params = nn.unbox(model.init(jax.random.PRNGKey(0), *example_inputs((1, 8)))["params"])
+    weights = sum(np.asarray(leaf).nbytes for leaf in jax.tree.leaves(params))
+    served = serving.ServedModel(config, model, jax.tree.map(np.asarray, params),
+                                 FinetunedHead("AlbertForSequenceClassification", ("a", "b", "c")),
+                                 {})
+    serving.export(served, "onnx", str(tmp_path / "fp32"))
+    serving.export(served, "onnx", str(tmp_path / "int8"), quantize="int8")
+    fp32_size = os.path.getsize(tmp_path / "fp32" / "model.onnx")
+    int8_size = os.path.getsize(tmp_path / "int8" / "model.onnx")
+    assert fp32_size <= 1.2 * weights, (fp32_size, weights)
+    assert int8_size <= 0.30 * weights, (int8_size, weights)
+    rng = np.random.default_rng(0)
+    inputs = {"input_ids": rng.integers(0, config.vocab_size, (2, 64)).astype(np.int32),
+              "input_mask": np.ones((2, 64), np.int32), "segment_ids": np.zeros((2, 64), np.int32)}
+    fp32 = ort.InferenceSession(str(tmp_path / "fp32" / "model.onnx")).run(None, inputs)[0]
+    int8 = ort.InferenceSession(str(tmp_path / "int8" / "model.onnx")).run(None, inputs)[0]
+    assert np.abs(int8 - fp32).max() < 0.05 * max(np.ptp(fp32), 1e-3) + 1e-3
 
 
 # Run with JAX alone: no albert_jax on the path, and any attempt to import it fails.
@@ -263,3 +371,50 @@ def test_export_command_on_a_finetuned_run(finetuned_mnli, tmp_path):
         ((ours,),) = _ours(served, [inputs])
         np.testing.assert_allclose(theirs, ours, atol=1e-4, rtol=0)
     assert len(set(lengths)) == 3 and max(lengths) < 32, lengths
+
+
+@pytest.mark.slow
+def test_int8_export_reports_its_cost_as_evaluate_scores(finetuned_mnli, tmp_path):
+    """`export --quantize=int8` of the shared MNLI run (copied: evaluate writes into its
+    workdir): the float32 graph's dev accuracy, printed and in signature.json, is `evaluate`'s
+    (the same rows, the same metric); the int8 graph agrees with it on most predictions."""
+    workdir = tmp_path / "run"
+    shutil.copytree(finetuned_mnli["workdir"], workdir)
+    result = cli("export", f"--workdir={workdir}", "--format=onnx", "--quantize=int8",
+                 f"--output={tmp_path / 'int8'}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    quantized = json.loads((tmp_path / "int8" / "signature.json").read_text())["quantized"]
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert cli("evaluate", f"--workdir={workdir}", "--split=dev").returncode == 0
+    evaluated = json.loads((workdir / "predictions" / "dev" / "metrics.json").read_text())
+    rows = sum(1 for _ in open(workdir / "predictions" / "dev" / "predictions.jsonl"))
+    assert quantized["metric"] == "accuracy" and quantized["rows"] == rows
+    assert quantized["fp32"] == pytest.approx(evaluated["accuracy"], abs=1e-6)
+    assert quantized["agreement"] >= 0.9 and abs(quantized["int8"] - quantized["fp32"]) <= 0.1
+    line = (f"accuracy fp32 {quantized['fp32']:.4f}, int8 {quantized['int8']:.4f}; "
+            f"{100 * quantized['agreement']:.1f}% of predictions agree")
+    assert line in result.stdout, result.stdout
+
+
+@pytest.mark.slow
+def test_int8_export_of_a_pretraining_run_reports_masked_lm_agreement(pretrained_tiny, tmp_path):
+    result = cli("export", f"--workdir={pretrained_tiny}", "--format=onnx", "--quantize=int8",
+                 f"--output={tmp_path / 'int8'}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    quantized = json.loads((tmp_path / "int8" / "signature.json").read_text())["quantized"]
+    assert quantized["metric"] == "masked_lm_top1_agreement" and quantized["positions"] > 0
+    assert quantized["agreement"] >= 0.8
+    assert f"agrees at {100 * quantized['agreement']:.1f}% of" in result.stdout, result.stdout
+
+
+def test_bad_quantize_is_one_line(tmp_path):
+    result = cli("export", f"--workdir={tmp_path}", "--format=onnx", "--quantize=int4",
+                 f"--output={tmp_path / 'out'}")
+    assert result.returncode != 0 and "--quantize" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    served = _served("classification")
+    with pytest.raises(ValueError, match="--quantize and --optimize are options of --format=onnx"):
+        serving.export(served, "stablehlo", str(tmp_path / "new"), quantize="int8")
+    with pytest.raises(ValueError, match="--quantize='int4': choose one of none, int8"):
+        serving.export(served, "onnx", str(tmp_path / "new"), quantize="int4")
+    assert not (tmp_path / "new").exists()

@@ -215,9 +215,10 @@ def _onnx_bytes(served: ServedModel, optimize: str, quantize: str, score: Scorer
     return int8_bytes, record
 
 
-def _traced_onnx_bytes(served: ServedModel) -> bytes:
-    """Our HuggingFace export of `served`, loaded in transformers and traced by torch.onnx with a
-    dynamic batch and length."""
+def huggingface_model(served: ServedModel) -> Any:
+    """`served` as its transformers class (a torch module in eval mode, eager attention), taking
+    our inputs (int32, in `INPUTS` order) and giving the tuple of `OUTPUTS[head]`: what the ONNX
+    export traces."""
     torch, transformers = _serving_imports()
     params = jax.tree.map(np.asarray, served.params)
     head = served.head
@@ -228,7 +229,13 @@ def _traced_onnx_bytes(served: ServedModel) -> bytes:
         save_huggingface(served.model_config, params, folder, head=head)
         hf_class = getattr(transformers, served.head.architecture)
         model = hf_class.from_pretrained(folder, attn_implementation="eager").eval()
-    wrapper = _with_our_inputs(torch, model, tuple(OUTPUTS[served.head.architecture])).eval()
+    return _with_our_inputs(torch, model, tuple(OUTPUTS[served.head.architecture])).eval()
+
+
+def _traced_onnx_bytes(served: ServedModel) -> bytes:
+    """`huggingface_model(served)` traced by torch.onnx with a dynamic batch and length."""
+    torch, _ = _serving_imports()
+    wrapper = huggingface_model(served)
     example = tuple(torch.ones((2, 3, 8)[-len(served.input_dims):], dtype=torch.int32)
                     for _ in INPUTS)
     axes = {name: dict(enumerate(served.input_dims)) for name in INPUTS}
