@@ -187,7 +187,12 @@ def test_int8_export_of_every_head(name, tmp_path):
     ((ours, *_),) = _ours(served, [inputs])
     theirs = int8_session.run(None, inputs)[0]
     assert theirs.shape == ours.shape
-    assert np.abs(theirs - ours).max() < 0.05 * np.ptp(ours)
+    _assert_near(theirs, ours)
+
+
+def _assert_near(int8: np.ndarray, fp32: np.ndarray) -> None:
+    """An int8 model's outputs within 5% of the float32 outputs' scale (range plus size)."""
+    assert np.abs(int8 - fp32).max() < 0.05 * (np.ptp(fp32) + np.abs(fp32).max())
 
 
 def test_plain_graph_with_optimize_none(tmp_path):
@@ -225,7 +230,7 @@ def test_int8_size_at_albert_base_width(tmp_path):
               "input_mask": np.ones((2, 64), np.int32), "segment_ids": np.zeros((2, 64), np.int32)}
     fp32 = ort.InferenceSession(str(tmp_path / "fp32" / "model.onnx")).run(None, inputs)[0]
     int8 = ort.InferenceSession(str(tmp_path / "int8" / "model.onnx")).run(None, inputs)[0]
-    assert np.abs(int8 - fp32).max() < 0.05 * max(np.ptp(fp32), 1e-3) + 1e-3
+    _assert_near(int8, fp32)
 
 
 # Run with JAX alone: no albert_jax on the path, and any attempt to import it fails.
@@ -294,10 +299,14 @@ def test_bad_format_and_used_output_write_nothing(tmp_path):
     assert not (tmp_path / "new").exists()
 
 
-def test_onnx_without_the_serving_extra_names_it(tmp_path, monkeypatch):
+def test_onnx_and_litert_without_their_extra_name_it(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "onnx", None)  # as if not installed
     with pytest.raises(ImportError, match=r"pip install 'albert-jax\[serving\]'"):
         serving.export(_served("regression"), "onnx", str(tmp_path / "new"))
+    assert not (tmp_path / "new").exists()
+    monkeypatch.setitem(sys.modules, "tensorflow", None)
+    with pytest.raises(ImportError, match=r"pip install 'albert-jax\[litert\]'"):
+        serving.export(_served("regression"), "litert", str(tmp_path / "new"))
     assert not (tmp_path / "new").exists()
 
 
@@ -418,3 +427,37 @@ def test_bad_quantize_is_one_line(tmp_path):
     with pytest.raises(ValueError, match="--quantize='int4': choose one of none, int8"):
         serving.export(served, "onnx", str(tmp_path / "new"), quantize="int4")
     assert not (tmp_path / "new").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [name for name in HEADS if name != "multiple_choice"])
+def test_litert_runs_in_the_litert_interpreter(name, tmp_path):
+    """--format=litert (the `litert` extra): int8 weights at the fixed shape [1, length], run
+    by ai-edge-litert's interpreter near our outputs (int8 weights: 5% of the outputs' scale),
+    the same class or piece at 90% of the output rows; multiple choice is refused in one
+    line."""
+    pytest.importorskip("tensorflow")
+    interpreter_module = pytest.importorskip("ai_edge_litert.interpreter")
+    served = _served(name)
+    serving.export(served, "litert", str(tmp_path / "litert"))
+    signature = json.loads((tmp_path / "litert" / "signature.json").read_text())
+    assert signature["input_shape"] == [1, CONFIG.max_position_embeddings]  # 48 < 128
+    interpreter = interpreter_module.Interpreter(model_path=str(tmp_path / "litert" /
+                                                              "model.tflite"))
+    interpreter.allocate_tensors()
+    inputs = _inputs((1, CONFIG.max_position_embeddings), False)
+    for detail, key in zip(interpreter.get_input_details(), serving.INPUTS):
+        interpreter.set_tensor(detail["index"], inputs[key])
+    interpreter.invoke()
+    # The outputs in the function's order: LiteRT names them StatefulPartitionedCall:<index>.
+    details = sorted(interpreter.get_output_details(), key=lambda detail: detail["name"])
+    theirs = [interpreter.get_tensor(detail["index"]) for detail in details]
+    (ours,) = _ours(served, [inputs])
+    assert len(theirs) == len(ours)
+    for got, want in zip(theirs, ours):
+        assert got.shape == want.shape
+        _assert_near(got, want)
+        if want.shape[-1] > 1:  # random weights leave near ties: most rows, not all
+            assert np.mean(got.argmax(-1) == want.argmax(-1)) >= 0.9
+    with pytest.raises(ValueError, match="multiple-choice head has no --format=litert"):
+        serving.export(_served("multiple_choice"), "litert", str(tmp_path / "mc"))

@@ -50,17 +50,27 @@ def finetuned_cost(run: Any, fp32: bytes, int8: bytes) -> dict[str, Any]:
         return {}
     scores, records = {}, {}
     for name, model in (("fp32", fp32), ("int8", int8)):
-        onnx_task = _OnnxModelTask(task, _session(model))
-        onnx_run = dataclasses.replace(run, eval_step=step_lib.make_eval_step(onnx_task))
-        sums, predictions = onnx_run.predict(task.eval_batches(split))
-        scores[name] = float(task.eval_metrics(split, sums, predictions)[metric])
-        records[name] = [record["prediction"] for record in task.split_records(split, predictions)]
+        scores[name], records[name] = dev_score(run, _session(model))
     agreement = float(np.mean([_agree(a, b) for a, b in zip(records["fp32"], records["int8"])]))
     print(f"int8 cost on {split} ({len(records['fp32'])} examples, ONNX Runtime): {metric} fp32 "
           f"{scores['fp32']:.4f}, int8 {scores['int8']:.4f}; {100 * agreement:.1f}% of "
           "predictions agree", flush=True)
     return {"metric": metric, "fp32": scores["fp32"], "int8": scores["int8"],
             "agreement": agreement, "rows": len(records["fp32"])}
+
+
+def dev_score(run: Any, session: Any) -> tuple[float, list[Any]]:
+    """`run`'s selection metric on its dev split with `session` (an ONNX Runtime session of its
+    exported model, or anything with its `run(None, feeds)`) as the model, through the evaluate
+    path; and the dev predictions (predictions.jsonl's `prediction` of each example)."""
+    task = run.task
+    split = task.selection.split
+    eval_step = step_lib.make_eval_step(  # type: ignore[arg-type]  # Task's eval half
+        _OnnxModelTask(task, session))
+    sums, predictions = dataclasses.replace(run, eval_step=eval_step).predict(
+        task.eval_batches(split))
+    return (float(task.eval_metrics(split, sums, predictions)[task.selection.metric]),
+            [record["prediction"] for record in task.split_records(split, predictions)])
 
 
 def pretraining_cost(run: Any, fp32: bytes, int8: bytes) -> dict[str, Any]:

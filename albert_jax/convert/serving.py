@@ -3,6 +3,7 @@
   albert-jax export --workdir=W --format=onnx      --output=DIR   # DIR/model.onnx
   albert-jax export --workdir=W --format=onnx --quantize=int8 --output=DIR
   albert-jax export --workdir=W --format=stablehlo --output=DIR   # DIR/model.jax_export
+  albert-jax export --workdir=W --format=litert    --output=DIR   # DIR/model.tflite
 
 Both take the three model inputs by our names, in this order: input_ids, input_mask,
 segment_ids, int32, with a dynamic batch and sequence length ([batch, choices, sequence] for
@@ -39,13 +40,13 @@ import numpy as np
 from etils import epath
 
 from albert_jax import files
-from albert_jax.convert import onnx_graph, onnx_quantize
+from albert_jax.convert import litert, onnx_graph, onnx_quantize
 from albert_jax.convert.huggingface import FinetunedHead, save_huggingface
 from albert_jax.data.tokenizers import TextSettings
 from albert_jax.errors import ConfigError
 from albert_jax.model import AlbertForPreTraining, ModelConfig
 
-FORMATS = {"onnx": "model.onnx", "stablehlo": "model.jax_export"}
+FORMATS = {"onnx": "model.onnx", "stablehlo": "model.jax_export", "litert": "model.tflite"}
 OPTIMIZE = ("onnxruntime", "none")  # ONNX: fused for ONNX Runtime, or the graph as traced
 QUANTIZE = ("none", "int8")  # ONNX: float32 weights, or ONNX Runtime's dynamic int8
 # What a quantized export's cost is measured by: (the float32 model bytes, the int8 model
@@ -113,7 +114,7 @@ class ServedModel:
 def export(served: ServedModel, export_format: str, output: str, *,
            optimize: str = "onnxruntime", quantize: str = "none",
            score: Scorer | None = None) -> list[str]:
-    """Writes `served` in `export_format` ("onnx" or "stablehlo") into the new directory
+    """Writes `served` in `export_format` (a key of `FORMATS`) into the new directory
     `output` (local or gs://): the model file, signature.json and the tokenizer files. ONNX:
     `optimize` one of `OPTIMIZE`, `quantize` one of `QUANTIZE`; `score`, for an int8 export,
     measures what quantizing cost. Checks everything before writing: a bad format or option, a
@@ -131,6 +132,10 @@ def export(served: ServedModel, export_format: str, output: str, *,
     if served.head.architecture not in OUTPUTS:
         raise ConfigError(f"a {served.head.architecture} head has no serving export; "
                           f"exports: {', '.join(OUTPUTS)}")
+    if export_format == "litert" and served.head.architecture == "AlbertForMultipleChoice":
+        raise ConfigError("a multiple-choice head has no --format=litert export (a LiteRT model "
+                          "has fixed shapes; its number of choices is not known here): use "
+                          "--format=onnx or stablehlo")
     destination = epath.Path(output)
     if destination.exists() and (not destination.is_dir() or any(destination.iterdir())):
         raise FileExistsError(f"--output={output} exists and is not an empty directory; choose "
@@ -139,6 +144,10 @@ def export(served: ServedModel, export_format: str, output: str, *,
     if export_format == "onnx":
         model, quantized = _onnx_bytes(served, optimize, quantize, score)
         signature.update(optimize=optimize, **({"quantized": quantized} if quantized else {}))
+    elif export_format == "litert":
+        model = litert.litert_bytes(served)
+        signature["input_shape"] = [1, litert.sequence_length(
+            served.model_config.max_position_embeddings)]
     else:
         model = _stablehlo_bytes(served)
     contents = {FORMATS[export_format]: model,
