@@ -65,8 +65,8 @@ def dev_score(run: Any, session: Any) -> tuple[float, list[Any]]:
     path; and the dev predictions (predictions.jsonl's `prediction` of each example)."""
     task = run.task
     split = task.selection.split
-    eval_step = step_lib.make_eval_step(  # type: ignore[arg-type]  # Task's eval half
-        _OnnxModelTask(task, session))
+    onnx_task: Any = _OnnxModelTask(task, session)  # the Task's eval half, duck-typed
+    eval_step = step_lib.make_eval_step(onnx_task)
     sums, predictions = dataclasses.replace(run, eval_step=eval_step).predict(
         task.eval_batches(split))
     return (float(task.eval_metrics(split, sums, predictions)[task.selection.metric]),
