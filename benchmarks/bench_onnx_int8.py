@@ -108,10 +108,11 @@ class TorchSession:
         self.model = model
 
     def run(self, _: Any, feeds: dict[str, Any]) -> list[Any]:
+        import numpy as np
         import torch
 
-        with torch.no_grad():
-            outputs = self.model(*(torch.from_numpy(feeds[name])
+        with torch.no_grad():  # np.array: a writable copy, which torch.from_numpy wants
+            outputs = self.model(*(torch.from_numpy(np.array(feeds[name]))
                                    for name in ("input_ids", "input_mask", "segment_ids")))
         return [output.numpy() for output in outputs]
 
