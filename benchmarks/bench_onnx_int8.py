@@ -180,7 +180,8 @@ def main() -> None:
     run = finetune_run.load_finished_run(workdir)
     task = run.task
     served = serving.ServedModel(task.model_config, task.model,
-                                 jax.tree.map(np.asarray, run.params), task.huggingface_head(), {})
+                                 jax.tree.map(np.asarray, run.params), task.huggingface_head(), {},
+                                 task.tokenizer.settings)
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads, options.inter_op_num_threads = args.threads, 1
     sessions: dict[str, Any] = {"ours predict (JAX)": JaxSession(served),

@@ -218,7 +218,7 @@ def test_int8_size_at_albert_base_width(tmp_path):
     weights = sum(np.asarray(leaf).nbytes for leaf in jax.tree.leaves(params))
     served = serving.ServedModel(config, model, jax.tree.map(np.asarray, params),
                                  FinetunedHead("AlbertForSequenceClassification", ("a", "b", "c")),
-                                 {})
+                                 {}, TextSettings())
     serving.export(served, "onnx", str(tmp_path / "fp32"))
     serving.export(served, "onnx", str(tmp_path / "int8"), quantize="int8")
     fp32_size = os.path.getsize(tmp_path / "fp32" / "model.onnx")
