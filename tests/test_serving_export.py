@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import types
 
 import flax.linen as nn
 import jax
@@ -21,7 +22,7 @@ onnx = pytest.importorskip("onnx")
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from albert_jax.convert import onnx_graph, onnx_quantize, serving  # noqa: E402
+from albert_jax.convert import onnx_graph, onnx_quantize, quantization_cost, serving  # noqa: E402
 from albert_jax.convert.huggingface import FinetunedHead  # noqa: E402
 from albert_jax.data.tokenizers import TextSettings, Tokenizer  # noqa: E402
 from albert_jax.finetune import run as finetune_run  # noqa: E402
@@ -35,6 +36,7 @@ from albert_jax.model import (  # noqa: E402
     get_config,
 )
 from albert_jax.train import checkpoint  # noqa: E402
+from albert_jax.train.task import Selection  # noqa: E402
 from cli_fixtures import cli  # noqa: E402
 from finetune_fixtures import WORDS  # noqa: E402
 
@@ -393,7 +395,6 @@ def test_int8_export_reports_its_cost_as_evaluate_scores(finetuned_mnli, tmp_pat
                  f"--output={tmp_path / 'int8'}")
     assert result.returncode == 0, result.stderr[-3000:]
     quantized = json.loads((tmp_path / "int8" / "signature.json").read_text())["quantized"]
-    assert result.returncode == 0, result.stderr[-3000:]
     assert cli("evaluate", f"--workdir={workdir}", "--split=dev").returncode == 0
     evaluated = json.loads((workdir / "predictions" / "dev" / "metrics.json").read_text())
     rows = sum(1 for _ in open(workdir / "predictions" / "dev" / "predictions.jsonl"))
@@ -407,6 +408,8 @@ def test_int8_export_reports_its_cost_as_evaluate_scores(finetuned_mnli, tmp_pat
 
 @pytest.mark.slow
 def test_int8_export_of_a_pretraining_run_reports_masked_lm_agreement(pretrained_tiny, tmp_path):
+    """A pretraining run has no dev metric: the export reports how often float32 and int8 agree
+    on the top-1 piece at the masked positions of one eval batch of its data."""
     result = cli("export", f"--workdir={pretrained_tiny}", "--format=onnx", "--quantize=int8",
                  f"--output={tmp_path / 'int8'}")
     assert result.returncode == 0, result.stderr[-3000:]
@@ -414,6 +417,15 @@ def test_int8_export_of_a_pretraining_run_reports_masked_lm_agreement(pretrained
     assert quantized["metric"] == "masked_lm_top1_agreement" and quantized["positions"] > 0
     assert quantized["agreement"] >= 0.8
     assert f"agrees at {100 * quantized['agreement']:.1f}% of" in result.stdout, result.stdout
+
+
+def test_int8_cost_without_a_dev_split_is_one_line(capsys):
+    """A run whose config has no dev split (an own-data run without data.dev_file): one line,
+    nothing measured, nothing recorded."""
+    task = types.SimpleNamespace(selection=Selection("dev", "accuracy"), eval_splits=())
+    assert quantization_cost.finetuned_cost(types.SimpleNamespace(task=task), b"", b"") == {}
+    printed = capsys.readouterr().out
+    assert printed.startswith("no dev split") and len(printed.strip().splitlines()) == 1
 
 
 def test_bad_quantize_is_one_line(tmp_path):
