@@ -19,9 +19,9 @@
   albert-jax squad-eval      DATA.json PREDICTIONS.json [--na-prob-file=F]
   albert-jax convert         --from=tf --path=model.ckpt-best --config_path=albert_config.json
                              --to=huggingface --output=DIR
-  albert-jax export          --workdir=DIR --format=onnx|stablehlo --output=DIR
+  albert-jax export          --workdir=DIR --format=onnx|stablehlo|litert --output=DIR
                              [--quantize=int8] [--optimize=none]
-                             (a finished run for serving: ONNX Runtime, or JAX alone)
+                             (a finished run for serving: ONNX Runtime, JAX alone, or LiteRT)
   albert-jax ablate          --table=3|4|5|11|12 --workdir=DIR [--scale=demo|paper] [--seeds=N]
                              [--config.KEY=VALUE ...]   (a paper ablation table, every row)
   albert-jax sweep           --config=configs/glue.py:task=rte --config.sweep.space="{...}"
@@ -94,7 +94,8 @@ _PROCESS_ID = flags.DEFINE_integer("process_id", None, "--multihost: this proces
 _FROM = flags.DEFINE_enum("from", None, ["tf", "huggingface", "orbax"], "convert: source format.")
 _TO = flags.DEFINE_enum("to", None, ["orbax", "huggingface"], "convert: target format.")
 _FORMAT = flags.DEFINE_enum("format", None, list(serving.FORMATS), "export: the serving artifact "
-                            "(onnx: model.onnx for ONNX Runtime; stablehlo: model.jax_export).")
+                            "(onnx: model.onnx for ONNX Runtime; stablehlo: model.jax_export; "
+                            "litert: model.tflite, int8 weights, [1, 128]).")
 _OPTIMIZE = flags.DEFINE_enum("optimize", "onnxruntime", list(serving.OPTIMIZE), "export "
                               "--format=onnx: onnxruntime (fused for ONNX Runtime's CPU kernels, "
                               "the shared layer stored once) or none (the graph as traced).")
