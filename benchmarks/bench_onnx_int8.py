@@ -49,7 +49,7 @@ BATCH_1_CALLS = 10
 
 def make_run(workdir: str, train_steps: int) -> None:
     """The fine-tuned albert-base-shaped classifier of the module docstring (1.)."""
-    from albert_jax.data import tokenizer as tokenizer_lib
+    from albert_jax.data import tokenizers as tokenizer_lib
     from albert_jax.finetune.demo import demo_sentences
 
     data = f"{workdir}-data"
