@@ -3,9 +3,9 @@
 #               on a paraphrase task made from the same text, then predict on new pairs
 #               (offline, CPU)
 #   make test   install with the test extra, then run the test suite (two workers, one file each:
-#               module fixtures stay in one process, the longest files first; 10 min 58 s of
-#               pytest in a fresh clone, 1,619 tests, on an idle 2-core box; `pytest -m "not slow"
-#               -n 2 --dist loadfile tests` is the inner loop, 2 min 45 s there;
+#               module fixtures stay in one process, the longest files first; 12 min 25 s of
+#               pytest in a fresh clone, 1,788 tests, on an idle 2-core box; `pytest -m "not slow"
+#               -n 2 --dist loadfile tests` is the inner loop, 2 min 53 s there;
 #               benchmarks/RESULTS.md has the times)
 #   make lint   install with the test extra (it holds the lint extra's pins), then ruff and mypy
 #               over albert_jax/, launch/, configs/ (and ruff over tests/); CI runs it first
