@@ -20,8 +20,9 @@ over when it can tell the holder is gone:
 Otherwise a second holder is refused with a message naming the holder's pid and host.
 
 Atomicity: of two runs started together exactly one gets the lock, and two runs taking over the
-same stale lock cannot both win. Locally the file is created with O_CREAT | O_EXCL, and a stale
-lock is renamed aside (atomic) before it is replaced. On gs:// every write names the object's
+same stale lock cannot both win. Locally the record is written whole and hard-linked into place
+(where links are missing: created with O_CREAT | O_EXCL), and a stale lock is renamed aside
+(atomic) before it is replaced. On gs:// every write names the object's
 generation (Cloud Storage preconditions): the lock is created only if absent (generation 0),
 refreshed and released only if it is still the generation this run wrote, and a stale lock is
 deleted only if it is still the generation that was judged stale.
@@ -205,21 +206,44 @@ class FileLock:
                             "over", self.path, files.error_reason(error))
 
 
+def _create_local(path: epath.Path, text: str) -> bool:
+    """Writes the local lock `path` holding `text` if there is none; False if there is one.
+
+    The record is written whole beside the lock and hard-linked into place (atomic, refused if
+    the lock exists), so a second starter never reads a lock that is created but not yet
+    written. Where the filesystem has no hard links (gcsfuse, some network mounts) the lock is
+    created with O_EXCL and written after, as the next best.
+    """
+    draft = path.with_name(f"{path.name}.new-{os.getpid()}-{threading.get_ident()}")
+    try:
+        draft.write_text(text)
+        try:
+            os.link(draft, path)
+            return True
+        except FileExistsError:
+            return False
+        except OSError:
+            pass  # no hard links here
+    finally:
+        draft.unlink(missing_ok=True)
+    try:
+        descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        return False
+    try:
+        with os.fdopen(descriptor, "w") as stream:
+            stream.write(text)
+    except OSError:
+        os.unlink(path)  # an empty lock (full disk) would hold the workdir for nobody
+        raise
+    return True
+
+
 def _create(path: epath.Path, record: dict[str, Any]) -> FileLock | None:
     """Writes the lock and holds it if there is none; None if there is one."""
     text = json.dumps(record)
     if files.is_local(path):
-        try:
-            descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            return None
-        try:
-            with os.fdopen(descriptor, "w") as stream:
-                stream.write(text)
-        except OSError:
-            os.unlink(path)  # an empty lock (full disk) would hold the workdir for nobody
-            raise
-        return FileLock(path, record, None)
+        return FileLock(path, record, None) if _create_local(path, text) else None
     blob = files.gcs_object(path)
     try:
         blob.upload_from_string(text, if_generation_match=0, retry=files.retry_policy())

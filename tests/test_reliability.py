@@ -283,6 +283,57 @@ def test_live_locks_are_refused_and_stale_ones_taken_over(tmp_path, caplog):
     assert not lock_path.exists()
 
 
+
+LOCK_READER = """
+import json, sys, time
+path, partial, whole = sys.argv[1], 0, 0
+print("reading", flush=True)
+end = time.time() + float(sys.argv[2])
+while time.time() < end:
+    try:
+        text = open(path).read()
+    except FileNotFoundError:
+        continue
+    try:
+        json.loads(text)
+        whole += 1
+    except ValueError:
+        partial += 1
+print(whole, partial)
+"""
+
+
+def test_a_starting_run_never_sees_a_lock_half_written(tmp_path):
+    # A run starting beside another reads the other's lock to name its holder; a lock created
+    # empty and written after is read as a hand-made file of no pid (before the fix: about one
+    # read in 25 here).
+    lock_path = tmp_path / workdir_names.LOCK_FILE
+    reader = subprocess.Popen([sys.executable, "-c", LOCK_READER, str(lock_path), "3"],
+                              stdout=subprocess.PIPE, text=True)
+    assert reader.stdout.readline() == "reading\n"
+    deadline = time.time() + 2.5
+    while time.time() < deadline:
+        file_lock.acquire(lock_path, in_use="in use", advice="wait").release()
+    whole, partial = map(int, reader.communicate()[0].split())
+    assert whole > 100 and partial == 0
+    assert sorted(path.name for path in tmp_path.iterdir()) == []  # no draft left beside it
+
+
+def test_a_lock_is_taken_where_the_filesystem_has_no_hard_links(tmp_path, monkeypatch):
+    def no_hard_links(source, destination):
+        raise PermissionError(errno.EPERM, "Operation not permitted", str(destination))
+
+    monkeypatch.setattr(os, "link", no_hard_links)
+    lock = workdir_lock.acquire(tmp_path)
+    assert json.loads((tmp_path / workdir_names.LOCK_FILE).read_text())["pid"] == os.getpid()
+    child_refused = subprocess.run(
+        [sys.executable, "-c", "import sys\nfrom albert_jax.train import workdir_lock\n"
+         "try:\n    workdir_lock.acquire(sys.argv[1])\nexcept workdir_lock.WorkdirLocked as e:"
+         "\n    print(e)", str(tmp_path)], cwd=REPO, capture_output=True, text=True)
+    assert f"is held by pid {os.getpid()} on host {HOST}" in child_refused.stdout
+    lock.release()
+    assert sorted(path.name for path in tmp_path.iterdir()) == []
+
 # --- Through the CLI: a tiny pretraining run ---
 
 @pytest.fixture(scope="module")
