@@ -80,10 +80,12 @@ CORPUS = _docstring_lines(("collections", "os", "json", "re", "textwrap", "decim
 TEXTS = (_docstring_lines(("json", "statistics", "itertools", "subprocess"))[:400] + WORLD
          + [line.upper() for line in WORLD] + SCRIPTS + [stripped for _, stripped in MARKED.values()]
          + ["Say [MASK] or [SEP], <pad> and <unk>.", "[CLS]Fill the[MASK] in, [PAD] [UNK]."])
-# (name, kind, do_lower_case, keep_accents, digit-comma rule)
+# (name, kind, do_lower_case, keep_accents, digit-comma rule); "bytes" is also trained with
+# byte_fallback and a coverage that leaves the rarest characters to the byte pieces.
 RUNS = (("uncased", "sentencepiece", True, False, "reference"),
         ("cased", "sentencepiece", False, False, "hf"),
         ("accents", "sentencepiece", False, True, "hf"),
+        ("bytes", "sentencepiece", False, True, "hf"),
         ("wordpiece", "wordpiece", True, False, None))
 
 _LOAD = textwrap.dedent("""
@@ -129,7 +131,9 @@ def exported(tmp_path_factory) -> dict:
         else:
             settings = TextSettings(do_lower_case=lower, keep_accents=keep_accents,
                                     comma_rule=comma_rule)
-            path = train(CORPUS, str(root / f"{name}.model"), 800, settings=settings)
+            byte_options = dict(character_coverage=0.98, byte_fallback=True) if name == "bytes" else {}
+            path = train(CORPUS, str(root / f"{name}.model"), 800, settings=settings,
+                         **byte_options)
             tokenizer = Tokenizer.load(path, settings)
         with contextlib.redirect_stdout(io.StringIO()) as said:
             tokenizer_files.write_huggingface_tokenizer(tokenizer, str(root / name), 512)
@@ -199,6 +203,20 @@ def test_slow_tokenizer_gives_our_ids_but_for_what_it_rewrites(exported, name):
         compared += 1
     assert compared > 350
     assert slow["ids"][-1].count(tokenizer.mask_id) == 1
+
+
+@pytest.mark.slow
+def test_byte_fallback_spells_what_the_vocabulary_lacks_in_bytes_in_transformers(exported):
+    """A model trained with byte_fallback: our ids spell a rare character in <0xNN> pieces, and
+    so does transformers' fast tokenizer (its tokenizer.json), never <unk>."""
+    tokenizer, _, loaded = exported["bytes"]
+    spelled = [text for text in TEXTS if any(
+        piece.startswith("<0x") for piece in tokenizer.id_to_piece(tokenizer.encode(text)))]
+    assert len(spelled) > 10
+    for text in spelled:
+        ids = loaded[True]["ids"][TEXTS.index(text)]
+        assert ids == expected_ids(tokenizer, text), text
+        assert tokenizer.unk_id not in ids or "<unk>" in text, text  # unless spelled
 
 
 @pytest.mark.slow

@@ -210,6 +210,10 @@ def test_too_small_a_vocabulary_says_what_to_change(tmp_path):
     with pytest.raises(ValueError, match="vocab_size=100 is smaller than the .* pieces this "
                                          "corpus's characters need .*character_coverage"):
         train(sentences("ja", "hi"), str(tmp_path / "small.model"), 100)
+    # The example is a lower coverage than the one set, never the same value.
+    with pytest.raises(ValueError, match=r"character_coverage=0\.9995\): .* \(e\.g\. 0\.999:"):
+        train(sentences("ja", "hi"), str(tmp_path / "small.model"), 100,
+              character_coverage=0.9995)
 
 
 def test_the_multilingual_switch_sets_the_documented_keys_and_each_stays_overridable():

@@ -152,7 +152,7 @@ def _python_classes() -> tuple[str, str]:
 def _reserved(processor: spm.SentencePieceProcessor, piece_id: int) -> bool:
     """Whether SentencePiece keeps piece `piece_id` out of its segmentations."""
     return bool(processor.is_control(piece_id) or processor.is_unknown(piece_id)
-                or processor.is_unused(piece_id))
+                or processor.is_unused(piece_id) or processor.is_byte(piece_id))
 
 
 def _tokenizer_json(model_proto: bytes, settings: TextSettings, path: str) -> str:
@@ -180,8 +180,8 @@ def _tokenizer_json(model_proto: bytes, settings: TextSettings, path: str) -> st
     # then cuts "0," as "0" "," wherever it can, which is what HuggingFace's digit-comma rule
     # (data.comma_rule=hf, SPEC 2.3) gives in all but rare cases; a pipeline cannot re-encode
     # a piece after the model has chosen it, as the rule does. SentencePiece never cuts a
-    # control or unknown piece (<pad>, [MASK]) out of text; the `tokenizers` model would, so
-    # they too score 100 below the lowest normal piece.
+    # control, unknown or byte piece (<pad>, [MASK], <0xE0>) out of text as it is spelled; the
+    # `tokenizers` model would, so they too score 100 below the lowest normal piece.
     reserved_score = min(processor.get_score(i) for i in range(processor.get_piece_size())
                          if not _reserved(processor, i)) - 100
     vocab = []
@@ -191,7 +191,11 @@ def _tokenizer_json(model_proto: bytes, settings: TextSettings, path: str) -> st
             vocab.append((piece, reserved_score))
         else:
             vocab.append((piece, processor.get_score(piece_id) - 100 * needs_comma_split(piece)))
-    model = HFTokenizer(models.Unigram(vocab, unk_id=processor.unk_id(), byte_fallback=False))
+    # A model trained with byte_fallback spells a character it lacks in its <0xNN> pieces, as
+    # `tokenizers` does with byte_fallback (and decodes them back to the character).
+    byte_fallback = any(processor.is_byte(i) for i in range(processor.get_piece_size()))
+    model = HFTokenizer(models.Unigram(vocab, unk_id=processor.unk_id(),
+                                       byte_fallback=byte_fallback))
     whitespace, combining = _python_classes()
     steps = [normalizers.Replace(Regex(f"{whitespace}+"), " "), normalizers.Strip()]
     if not settings.keep_accents:
@@ -213,6 +217,8 @@ def _tokenizer_json(model_proto: bytes, settings: TextSettings, path: str) -> st
     model.pre_tokenizer = pre_tokenizers.Metaspace(replacement=SPIECE_UNDERLINE,
                                                    prepend_scheme=scheme)
     model.decoder = decoders.Metaspace(replacement=SPIECE_UNDERLINE, prepend_scheme=scheme)
+    if byte_fallback:
+        model.decoder = decoders.Sequence([decoders.ByteFallback(), model.decoder])
     model.add_special_tokens([AddedToken(piece, special=True, normalized=False)
                               for piece in (PAD, UNK, CLS, SEP, MASK)])
     model.post_processor = processors.TemplateProcessing(

@@ -86,11 +86,15 @@ def train(sentences: Iterable[str], model_path: str, vocab_size: int, *,
                 f"text") from None
         required = re.search(r"smaller than required_chars. \d+ vs (\d+)", str(error))
         if required:
+            lower = next((value for value in (0.9995, 0.999, 0.995, 0.99)
+                          if value < character_coverage), None)
+            example = (f" (e.g. {lower}: the rarest characters become <unk>, or bytes with "
+                       f"byte_fallback)" if lower else "")
             raise ValueError(
                 f"vocab_size={vocab_size} is smaller than the {required.group(1)} pieces this "
                 f"corpus's characters need (character_coverage={character_coverage}): raise "
-                f"--config.data.vocab_size or lower --config.data.character_coverage (e.g. "
-                f"0.9995 for scripts with thousands of characters)") from None
+                f"--config.data.vocab_size or lower --config.data.character_coverage"
+                f"{example}") from None
         raise ValueError(f"SentencePiece training for {model_path} failed: {error}") from None
     model_proto = model_file.getvalue()
     # Validates the special ids (SPEC 2.1).
