@@ -288,7 +288,7 @@ def _build(builder: AlbertPretraining, config: ml_collections.ConfigDict,
     where = (f"Apache Beam ({beam_pipeline_options})" if beam_options is not None
              else _plural(min(builder.num_processes, max(len(pending), 1)), "process"))
     print(f"building {builder.data_dir}\n  from {settings.description}\n"
-          f"  {_plural(len(units), 'unit')} of ~{settings.unit_bytes / 2**20:.3g} MiB of text"
+          f"  {_plural(len(units), 'unit')} of at most {settings.unit_bytes / 2**20:.3g} MiB of text"
           + (f", {len(units) - len(pending)} built before" if len(pending) < len(units) else "")
           + f"; {len(pending)} to build with {where}")
     # What the reference text settings do to this corpus, on its first sentences (a mixture's:
