@@ -8,16 +8,19 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
+from etils import epath
 
 from albert_jax.data import corpus
-from albert_jax.data.building import build_unit, builder, dataset_settings, masking
+from albert_jax.data.building import beam_build, build_unit, builder, dataset_settings, masking
 from albert_jax.data.building.dataset_settings import DatasetSettings
 from albert_jax.data.corpus import ReadSettings
 from albert_jax.data.tokenizers import Tokenizer
 from albert_jax.errors import ConfigError
 from cli_fixtures import run_config
-from test_beam_build import build_on_the_pool_and_on_beam_after_a_kill, digests
+from test_beam_build import BEAM_LOCAL, build_on_the_pool_and_on_beam_after_a_kill, digests
 from test_block_examples import GOLDEN
 from test_block_examples import documents as block_documents
 
@@ -95,6 +98,32 @@ def test_groups_read_in_their_language_and_list_their_sources(tmp_path):
                                                            sentences=4)
     plain = corpus.corpus_groups(other, ReadSettings())
     assert len(plain) == 1 and plain[0].name == "" and not corpus.is_mixture(plain)
+
+
+def test_units_counted_on_any_runner_add_up_to_each_groups_text(tmp_path):
+    # Files cut into byte ranges (text, JSON Lines) and row groups (Parquet), many units each:
+    # counted a unit at a time, inline, on the pool and on Beam, they sum to a whole read.
+    documents = [document for _, document in zip(range(120), corpus.demo_documents())]
+    (tmp_path / "txt").mkdir()
+    (tmp_path / "txt" / "a.txt").write_text(
+        "\n\n".join("\n".join(document) for document in documents[:60]) + "\n")
+    (tmp_path / "json").mkdir()
+    (tmp_path / "json" / "b.jsonl").write_text("".join(
+        json.dumps({"text": "\n".join(document)}) + "\n" for document in documents[60:100]))
+    (tmp_path / "pq").mkdir()
+    pq.write_table(pa.table({"text": ["\n".join(document) for document in documents[100:]]}),
+                   tmp_path / "pq" / "c.parquet", row_group_size=2)
+    spec = repr({name: str(tmp_path / name) for name in ("txt", "json", "pq")})
+    groups = corpus.corpus_groups(spec, ReadSettings())
+    units = builder.plan_units(groups, unit_bytes=1500)
+    assert all(sum(unit.group == group.name for unit in units) >= 4 for group in groups)
+    whole = [corpus.count_text(group) for group in groups]
+    units_dir = epath.Path(tmp_path / "units")
+    assert builder.count_groups(groups, units, units_dir) == whole
+    assert builder.count_groups(groups, units, units_dir, num_processes=2) == whole
+    options = beam_build.pipeline_options(BEAM_LOCAL)
+    assert builder.count_groups(groups, units, units_dir, options) == whole
+    assert len(json.loads((units_dir / builder.COUNTS_FILE).read_text())) == len(units)
 
 
 @pytest.mark.parametrize("spec, message", [

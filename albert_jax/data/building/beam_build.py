@@ -9,7 +9,8 @@ The flag is TFDS's (`tfds build --beam_pipeline_options`), parsed the same way: 
 `key=value` pairs (or a bare `key` for a switch), each one Beam pipeline option. The pipeline is
 `Create(units) | Reshuffle | Map(build_unit)`: the units are a few file names each, so nothing
 but file names moves between workers (no GroupByKey of text or examples, the step TFDS's Beam
-writer needs and that runs out of memory at terabytes). Each worker reads its units' files and
+writer needs and that runs out of memory at terabytes); a mixture's first pipeline counts each
+unit's text the same way and gathers just the numbers. Each worker reads its units' files and
 writes their shards and manifests straight to the dataset folder (gs:// on a cluster); the
 launching process finalizes (`builder.py`). A unit the runner retries, or runs twice at once,
 writes the same bytes (`build_unit.py`).
@@ -20,8 +21,13 @@ what to give instead.
 """
 from __future__ import annotations
 
+import json
 from typing import Any
 
+from etils import epath
+
+from albert_jax import files
+from albert_jax.data import corpus
 from albert_jax.data.building import build_unit
 from albert_jax.errors import ConfigError
 
@@ -105,6 +111,33 @@ def run(context: build_unit.BuildContext, units: list[build_unit.Unit], options:
              | "Units" >> beam.Create(units)
              | "Spread" >> beam.Reshuffle()
              | "Build" >> beam.Map(_build, context))
+
+
+def count(units: list[build_unit.Unit], readings: dict[str, corpus.ReadSettings],
+          output: epath.Path, options: Any) -> list[corpus.TextSize]:
+    """Each unit's text (a mixture's, to weigh its groups), counted on the pipeline of
+    `options`, in unit order. The workers' counts are gathered into one small file, `output`
+    (the launching process cannot receive values from a remote runner), and read back."""
+    beam = _import_beam()
+    with beam.Pipeline(options=options) as pipeline:
+        _ = (pipeline
+             | "Units" >> beam.Create(units)
+             | "Spread" >> beam.Reshuffle()
+             | "Count" >> beam.Map(_count, readings)
+             | "Gather" >> beam.combiners.ToList()
+             | "Write" >> beam.Map(_write_counts, str(output)))
+    counted = {index: corpus.TextSize(characters, sentences)
+               for index, characters, sentences in json.loads(output.read_text())}
+    return [counted[unit.index] for unit in units]
+
+
+def _count(unit: build_unit.Unit, readings: dict[str, corpus.ReadSettings]) -> list[int]:
+    size = corpus.count_sources(unit.sources, readings[unit.group])
+    return [unit.index, size.characters, size.sentences]
+
+
+def _write_counts(counts: list[list[int]], output: str) -> None:
+    files.write_atomically(epath.Path(output), json.dumps(sorted(counts)))
 
 
 def _build(unit: build_unit.Unit, context: build_unit.BuildContext) -> int:

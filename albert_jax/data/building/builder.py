@@ -26,8 +26,8 @@ example crosses between workers (no GroupByKey), so memory per worker is flat in
 size, and the shards are byte-identical whoever ran the units and however many.
 
 A mixture (`data.corpus` a dict of groups, `corpus.mixture`) is planned group by group (a unit
-holds parts of one group); the groups' characters are counted once, before the first unit, and
-kept in the plan, so the pool, Beam and a resumed build pass each group's documents the same
+holds parts of one group); the groups' characters are counted once, before the first unit, a
+unit at a time on the build's runner (a first Beam pipeline, or the pool), and kept in the plan, so the pool, Beam and a resumed build pass each group's documents the same
 dupe_factor x r_i times (`build_unit.document_passes`) and write the same bytes.
 
 Resumable and safe: a build killed at any moment and run again builds only the units without a
@@ -62,6 +62,7 @@ from albert_jax.errors import ConfigError
 
 LOCK_FILE = "build.lock"
 PLAN_FILE = "plan.json"
+COUNTS_FILE = "counts.json"  # a mixture's text per unit, as Beam's workers counted it
 _IO_THREADS = 32  # manifests read and shards renamed at once (requests, on a bucket)
 
 
@@ -274,15 +275,19 @@ def _build(builder: AlbertPretraining, config: ml_collections.ConfigDict,
     settings = builder.builder_config
     context = build_context(builder, config, units)
     recorded = _recorded_plan(context)
+    if recorded is None:
+        _clear_unfinished(context)
     sizes: list[corpus.TextSize] = []
     table: list[dict[str, Any]] = []
     if corpus.is_mixture(groups):
         # Counted once: a resumed build (on any runner) passes the groups as the first did.
         sizes = ([corpus.TextSize(**size) for size in recorded["sizes"]] if recorded
-                 else _count_groups(groups, builder.num_processes))
+                 else count_groups(groups, units, context.units_dir, beam_options,
+                                   builder.num_processes))
         table = mixture_table(settings, groups, sizes)
         context = dataclasses.replace(context, groups=group_plans(settings, groups, table))
-    _start_or_resume(context, units, recorded, sizes)
+    if recorded is None:
+        _record_plan(context, units, sizes)
     manifests = _read_manifests(context, units)
     pending = [unit for unit, manifest in zip(units, manifests) if manifest is None]
     where = (f"Apache Beam ({beam_pipeline_options})" if beam_options is not None
@@ -311,19 +316,39 @@ def _build(builder: AlbertPretraining, config: ml_collections.ConfigDict,
     _print_report(builder, config, time.time() - start)
 
 
-def _count_groups(groups: list[corpus.Group], num_processes: int) -> list[corpus.TextSize]:
-    """Each group's characters, a group a process (of at most `num_processes`)."""
+def count_groups(groups: list[corpus.Group], units: list[build_unit.Unit], units_dir: epath.Path,
+                 beam_options: Any = None, num_processes: int = 1) -> list[corpus.TextSize]:
+    """Each group's characters and sentences: its units' text counted on the build's runner (a
+    first Beam pipeline, which gathers the counts in `units_dir`, or a pool of `num_processes`;
+    a corpus of terabytes is not read by the launching machine alone), summed by group."""
     start = time.time()
-    if num_processes <= 1 or len(groups) <= 1:
-        sizes = [corpus.count_text(group) for group in groups]
+    readings = {group.name: group.reading for group in groups}
+    if beam_options is not None:
+        from albert_jax.data.building import beam_build
+        counts = beam_build.count(units, readings, units_dir / COUNTS_FILE, beam_options)
+    elif num_processes <= 1 or len(units) <= 1:
+        counts = [_count_unit((unit.sources, readings[unit.group])) for unit in units]
     else:
         with concurrent.futures.ProcessPoolExecutor(
-                min(num_processes, len(groups)),
+                min(num_processes, len(units)),
                 mp_context=multiprocessing.get_context("spawn")) as pool:
-            sizes = list(pool.map(corpus.count_text, groups))
-    print(f"  counted the characters of {_plural(len(groups), 'group')} in "
-          f"{time.time() - start:.1f}s")
+            counts = list(pool.map(_count_unit, [(unit.sources, readings[unit.group])
+                                                 for unit in units]))
+    sizes = []
+    for group in groups:
+        of_group = [count for unit, count in zip(units, counts) if unit.group == group.name]
+        sizes.append(corpus.check_not_empty(group, corpus.TextSize(
+            sum(count.characters for count in of_group),
+            sum(count.sentences for count in of_group))))
+    print(f"  counted the characters of {_plural(len(groups), 'group')} "
+          f"({_plural(len(units), 'unit')}) in {time.time() - start:.1f}s")
     return sizes
+
+
+def _count_unit(unit_reading: tuple[tuple[str, ...], corpus.ReadSettings]) -> corpus.TextSize:
+    """The text of one unit's parts, read with its group's settings (a pool worker's job)."""
+    parts, reading = unit_reading
+    return corpus.count_sources(parts, reading)
 
 
 def _recorded_plan(context: build_unit.BuildContext) -> dict[str, Any] | None:
@@ -335,13 +360,9 @@ def _recorded_plan(context: build_unit.BuildContext) -> dict[str, Any] | None:
     return recorded if recorded.get("plan") == context.plan else None
 
 
-def _start_or_resume(context: build_unit.BuildContext, units: list[build_unit.Unit],
-                     recorded: dict[str, Any] | None, sizes: list[corpus.TextSize]) -> None:
-    """Resumes the units of a killed build of this plan (`recorded`); clears a folder left by
-    anything else (another plan, or an older layout), keeping the lock, and records the plan
-    (with a mixture's group sizes)."""
-    if recorded is not None:
-        return
+def _clear_unfinished(context: build_unit.BuildContext) -> None:
+    """Clears a folder left by anything but a killed build of this plan (another plan, or an
+    older layout), keeping the lock."""
     plan_path = context.units_dir / PLAN_FILE
     dataset_dir = epath.Path(context.dataset_dir)
     leftovers = [path for path in dataset_dir.iterdir() if path.name != LOCK_FILE]
@@ -351,10 +372,15 @@ def _start_or_resume(context: build_unit.BuildContext, units: list[build_unit.Un
         for path in leftovers:
             path.rmtree() if path.is_dir() else path.unlink()
     context.units_dir.mkdir(parents=True, exist_ok=True)
+
+
+def _record_plan(context: build_unit.BuildContext, units: list[build_unit.Unit],
+                 sizes: list[corpus.TextSize]) -> None:
+    """Records the plan (with a mixture's group sizes): a killed build resumes from it."""
     plan: dict[str, Any] = {"plan": context.plan, "units": [list(unit.sources) for unit in units]}
     if sizes:
         plan["sizes"] = [dataclasses.asdict(size) for size in sizes]
-    files.write_atomically(plan_path, json.dumps(plan, indent=1))
+    files.write_atomically(context.units_dir / PLAN_FILE, json.dumps(plan, indent=1))
 
 
 _WORKER_CONTEXT: list[build_unit.BuildContext] = []  # set once per process by `_set_context`

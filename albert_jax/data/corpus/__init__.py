@@ -23,7 +23,9 @@ from albert_jax.data.corpus.mixture import (
     Group,
     TextSize,
     check_alpha,
+    check_not_empty,
     corpus_groups,
+    count_sources,
     count_text,
     flat_sources,
     is_mixture,
@@ -51,8 +53,8 @@ from albert_jax.data.corpus.sources import (
 from albert_jax.data.corpus.stats import CorpusStats
 
 __all__ = ["CorpusStats", "DEMO", "Group", "MIXTURE_ALPHA", "ReadSettings", "TFDS_PREFIX",
-           "TextSize", "check_alpha", "corpus_groups", "count_text", "cut_into_byte_ranges",
-           "demo_documents", "describe", "flat_sources", "is_file_source", "is_mixture",
-           "iter_documents", "list_sources", "mixture_identity", "part_name", "plan_parts",
-           "read_documents", "sample_mixture", "sample_sentences", "sampling_shares",
-           "sized_sources", "source_size", "uses_segmenter"]
+           "TextSize", "check_alpha", "check_not_empty", "corpus_groups", "count_sources",
+           "count_text", "cut_into_byte_ranges", "demo_documents", "describe", "flat_sources",
+           "is_file_source", "is_mixture", "iter_documents", "list_sources", "mixture_identity",
+           "part_name", "plan_parts", "read_documents", "sample_mixture", "sample_sentences",
+           "sampling_shares", "sized_sources", "source_size", "uses_segmenter"]

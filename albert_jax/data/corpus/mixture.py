@@ -18,7 +18,7 @@ a group's text is seen r_i = q_i / p_i times as often as in the plain concatenat
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterator, Sequence
+from typing import Iterable, Iterator, Sequence
 
 from albert_jax.data.corpus import reading, sources
 from albert_jax.data.corpus.settings import ReadSettings
@@ -92,16 +92,28 @@ def count_text(group: Group, stats: CorpusStats | None = None) -> TextSize:
     """Reads all of `group`'s text once, as a build reads it (what it saw counted into
     `stats`). Raises ConfigError for a group without a sentence (a mixture cannot weigh an
     empty group)."""
+    return check_not_empty(group, count_sources([source for source, _ in group.sources],
+                                                group.reading, stats))
+
+
+def count_sources(parts: Iterable[str], settings: ReadSettings,
+                  stats: CorpusStats | None = None) -> TextSize:
+    """The text of `parts` (sources, or the byte ranges of `plan_parts`), read with `settings`."""
     characters = sentences = 0
-    for source, _ in group.sources:
-        for document in reading.read_documents(source, group.reading, stats):
+    for part in parts:
+        for document in reading.read_documents(part, settings, stats):
             characters += sum(map(len, document))
             sentences += len(document)
-    if not characters:
+    return TextSize(characters, sentences)
+
+
+def check_not_empty(group: Group, size: TextSize) -> TextSize:
+    """`size`, the whole text of `group`; ConfigError if it holds no text."""
+    if not size.characters:
         raise ConfigError(f"config.data.corpus: the mixture's group {group.name!r} "
                           f"({group.corpus!r}) holds no text: give it a corpus with sentences, "
                           f"or leave it out")
-    return TextSize(characters, sentences)
+    return size
 
 
 def sampling_shares(characters: Sequence[int], alpha: float) -> tuple[list[float], list[float]]:
