@@ -101,8 +101,8 @@ def test_groups_read_in_their_language_and_list_their_sources(tmp_path):
 
 
 def test_units_counted_on_any_runner_add_up_to_each_groups_text(tmp_path):
-    # Files cut into byte ranges (text, JSON Lines) and row groups (Parquet), many units each:
-    # counted a unit at a time, inline, on the pool and on Beam, they sum to a whole read.
+    # Files cut into byte ranges (text, JSON Lines) and row groups (Parquet), many parts each:
+    # counted part by part, on any runner, they sum to a whole read of each group.
     documents = [document for _, document in zip(range(120), corpus.demo_documents())]
     (tmp_path / "txt").mkdir()
     (tmp_path / "txt" / "a.txt").write_text(
@@ -118,6 +118,13 @@ def test_units_counted_on_any_runner_add_up_to_each_groups_text(tmp_path):
     units = builder.plan_units(groups, unit_bytes=1500)
     assert all(sum(unit.group == group.name for unit in units) >= 4 for group in groups)
     whole = [corpus.count_text(group) for group in groups]
+    # As `tokenizer train` counts: in parts, on one process and on two, what reading saw kept.
+    for processes in (1, 2):
+        stats = corpus.CorpusStats()
+        assert corpus.count_groups(groups, 1500, processes, stats) == whole
+        assert stats.documents == len(documents)
+        assert stats.sentences == sum(size.sentences for size in whole)
+    # As `data build` counts: a unit at a time, inline, on the pool and on Beam.
     units_dir = epath.Path(tmp_path / "units")
     assert builder.count_groups(groups, units, units_dir) == whole
     assert builder.count_groups(groups, units, units_dir, num_processes=2) == whole

@@ -326,29 +326,13 @@ def count_groups(groups: list[corpus.Group], units: list[build_unit.Unit], units
     if beam_options is not None:
         from albert_jax.data.building import beam_build
         counts = beam_build.count(units, readings, units_dir / COUNTS_FILE, beam_options)
-    elif num_processes <= 1 or len(units) <= 1:
-        counts = [_count_unit((unit.sources, readings[unit.group])) for unit in units]
     else:
-        with concurrent.futures.ProcessPoolExecutor(
-                min(num_processes, len(units)),
-                mp_context=multiprocessing.get_context("spawn")) as pool:
-            counts = list(pool.map(_count_unit, [(unit.sources, readings[unit.group])
-                                                 for unit in units]))
-    sizes = []
-    for group in groups:
-        of_group = [count for unit, count in zip(units, counts) if unit.group == group.name]
-        sizes.append(corpus.check_not_empty(group, corpus.TextSize(
-            sum(count.characters for count in of_group),
-            sum(count.sentences for count in of_group))))
+        counts = [size for size, _ in corpus.count_in_parallel(
+            [(unit.sources, readings[unit.group]) for unit in units], num_processes)]
+    sizes = corpus.sum_by_group(groups, [unit.group for unit in units], counts)
     print(f"  counted the characters of {_plural(len(groups), 'group')} "
           f"({_plural(len(units), 'unit')}) in {time.time() - start:.1f}s")
     return sizes
-
-
-def _count_unit(unit_reading: tuple[tuple[str, ...], corpus.ReadSettings]) -> corpus.TextSize:
-    """The text of one unit's parts, read with its group's settings (a pool worker's job)."""
-    parts, reading = unit_reading
-    return corpus.count_sources(parts, reading)
 
 
 def _recorded_plan(context: build_unit.BuildContext) -> dict[str, Any] | None:

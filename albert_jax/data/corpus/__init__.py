@@ -23,8 +23,9 @@ from albert_jax.data.corpus.mixture import (
     Group,
     TextSize,
     check_alpha,
-    check_not_empty,
     corpus_groups,
+    count_groups,
+    count_in_parallel,
     count_sources,
     count_text,
     flat_sources,
@@ -32,6 +33,7 @@ from albert_jax.data.corpus.mixture import (
     mixture_identity,
     sample_mixture,
     sampling_shares,
+    sum_by_group,
 )
 from albert_jax.data.corpus.parts import cut_into_byte_ranges, part_name, plan_parts
 from albert_jax.data.corpus.reading import (
@@ -53,8 +55,9 @@ from albert_jax.data.corpus.sources import (
 from albert_jax.data.corpus.stats import CorpusStats
 
 __all__ = ["CorpusStats", "DEMO", "Group", "MIXTURE_ALPHA", "ReadSettings", "TFDS_PREFIX",
-           "TextSize", "check_alpha", "check_not_empty", "corpus_groups", "count_sources",
-           "count_text", "cut_into_byte_ranges", "demo_documents", "describe", "flat_sources",
-           "is_file_source", "is_mixture", "iter_documents", "list_sources", "mixture_identity",
-           "part_name", "plan_parts", "read_documents", "sample_mixture", "sample_sentences",
-           "sampling_shares", "sized_sources", "source_size", "uses_segmenter"]
+           "TextSize", "check_alpha", "corpus_groups", "count_groups", "count_in_parallel",
+           "count_sources", "count_text", "cut_into_byte_ranges", "demo_documents", "describe",
+           "flat_sources", "is_file_source", "is_mixture", "iter_documents", "list_sources",
+           "mixture_identity", "part_name", "plan_parts", "read_documents", "sample_mixture",
+           "sample_sentences", "sampling_shares", "sized_sources", "source_size", "sum_by_group",
+           "uses_segmenter"]

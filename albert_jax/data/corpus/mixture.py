@@ -2,7 +2,7 @@
 share of each group (what `data build` and `tokenizer train` weigh the groups by).
 
   groups = corpus_groups(config.data.corpus, ReadSettings.from_config(config.data))
-  sizes = [count_text(group) for group in groups]                # one read of the whole text
+  sizes = count_groups(groups, 32 << 20, os.cpu_count())       # one read of the whole text
   p, q = sampling_shares([size.characters for size in sizes], config.data.mixture_alpha)
 
 A plain corpus is one group named "". A group named by a language code (`hi`, `th`, `pt-BR`:
@@ -17,10 +17,12 @@ a group's text is seen r_i = q_i / p_i times as often as in the plain concatenat
 """
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
-from typing import Iterable, Iterator, Sequence
+import multiprocessing
+from typing import Any, Iterable, Iterator, Sequence
 
-from albert_jax.data.corpus import reading, sources
+from albert_jax.data.corpus import parts, reading, sources
 from albert_jax.data.corpus.settings import ReadSettings
 from albert_jax.data.corpus.stats import CorpusStats
 from albert_jax.errors import ConfigError
@@ -92,22 +94,66 @@ def count_text(group: Group, stats: CorpusStats | None = None) -> TextSize:
     """Reads all of `group`'s text once, as a build reads it (what it saw counted into
     `stats`). Raises ConfigError for a group without a sentence (a mixture cannot weigh an
     empty group)."""
-    return check_not_empty(group, count_sources([source for source, _ in group.sources],
+    return _check_not_empty(group, count_sources([source for source, _ in group.sources],
                                                 group.reading, stats))
 
 
-def count_sources(parts: Iterable[str], settings: ReadSettings,
+def count_groups(groups: Sequence[Group], part_bytes: int, num_processes: int,
+                 stats: CorpusStats | None = None) -> list[TextSize]:
+    """`count_text` of every group, its sources cut into parts of about `part_bytes`
+    (`parts.plan_parts`) and read on `num_processes` processes."""
+    jobs = [(group.name, (part,), group.reading) for group in groups
+            for part, _ in parts.plan_parts(list(group.sources), group.reading, part_bytes)]
+    counted = count_in_parallel([(job_parts, settings) for _, job_parts, settings in jobs],
+                                num_processes)
+    if stats is not None:
+        merged = CorpusStats.merged([dataclasses.asdict(stats)] + [seen for _, seen in counted])
+        for field in dataclasses.fields(CorpusStats):
+            setattr(stats, field.name, getattr(merged, field.name))
+    return sum_by_group(groups, [name for name, _, _ in jobs], [size for size, _ in counted])
+
+
+def count_in_parallel(jobs: Sequence[tuple[Sequence[str], ReadSettings]], num_processes: int
+                      ) -> list[tuple[TextSize, dict[str, Any]]]:
+    """The text of each job's parts read with its settings, and what reading saw
+    (`dataclasses.asdict` of its CorpusStats), in job order; on a pool of `num_processes`
+    processes (inline for one process or one job)."""
+    if num_processes <= 1 or len(jobs) <= 1:
+        return [_count_job(job) for job in jobs]
+    # spawn: the parent may hold threads (JAX, TFDS) that make fork unsafe.
+    with concurrent.futures.ProcessPoolExecutor(
+            min(num_processes, len(jobs)), mp_context=multiprocessing.get_context("spawn")) as pool:
+        return list(pool.map(_count_job, jobs, chunksize=max(1, len(jobs) // (8 * num_processes))))
+
+
+def _count_job(job: tuple[Sequence[str], ReadSettings]) -> tuple[TextSize, dict[str, Any]]:
+    job_parts, settings = job
+    stats = CorpusStats()
+    return count_sources(job_parts, settings, stats), dataclasses.asdict(stats)
+
+
+def count_sources(part_names: Iterable[str], settings: ReadSettings,
                   stats: CorpusStats | None = None) -> TextSize:
-    """The text of `parts` (sources, or the byte ranges of `plan_parts`), read with `settings`."""
+    """The text of `part_names` (sources, or parts of `plan_parts`), read with `settings`."""
     characters = sentences = 0
-    for part in parts:
+    for part in part_names:
         for document in reading.read_documents(part, settings, stats):
             characters += sum(map(len, document))
             sentences += len(document)
     return TextSize(characters, sentences)
 
 
-def check_not_empty(group: Group, size: TextSize) -> TextSize:
+def sum_by_group(groups: Sequence[Group], names: Sequence[str],
+                 sizes: Sequence[TextSize]) -> list[TextSize]:
+    """Each group's text: the `sizes` of the parts of group `names[i]` added up. ConfigError
+    for a group without text."""
+    return [_check_not_empty(group, TextSize(
+        sum(size.characters for name, size in zip(names, sizes) if name == group.name),
+        sum(size.sentences for name, size in zip(names, sizes) if name == group.name)))
+        for group in groups]
+
+
+def _check_not_empty(group: Group, size: TextSize) -> TextSize:
     """`size`, the whole text of `group`; ConfigError if it holds no text."""
     if not size.characters:
         raise ConfigError(f"config.data.corpus: the mixture's group {group.name!r} "

@@ -117,8 +117,8 @@ def train_from_config(config: ml_collections.ConfigDict) -> None:
     read from the corpus's sources in an order drawn from config.seed until there are that many
     (`corpus.sample_sentences`), documents and sentences made as the build makes them
     (data.documents, data.sentences, data.language, ...): a corpus of any size, in any format,
-    is read only that far. A mixture (`corpus.mixture`) is read whole once to weigh its groups,
-    then gives q_i of the sentences from group i (`corpus.sample_mixture`), as the build weighs
+    is read only that far. A mixture (`corpus.mixture`) is read whole once to weigh its groups
+    (on every core, in parts of data.unit_bytes), then gives q_i of the sentences from group i (`corpus.sample_mixture`), as the build weighs
     them (data.mixture_alpha). Skips (and says so)
     when the file already exists, so the demo can be rerun.
     """
@@ -146,7 +146,11 @@ def train_from_config(config: ml_collections.ConfigDict) -> None:
     damage_rng = random.Random(config.seed)
     shares: list[float] = []  # a mixture's q_i
     if corpus.is_mixture(groups):
-        sizes = [corpus.count_text(group, stats) for group in groups]  # (all of it read once)
+        # All of it read once, on every core where there is more than a part's worth of it.
+        part_bytes = int(config.data.get("unit_bytes", 32 << 20))  # the build's units' size
+        text_bytes = sum(size or 0 for _, size in corpus.flat_sources(groups))
+        sizes = corpus.count_groups(groups, part_bytes,
+                                    os.cpu_count() or 1 if text_bytes > part_bytes else 1, stats)
         sample = corpus.sample_mixture(groups, sizes, alpha, sample_size, config.seed)
         _, shares = corpus.sampling_shares([size.characters for size in sizes], alpha)
     else:
