@@ -131,7 +131,8 @@ def exported(tmp_path_factory) -> dict:
         else:
             settings = TextSettings(do_lower_case=lower, keep_accents=keep_accents,
                                     comma_rule=comma_rule)
-            byte_options = dict(character_coverage=0.98, byte_fallback=True) if name == "bytes" else {}
+            byte_options = (dict(character_coverage=0.98, byte_fallback=True) if name == "bytes"
+                            else {})
             path = train(CORPUS, str(root / f"{name}.model"), 800, settings=settings,
                          **byte_options)
             tokenizer = Tokenizer.load(path, settings)

@@ -126,10 +126,10 @@ def test_units_counted_on_any_runner_add_up_to_each_groups_text(tmp_path):
         assert stats.sentences == sum(size.sentences for size in whole)
     # As `data build` counts: a unit at a time, inline, on the pool and on Beam.
     units_dir = epath.Path(tmp_path / "units")
-    assert builder.count_groups(groups, units, units_dir) == whole
-    assert builder.count_groups(groups, units, units_dir, num_processes=2) == whole
+    assert builder.count_mixture(groups, units, units_dir) == whole
+    assert builder.count_mixture(groups, units, units_dir, num_processes=2) == whole
     options = beam_build.pipeline_options(BEAM_LOCAL)
-    assert builder.count_groups(groups, units, units_dir, options) == whole
+    assert builder.count_mixture(groups, units, units_dir, options) == whole
     assert len(json.loads((units_dir / builder.COUNTS_FILE).read_text())) == len(units)
 
 

@@ -283,7 +283,6 @@ def test_live_locks_are_refused_and_stale_ones_taken_over(tmp_path, caplog):
     assert not lock_path.exists()
 
 
-
 LOCK_READER = """
 import json, sys, time
 path, partial, whole = sys.argv[1], 0, 0
@@ -333,6 +332,7 @@ def test_a_lock_is_taken_where_the_filesystem_has_no_hard_links(tmp_path, monkey
     assert f"is held by pid {os.getpid()} on host {HOST}" in child_refused.stdout
     lock.release()
     assert sorted(path.name for path in tmp_path.iterdir()) == []
+
 
 # --- Through the CLI: a tiny pretraining run ---
 

@@ -27,8 +27,9 @@ size, and the shards are byte-identical whoever ran the units and however many.
 
 A mixture (`data.corpus` a dict of groups, `corpus.mixture`) is planned group by group (a unit
 holds parts of one group); the groups' characters are counted once, before the first unit, a
-unit at a time on the build's runner (a first Beam pipeline, or the pool), and kept in the plan, so the pool, Beam and a resumed build pass each group's documents the same
-dupe_factor x r_i times (`build_unit.document_passes`) and write the same bytes.
+unit at a time on the build's runner (a first Beam pipeline, or the pool), and kept in the
+plan, so the pool, Beam and a resumed build pass each group's documents the same dupe_factor x
+r_i times (`build_unit.document_passes`) and write the same bytes.
 
 Resumable and safe: a build killed at any moment and run again builds only the units without a
 manifest and ends with the same bytes (`_units/plan.json` records the plan; a folder left by
@@ -282,8 +283,8 @@ def _build(builder: AlbertPretraining, config: ml_collections.ConfigDict,
     if corpus.is_mixture(groups):
         # Counted once: a resumed build (on any runner) passes the groups as the first did.
         sizes = ([corpus.TextSize(**size) for size in recorded["sizes"]] if recorded
-                 else count_groups(groups, units, context.units_dir, beam_options,
-                                   builder.num_processes))
+                 else count_mixture(groups, units, context.units_dir, beam_options,
+                                    builder.num_processes))
         table = mixture_table(settings, groups, sizes)
         context = dataclasses.replace(context, groups=group_plans(settings, groups, table))
     if recorded is None:
@@ -293,7 +294,8 @@ def _build(builder: AlbertPretraining, config: ml_collections.ConfigDict,
     where = (f"Apache Beam ({beam_pipeline_options})" if beam_options is not None
              else _plural(min(builder.num_processes, max(len(pending), 1)), "process"))
     print(f"building {builder.data_dir}\n  from {settings.description}\n"
-          f"  {_plural(len(units), 'unit')} of at most {settings.unit_bytes / 2**20:.3g} MiB of text"
+          f"  {_plural(len(units), 'unit')} of at most {settings.unit_bytes / 2**20:.3g} MiB "
+          "of text"
           + (f", {len(units) - len(pending)} built before" if len(pending) < len(units) else "")
           + f"; {len(pending)} to build with {where}")
     # What the reference text settings do to this corpus, on its first sentences (a mixture's:
@@ -316,8 +318,9 @@ def _build(builder: AlbertPretraining, config: ml_collections.ConfigDict,
     _print_report(builder, config, time.time() - start)
 
 
-def count_groups(groups: list[corpus.Group], units: list[build_unit.Unit], units_dir: epath.Path,
-                 beam_options: Any = None, num_processes: int = 1) -> list[corpus.TextSize]:
+def count_mixture(groups: list[corpus.Group], units: list[build_unit.Unit],
+                  units_dir: epath.Path, beam_options: Any = None,
+                  num_processes: int = 1) -> list[corpus.TextSize]:
     """Each group's characters and sentences: its units' text counted on the build's runner (a
     first Beam pipeline, which gathers the counts in `units_dir`, or a pool of `num_processes`;
     a corpus of terabytes is not read by the launching machine alone), summed by group."""

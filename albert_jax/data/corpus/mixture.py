@@ -107,9 +107,8 @@ def count_groups(groups: Sequence[Group], part_bytes: int, num_processes: int,
     counted = count_in_parallel([(job_parts, settings) for _, job_parts, settings in jobs],
                                 num_processes)
     if stats is not None:
-        merged = CorpusStats.merged([dataclasses.asdict(stats)] + [seen for _, seen in counted])
-        for field in dataclasses.fields(CorpusStats):
-            setattr(stats, field.name, getattr(merged, field.name))
+        for _, seen in counted:
+            stats.add(seen)
     return sum_by_group(groups, [name for name, _, _ in jobs], [size for size, _ in counted])
 
 

@@ -42,17 +42,22 @@ class CorpusStats:
         return (f"{self.documents} documents, {self.sentences} sentences from {self.sources} "
                 f"sources" + (f"; {', '.join(problems)}{first}" if problems else ""))
 
+    def add(self, part: dict[str, Any]) -> None:
+        """Adds the stats `part` (`dataclasses.asdict` of one read after this one): counts
+        added, the first problem kept unless there was none."""
+        for name, value in part.items():
+            if name == "first_problem":
+                self.first_problem = self.first_problem or value
+            else:
+                setattr(self, name, getattr(self, name) + value)
+
     @classmethod
     def merged(cls, parts: Iterable[dict[str, Any]]) -> "CorpusStats":
         """The sum of the stats of several units (`dataclasses.asdict` each, in unit order):
         counts added, the first problem of the first unit that met one."""
         total = cls()
         for part in parts:
-            for name, value in part.items():
-                if name == "first_problem":
-                    total.first_problem = total.first_problem or value
-                else:
-                    setattr(total, name, getattr(total, name) + value)
+            total.add(part)
         return total
 
 

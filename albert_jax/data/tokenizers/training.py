@@ -118,9 +118,9 @@ def train_from_config(config: ml_collections.ConfigDict) -> None:
     (`corpus.sample_sentences`), documents and sentences made as the build makes them
     (data.documents, data.sentences, data.language, ...): a corpus of any size, in any format,
     is read only that far. A mixture (`corpus.mixture`) is read whole once to weigh its groups
-    (on every core, in parts of data.unit_bytes), then gives q_i of the sentences from group i (`corpus.sample_mixture`), as the build weighs
-    them (data.mixture_alpha). Skips (and says so)
-    when the file already exists, so the demo can be rerun.
+    (on every core, in parts of data.unit_bytes), then gives q_i of the sentences from group i
+    (`corpus.sample_mixture`), as the build weighs them (data.mixture_alpha). Skips (and says
+    so) when the file already exists, so the demo can be rerun.
     """
     model_path = config.data.tokenizer
     settings = TextSettings.from_config(config.data)
@@ -149,8 +149,8 @@ def train_from_config(config: ml_collections.ConfigDict) -> None:
         # All of it read once, on every core where there is more than a part's worth of it.
         part_bytes = int(config.data.get("unit_bytes", 32 << 20))  # the build's units' size
         text_bytes = sum(size or 0 for _, size in corpus.flat_sources(groups))
-        sizes = corpus.count_groups(groups, part_bytes,
-                                    os.cpu_count() or 1 if text_bytes > part_bytes else 1, stats)
+        processes = (os.cpu_count() or 1) if text_bytes > part_bytes else 1
+        sizes = corpus.count_groups(groups, part_bytes, processes, stats)
         sample = corpus.sample_mixture(groups, sizes, alpha, sample_size, config.seed)
         _, shares = corpus.sampling_shares([size.characters for size in sizes], alpha)
     else:
